@@ -1,0 +1,50 @@
+# The README's two quick-start commands: `make demo` and `make check`.
+# CMake + Ninja do the building; this file installs what is missing and runs things.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 10
+CMAKE_GEN  := -G Ninja
+
+APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
+                libyaml-dev libjansson-dev libcmocka-dev libncurses-dev
+
+.PHONY: all deps build demo check test asan fuzz bench clean
+
+all: build
+
+deps:
+	@sh scripts/deps.sh $(APT_PACKAGES)
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD)
+
+demo: build
+	sh scripts/demo.sh $(BUILD)/vramfit
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON
+	cmake --build $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --output-on-failure
+
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON -DVF_FUZZ=ON
+	cmake --build $(FUZZ_BUILD)
+	sh scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+check: test asan fuzz
+	@echo "make check: all tests passed (plain, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
+
+bench: build
+	sh bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

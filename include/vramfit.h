@@ -1,0 +1,14 @@
+/* vramfit: will this training run fit on the GPU, and what is the best setting that does?
+ *
+ * The one public header. Conventions (libuv/curl style):
+ *  - every fallible function returns 0 or a negative VF_E* code; vf_strerror() names it;
+ *  - parsers also fill an optional caller-owned struct vf_diag with file and position;
+ *  - structs the caller allocates are set up with *_init() and released with *_cleanup();
+ *  - strings the library allocates for the caller are freed with vf_free(). */
+#ifndef VRAMFIT_H
+#define VRAMFIT_H
+
+#include "vramfit/error.h"
+#include "vramfit/model.h"
+
+#endif

@@ -1,0 +1,176 @@
+#ifndef VRAMFIT_MODEL_H
+#define VRAMFIT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramfit/error.h"
+
+#define VF_MAX_DIMS 4
+
+/* Storage types: safetensors dtypes and ggml's block-quantized types. */
+enum vf_dtype {
+  VF_DTYPE_UNKNOWN = 0,
+  VF_DTYPE_F32, VF_DTYPE_F16, VF_DTYPE_BF16, VF_DTYPE_F64,
+  VF_DTYPE_F8_E4M3, VF_DTYPE_F8_E5M2, VF_DTYPE_F8_E8M0, VF_DTYPE_F8_E4M3FNUZ,
+  VF_DTYPE_F8_E5M2FNUZ, VF_DTYPE_F6_E2M3, VF_DTYPE_F6_E3M2, VF_DTYPE_F4,
+  VF_DTYPE_BOOL, VF_DTYPE_I8, VF_DTYPE_U8, VF_DTYPE_I16, VF_DTYPE_U16, VF_DTYPE_I32,
+  VF_DTYPE_U32, VF_DTYPE_I64, VF_DTYPE_U64, VF_DTYPE_C64,
+  VF_DTYPE_Q4_0, VF_DTYPE_Q4_1, VF_DTYPE_Q5_0, VF_DTYPE_Q5_1, VF_DTYPE_Q8_0, VF_DTYPE_Q8_1,
+  VF_DTYPE_Q2_K, VF_DTYPE_Q3_K, VF_DTYPE_Q4_K, VF_DTYPE_Q5_K, VF_DTYPE_Q6_K, VF_DTYPE_Q8_K,
+  VF_DTYPE_IQ2_XXS, VF_DTYPE_IQ2_XS, VF_DTYPE_IQ3_XXS, VF_DTYPE_IQ1_S, VF_DTYPE_IQ4_NL,
+  VF_DTYPE_IQ3_S, VF_DTYPE_IQ2_S, VF_DTYPE_IQ4_XS, VF_DTYPE_IQ1_M, VF_DTYPE_TQ1_0,
+  VF_DTYPE_TQ2_0, VF_DTYPE_MXFP4, VF_DTYPE_NVFP4, VF_DTYPE_Q1_0, VF_DTYPE_Q2_0,
+  VF_DTYPE_COUNT
+};
+
+/* Canonical upper-case name ("BF16", "Q4_K"); "unknown" for VF_DTYPE_UNKNOWN. */
+const char *vf_dtype_name(enum vf_dtype t);
+/* Accepts canonical names and the torch/config spellings ("bfloat16", "float32", "fp16"),
+ * case-insensitively. VF_ENOTFOUND when the name is unknown. */
+int vf_dtype_from_name(const char *name, enum vf_dtype *out);
+/* Bytes taken by n elements. VF_EUNSUPPORTED for an unknown dtype, VF_EINVAL when n is not
+ * a whole number of blocks, VF_ERANGE on overflow. */
+int vf_dtype_bytes(enum vf_dtype t, uint64_t n, uint64_t *out);
+
+/* Architecture families: they decide tensor layout and naming. */
+enum vf_family {
+  VF_FAMILY_LLAMA,   /* llama, mistral, qwen2, gemma, gemma2, phi3 */
+  VF_FAMILY_MIXTRAL, /* llama-style attention, mixture-of-experts MLP */
+  VF_FAMILY_GPT2,
+  VF_FAMILY_GPTNEOX, /* pythia, stablelm-alpha */
+  VF_FAMILY_FALCON,
+  VF_FAMILY_PHI,     /* phi-1, phi-1.5, phi-2 */
+  VF_FAMILY_BERT,    /* bert, roberta */
+  VF_FAMILY_COUNT
+};
+const char *vf_family_name(enum vf_family f);
+
+enum vf_norm { VF_NORM_RMS, VF_NORM_LAYER };
+
+/* Which linear (or other role) a tensor plays. The first VF_KIND_PUBLIC_COUNT are the
+ * contract's by_kind keys; QKV and GATE_UP are fused projections split by vf_model_by_kind. */
+enum vf_kind {
+  VF_KIND_Q, VF_KIND_K, VF_KIND_V, VF_KIND_O, VF_KIND_GATE, VF_KIND_UP, VF_KIND_DOWN,
+  VF_KIND_HEAD, VF_KIND_EMBEDDING, VF_KIND_NORM, VF_KIND_OTHER,
+  VF_KIND_PUBLIC_COUNT,
+  VF_KIND_QKV = VF_KIND_PUBLIC_COUNT, VF_KIND_GATE_UP, VF_KIND_ROUTER,
+  VF_KIND_COUNT
+};
+const char *vf_kind_name(enum vf_kind k);
+
+/* Dimensions and layout switches of a transformer, as a Hugging Face config.json gives them. */
+struct vf_arch {
+  char model_type[32];
+  enum vf_family family;
+  uint64_t hidden, layers, heads, kv_heads, head_dim, intermediate, vocab;
+  uint64_t max_positions;
+  uint64_t experts, experts_per_token; /* 0 for dense models */
+  uint64_t type_vocab;                 /* BERT token-type vocabulary */
+  uint64_t num_labels;                 /* classification head outputs */
+  bool tied_embeddings;
+  bool qkv_bias, o_bias, mlp_bias, lm_head_bias;
+  bool fused_qkv, fused_gate_up; /* one Linear for q,k,v / gate,up in the checkpoint */
+  bool glu;                      /* gated MLP (SwiGLU, GeGLU): gate, up and down */
+  bool parallel_residual;        /* attention and MLP read the same block input */
+  bool learned_positions;        /* absolute position embedding table */
+  enum vf_norm norm;
+  uint32_t norms_per_layer;      /* 1 (falcon-7b, phi), 2, or 4 (gemma2) */
+  double rotary_fraction;        /* share of head_dim that is rotated; 0 without RoPE */
+  uint64_t sliding_window;       /* 0 when attention is global */
+  double final_logit_softcap;    /* 0 when off (gemma2 caps logits) */
+  enum vf_dtype dtype;           /* torch_dtype of the released weights */
+};
+
+struct vf_tensor {
+  char *name; /* owned */
+  uint32_t ndim;
+  uint64_t shape[VF_MAX_DIMS]; /* PyTorch order: outermost dimension first */
+  enum vf_dtype dtype;
+  enum vf_kind kind;
+  int32_t layer;  /* block index, -1 outside the blocks */
+  int32_t expert; /* expert index, -1 unless an expert's weight */
+};
+
+/* A model: its architecture and every parameter tensor. Caller-allocated;
+ * vf_model_init() before use, vf_model_cleanup() after. */
+struct vf_model {
+  char *name;       /* owned: catalogue name or the path given */
+  char *source;     /* owned: "catalogue", or the file the tensors came from */
+  bool has_arch;    /* false for a checkpoint read without any config */
+  struct vf_arch arch;
+  struct vf_tensor *tensors; /* owned */
+  size_t n_tensors, cap_tensors;
+  char **notes; /* owned: where config and checkpoint disagree, one sentence each */
+  size_t n_notes;
+};
+
+void vf_model_init(struct vf_model *m);
+void vf_model_cleanup(struct vf_model *m);
+
+/* Appends a copy of t (its name is copied). */
+int vf_model_add_tensor(struct vf_model *m, const struct vf_tensor *t);
+/* Appends a printf-formatted note. */
+int vf_model_add_note(struct vf_model *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Checks that an architecture is consistent (heads divide hidden, kv heads divide heads, ...).
+ * On failure fills d->msg with the reason (d may be NULL). */
+int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d);
+
+/* Replaces m->tensors with the tensors the architecture implies, with Hugging Face names,
+ * stored in m->arch.dtype. */
+int vf_model_expand(struct vf_model *m);
+
+/* Takes the checkpoint's tensors as the truth: moves ckpt's tensors into m and records a
+ * note for every tensor missing on either side or whose shape differs. */
+int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt);
+
+/* Classifies a checkpoint tensor by its name (HF, GGUF and litgpt spellings) and finds its
+ * block and expert index (-1 when none). */
+enum vf_kind vf_kind_from_name(const char *name, int32_t *layer, int32_t *expert);
+
+uint64_t vf_tensor_numel(const struct vf_tensor *t);
+uint64_t vf_model_params(const struct vf_model *m);
+/* Token, position and token-type embedding tables (not the output head). */
+uint64_t vf_model_embedding_params(const struct vf_model *m);
+/* Parameters per public kind; fused projections are split by their output rows. */
+void vf_model_by_kind(const struct vf_model *m, uint64_t out[VF_KIND_PUBLIC_COUNT]);
+/* Stored bytes of all tensors. VF_EUNSUPPORTED if a tensor's dtype has no known size. */
+int vf_model_bytes(const struct vf_model *m, uint64_t *out);
+/* The dtype most of the parameters are stored in. */
+enum vf_dtype vf_model_main_dtype(const struct vf_model *m);
+
+/* ---- Readers (src/io). Each fills a vf_model; on failure d names file and position. ---- */
+
+/* MODEL as the contract defines it: catalogue name, config.json, model folder,
+ * .safetensors, model.safetensors.index.json, .gguf, or a spec .yaml. */
+int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d);
+
+/* A Hugging Face config.json held in memory; file is used in messages only. */
+int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
+                              const char *file, struct vf_diag *d);
+
+/* Appends the tensors of one safetensors file (headers only are read). */
+int vf_safetensors_read(struct vf_model *m, const char *path, struct vf_diag *d);
+/* Validates a safetensors header held in memory (the first 8 + N bytes of a file of
+ * file_size bytes) and appends its tensors. */
+int vf_safetensors_parse(struct vf_model *m, const uint8_t *buf, size_t len,
+                         uint64_t file_size, const char *file, struct vf_diag *d);
+/* Reads model.safetensors.index.json and the header of every shard it names. */
+int vf_safetensors_index_read(struct vf_model *m, const char *path, struct vf_diag *d);
+
+/* Reads a GGUF v2/v3 header (and the other parts of a split file): tensors and, from the
+ * metadata, the architecture (m->has_arch). */
+int vf_gguf_read(struct vf_model *m, const char *path, struct vf_diag *d);
+/* The same for a header held in memory. */
+int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char *file,
+                  struct vf_diag *d);
+
+/* The built-in model catalogue. */
+size_t vf_catalog_count(void);
+/* Copies the i-th catalogue name (in name order) into buf; VF_ENOTFOUND past the end. */
+int vf_catalog_name(size_t i, char *buf, size_t size);
+
+#endif

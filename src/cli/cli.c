@@ -1,0 +1,108 @@
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_exit_code(int err) {
+  switch (err) {
+  case 0:
+    return EXIT_OK;
+  case VF_EINVAL:
+  case VF_EFORMAT:
+  case VF_ENOTFOUND:
+  case VF_EUNSUPPORTED:
+  case VF_ERANGE:
+  case VF_ECHANGED:
+  case VF_EIO:
+    return EXIT_BAD_INPUT;
+  case VF_ENODRIVER:
+  case VF_ENOCMD:
+    return EXIT_ENV;
+  default:
+    return EXIT_INTERNAL;
+  }
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "vramfit %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return EXIT_BAD_INPUT;
+}
+
+int cli_diag_error(const char *cmd, int err, const struct vf_diag *d) {
+  char msg[1200];
+  vf_diag_format(d, msg, sizeof msg);
+  fprintf(stderr, "vramfit %s: %s\n", cmd, msg);
+  return cli_exit_code(err);
+}
+
+int cli_print_json(json_t *v) {
+  if (!v) {
+    fprintf(stderr, "vramfit: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  int rc = json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(v);
+  if (rc != 0) return EXIT_INTERNAL;
+  fputc('\n', stdout);
+  return EXIT_OK;
+}
+
+bool cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) break;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return true;
+  }
+  return false;
+}
+
+int cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!text || !*text || *text == '-' || *text == '+') goto bad;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || *end) goto bad;
+  *out = v;
+  return 0;
+bad:
+  cli_usage_error(cmd, "%s expects a whole number, got '%s'", flag, text ? text : "");
+  return VF_EINVAL;
+}
+
+void cli_group_digits(uint64_t v, char *buf, size_t size) {
+  char raw[32];
+  int n = snprintf(raw, sizeof raw, "%llu", (unsigned long long)v);
+  size_t o = 0;
+  for (int i = 0; i < n && o + 2 < size; i++) {
+    if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = raw[i];
+  }
+  buf[o] = '\0';
+}
+
+void cli_format_bytes(uint64_t bytes, char *buf, size_t size) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, size, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, size, "%.2f %s", v, units[u]);
+}
+
+bool cli_use_color(FILE *f) {
+  const char *no = getenv("NO_COLOR");
+  if (no && *no) return false;
+  return isatty(fileno(f));
+}

@@ -1,0 +1,55 @@
+#include "io/fileio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "core/diag.h"
+
+int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "not a regular file");
+  }
+  if ((uint64_t)st.st_size > max) {
+    fclose(f);
+    return vf_diag_at(d, VF_ERANGE, path, UINT64_MAX, "file is larger than %zu bytes", max);
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  if (!buf) {
+    fclose(f);
+    return VF_ENOMEM;
+  }
+  size_t n = fread(buf, 1, (size_t)st.st_size, f);
+  int failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    free(buf);
+    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "read error");
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+int vf_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int vf_is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int vf_ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
