@@ -1,0 +1,283 @@
+/* The GPU catalogue (data/gpus.tsv) and the --gpu argument: a catalogue name or a size. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/diag.h"
+#include "io/data.h"
+#include "vramfit/gpu.h"
+
+#define GPUS_FILE "gpus.tsv"
+#define MIB (1024.0 * 1024.0)
+
+enum { COL_NAME, COL_ALIASES, COL_FULL, COL_VENDOR, COL_ARCH, COL_CC, COL_MIB, COL_BW,
+       COL_BF16, COL_FP16, COL_FP32, COL_NOTES, NCOLS };
+
+static void copy_field(char *dst, size_t size, const char *src, size_t len) {
+  if (len >= size) len = size - 1;
+  memcpy(dst, src, len);
+  dst[len] = '\0';
+}
+
+static double field_num(const char *s, size_t len) {
+  char buf[32];
+  copy_field(buf, sizeof buf, s, len);
+  return strtod(buf, NULL);
+}
+
+/* One data row into out; the row must have every column. */
+static int parse_row(const char *line, size_t len, struct vf_gpu_spec *out) {
+  const char *col[NCOLS];
+  size_t clen[NCOLS];
+  size_t n = 0;
+  const char *p = line, *end = line + len;
+  while (n < NCOLS) {
+    const char *tab = memchr(p, '\t', (size_t)(end - p));
+    const char *stop = tab ? tab : end;
+    col[n] = p;
+    clen[n++] = (size_t)(stop - p);
+    if (!tab) break;
+    p = tab + 1;
+  }
+  if (n < COL_NOTES) return VF_EFORMAT;
+  memset(out, 0, sizeof *out);
+  copy_field(out->name, sizeof out->name, col[COL_NAME], clen[COL_NAME]);
+  copy_field(out->aliases, sizeof out->aliases, col[COL_ALIASES], clen[COL_ALIASES]);
+  copy_field(out->full_name, sizeof out->full_name, col[COL_FULL], clen[COL_FULL]);
+  copy_field(out->vendor, sizeof out->vendor, col[COL_VENDOR], clen[COL_VENDOR]);
+  copy_field(out->arch, sizeof out->arch, col[COL_ARCH], clen[COL_ARCH]);
+  char cc[16];
+  copy_field(cc, sizeof cc, col[COL_CC], clen[COL_CC]);
+  if (sscanf(cc, "%d.%d", &out->cc_major, &out->cc_minor) != 2) return VF_EFORMAT;
+  out->capacity_bytes = (uint64_t)(field_num(col[COL_MIB], clen[COL_MIB]) * MIB);
+  out->bandwidth_gbps = field_num(col[COL_BW], clen[COL_BW]);
+  out->bf16_tflops = field_num(col[COL_BF16], clen[COL_BF16]);
+  out->fp16_tflops = field_num(col[COL_FP16], clen[COL_FP16]);
+  out->fp32_tflops = field_num(col[COL_FP32], clen[COL_FP32]);
+  return out->name[0] && out->capacity_bytes ? 0 : VF_EFORMAT;
+}
+
+/* Calls fn for every catalogue row until it returns non-zero; returns that value. */
+static int each_gpu(int (*fn)(const struct vf_gpu_spec *g, void *arg), void *arg) {
+  const char *bytes;
+  size_t len;
+  int rc = vf_data_get(GPUS_FILE, &bytes, &len);
+  if (rc) return rc;
+  bool header_seen = false;
+  for (const char *p = bytes, *end = bytes + len; p < end && rc == 0;) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t n = (size_t)((nl ? nl : end) - p);
+    if (n > 0 && p[n - 1] == '\r') n--;
+    struct vf_gpu_spec g;
+    if (n == 0 || p[0] == '#')
+      ;
+    else if (!header_seen)
+      header_seen = true;
+    else if (parse_row(p, n, &g) == 0)
+      rc = fn(&g, arg);
+    p = nl ? nl + 1 : end;
+  }
+  vf_data_release(bytes);
+  return rc;
+}
+
+/* Lower case without the separators people vary: "RTX 4090" == "rtx-4090" == "rtx4090". */
+static void fold(const char *s, size_t len, char *out, size_t size) {
+  size_t o = 0;
+  for (size_t i = 0; i < len && s[i] && o + 1 < size; i++)
+    if (s[i] != '-' && s[i] != '_' && s[i] != ' ') out[o++] = (char)tolower((unsigned char)s[i]);
+  out[o] = '\0';
+}
+
+/* Calls fn(folded name or alias, arg) for the name and each alias; stops at non-zero. */
+static int each_name(const struct vf_gpu_spec *g, int (*fn)(const char *folded, void *arg),
+                     void *arg) {
+  char f[64];
+  fold(g->name, strlen(g->name), f, sizeof f);
+  int rc = fn(f, arg);
+  for (const char *a = g->aliases; rc == 0 && *a;) {
+    size_t n = strcspn(a, ",");
+    fold(a, n, f, sizeof f);
+    if (f[0]) rc = fn(f, arg);
+    a += n + (a[n] == ',');
+  }
+  return rc;
+}
+
+static int name_equals(const char *folded, void *want) { return strcmp(folded, want) == 0; }
+
+struct lookup {
+  char want[64];
+  struct vf_gpu_spec *out;
+};
+
+static int lookup_visit(const struct vf_gpu_spec *g, void *arg) {
+  struct lookup *l = arg;
+  if (!each_name(g, name_equals, l->want)) return 0;
+  *l->out = *g;
+  return 1;
+}
+
+int vf_gpu_lookup(const char *name, struct vf_gpu_spec *out) {
+  struct lookup l = {.out = out};
+  fold(name, strlen(name), l.want, sizeof l.want);
+  if (!l.want[0]) return VF_ENOTFOUND;
+  int rc = each_gpu(lookup_visit, &l);
+  return rc == 1 ? 0 : rc ? rc : VF_ENOTFOUND;
+}
+
+struct nth {
+  size_t want, seen;
+  struct vf_gpu_spec *out;
+};
+
+static int nth_visit(const struct vf_gpu_spec *g, void *arg) {
+  struct nth *n = arg;
+  if (n->seen++ != n->want) return 0;
+  if (n->out) *n->out = *g;
+  return 1;
+}
+
+size_t vf_gpu_catalog_count(void) {
+  struct nth n = {.want = SIZE_MAX};
+  each_gpu(nth_visit, &n);
+  return n.seen;
+}
+
+int vf_gpu_catalog_get(size_t i, struct vf_gpu_spec *out) {
+  struct nth n = {.want = i, .out = out};
+  int rc = each_gpu(nth_visit, &n);
+  return rc == 1 ? 0 : rc ? rc : VF_ENOTFOUND;
+}
+
+/* Levenshtein distance of two short strings (names are under 64 characters). */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  size_t row[64];
+  if (lb >= sizeof row / sizeof *row) return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+#define MAX_SUGGEST 6
+#define MAX_CANDIDATES 64
+
+struct candidate {
+  size_t score, order;
+  char name[32];
+};
+
+struct suggest {
+  char want[64];
+  size_t best; /* closeness of the current row's nearest name */
+  size_t n;
+  struct candidate c[MAX_CANDIDATES];
+};
+
+/* A name containing what was typed ("a100" in "a100-80gb") counts as closest. */
+static int closeness(const char *folded, void *arg) {
+  struct suggest *s = arg;
+  size_t d = strstr(folded, s->want) ? 0 : edit_distance(s->want, folded);
+  if (d < s->best) s->best = d;
+  return 0;
+}
+
+static int suggest_visit(const struct vf_gpu_spec *g, void *arg) {
+  struct suggest *s = arg;
+  s->best = SIZE_MAX;
+  each_name(g, closeness, s);
+  if (s->best > strlen(s->want) / 3 + 1 || s->n == MAX_CANDIDATES) return 0;
+  struct candidate *c = &s->c[s->n];
+  c->score = s->best;
+  c->order = s->n++;
+  snprintf(c->name, sizeof c->name, "%s", g->name);
+  return 0;
+}
+
+static int by_score(const void *a, const void *b) {
+  const struct candidate *x = a, *y = b;
+  if (x->score != y->score) return x->score < y->score ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Writes the names closest to text into list, comma-separated; returns how many. When some
+ * names contain what was typed, only those are listed. */
+static size_t close_names(const char *text, char *list, size_t size) {
+  struct suggest s = {.n = 0};
+  fold(text, strlen(text), s.want, sizeof s.want);
+  each_gpu(suggest_visit, &s);
+  qsort(s.c, s.n, sizeof *s.c, by_score);
+  size_t n = 0;
+  list[0] = '\0';
+  for (; n < s.n && n < MAX_SUGGEST && s.c[n].score <= s.c[0].score + (s.c[0].score > 0); n++)
+    snprintf(list + strlen(list), size - strlen(list), "%s%s", n ? ", " : "", s.c[n].name);
+  return n;
+}
+
+static const struct {
+  const char *unit;
+  double bytes;
+} units[] = {
+    {"b", 1.0},     {"k", 1024.0}, {"kib", 1024.0}, {"kb", 1e3},   {"m", MIB},
+    {"mib", MIB},   {"mb", 1e6},   {"g", MIB * 1024}, {"gib", MIB * 1024}, {"gb", 1e9},
+    {"t", MIB * MIB}, {"tib", MIB * MIB}, {"tb", 1e12},
+};
+
+/* "24GiB", "80GB", "24G", "24576 MiB", "23.5GiB": a bare G means GiB, as nvidia-smi does. */
+static int parse_size(const char *text, uint64_t *out) {
+  char *end;
+  double v = strtod(text, &end);
+  while (*end == ' ') end++;
+  if (end == text || !*end || !(v > 0)) return VF_EINVAL;
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+    if (strcasecmp(end, units[i].unit) != 0) continue;
+    double bytes = round(v * units[i].bytes);
+    if (bytes < 1.0 || bytes >= 18446744073709551616.0) return VF_ERANGE;
+    *out = (uint64_t)bytes;
+    return 0;
+  }
+  return VF_EINVAL;
+}
+
+int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d) {
+  if (!text || !*text) return vf_diag_at(d, VF_EINVAL, "--gpu", UINT64_MAX, "empty GPU name");
+  int rc = vf_gpu_lookup(text, out);
+  if (rc != VF_ENOTFOUND) return rc;
+  uint64_t bytes;
+  bool numeric = isdigit((unsigned char)text[0]) || text[0] == '.';
+  if (numeric && (rc = parse_size(text, &bytes)) == 0) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->full_name, sizeof out->full_name, "%s", text);
+    out->capacity_bytes = bytes;
+    return 0;
+  }
+  char list[MAX_SUGGEST * 34];
+  size_t n = close_names(text, list, sizeof list);
+  if (numeric)
+    return vf_diag_at(d, rc, "--gpu", UINT64_MAX,
+                      "'%s' is not a memory size (write e.g. 24GiB, 80GB or 24576MiB)%s%s%s",
+                      text, n ? "; did you mean " : "", list, n ? "?" : "");
+  if (n)
+    return vf_diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
+                      "unknown GPU '%s'; did you mean %s? ('vramfit gpus --catalog' lists all)",
+                      text, list);
+  return vf_diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
+                    "unknown GPU '%s'; give a catalogue name ('vramfit gpus --catalog') or a "
+                    "size such as 24GiB or 80GB",
+                    text);
+}
