@@ -9,7 +9,10 @@
 #define VRAMFIT_H
 
 #include "vramfit/error.h"
+#include "vramfit/alloc.h"
 #include "vramfit/gpu.h"
 #include "vramfit/model.h"
+#include "vramfit/monitor.h"
+#include "vramfit/estimate.h"
 
 #endif

@@ -1,0 +1,113 @@
+#ifndef VRAMFIT_ESTIMATE_H
+#define VRAMFIT_ESTIMATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vramfit/error.h"
+#include "vramfit/model.h"
+
+enum vf_task { VF_TASK_AUTO, VF_TASK_CAUSAL_LM, VF_TASK_SEQ_CLS, VF_TASK_MASKED_LM };
+enum vf_precision { VF_PREC_NONE, VF_PREC_FP32, VF_PREC_BF16, VF_PREC_FP16 };
+enum vf_optimizer {
+  VF_OPT_ADAMW, VF_OPT_ADAMW_8BIT, VF_OPT_PAGED_ADAMW_8BIT, VF_OPT_ADAFACTOR, VF_OPT_SGD,
+  VF_OPT_SGD_MOMENTUM, VF_OPT_LION, VF_OPT_NONE
+};
+enum vf_method { VF_METHOD_FULL, VF_METHOD_LORA, VF_METHOD_QLORA, VF_METHOD_DORA,
+                 VF_METHOD_ADAPTER, VF_METHOD_ADAPTER_V2 };
+enum vf_quant { VF_QUANT_DEFAULT, VF_QUANT_NONE, VF_QUANT_NF4, VF_QUANT_NF4_DQ, VF_QUANT_INT8 };
+enum vf_ckpt { VF_CKPT_NONE, VF_CKPT_FULL, VF_CKPT_SELECTIVE };
+enum vf_attention { VF_ATTN_DEFAULT, VF_ATTN_EAGER, VF_ATTN_SDPA, VF_ATTN_FLASH };
+enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP };
+enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_ACTIVATIONS = 4 };
+
+/* Names as the contract spells them; vf_enum_parse() maps a name back. */
+enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
+                    VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD };
+const char *vf_enum_name(enum vf_enum_kind kind, int value);
+int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
+
+/* What a framework's modeling and training code does that changes memory. Read from
+ * data/frameworks/<name>.json (src/io/profile.c). */
+struct vf_profile {
+  char name[32];
+  enum vf_attention default_attention;
+  /* Copies a norm keeps for backward, in bytes per element: {4, 0} is an fp32 up-cast
+   * plus the output in the compute dtype (0 stands for the compute dtype's size). */
+  uint32_t rms_norm_saves[4], n_rms_norm_saves;
+  uint32_t layer_norm_saves[4], n_layer_norm_saves;
+  bool gqa_expand;          /* K/V repeated to all heads before attention */
+  uint32_t attn_out_copies; /* attention output and the o_proj input copy */
+  bool rope_copies;         /* q and k rotated into new tensors */
+  bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
+  /* Loss: bytes per logit alive after the forward (e.g. 2 + 4 + 4: logits, fp32 up-cast,
+   * log-softmax) and extra bytes per logit at the loss backward's peak. */
+  uint32_t logits_forward_bytes, logits_backward_bytes;
+  uint32_t loss_chunks; /* >1: the loss runs over this many chunks of the logits */
+  bool adapter_fp32;    /* LoRA weights kept in fp32 under 16-bit base weights */
+  bool lora_dropout;    /* LoRA dropout active (a mask and a copy of each adapted input) */
+  bool foreach_optimizer; /* multi-tensor optimizer step: one state-sized temporary */
+  bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
+  double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
+  bool qlora_compute_fp32; /* 4-bit layers cast their input to fp32 */
+  bool quantize_head;      /* the output head is quantized along with the blocks */
+};
+
+struct vf_setup {
+  uint64_t batch, seq;
+  enum vf_task task;
+  enum vf_precision weights, amp;
+  enum vf_optimizer optimizer;
+  enum vf_method method;
+  uint64_t lora_r;
+  uint32_t lora_targets; /* bit (1 << VF_KIND_x) per targeted kind */
+  enum vf_quant quant;
+  enum vf_ckpt grad_ckpt;
+  enum vf_attention attention;
+  uint64_t gpus, tp, pp, cp;
+  enum vf_shard shard;
+  uint32_t offload; /* VF_OFFLOAD_* bits */
+  uint32_t gpu_cc_major, gpu_cc_minor; /* 0: unknown GPU generation */
+  uint64_t capacity_bytes;            /* 0: no GPU given */
+  uint64_t context_bytes;             /* CUDA context and module images (not allocator) */
+};
+
+/* Contract defaults: batch 1, seq 2048, fp32 weights, AdamW, full, LoRA r 8 on q,v. */
+void vf_setup_default(struct vf_setup *s);
+/* Parses a LoRA target list ("q,v", "all-linear") into bits. */
+int vf_lora_targets_parse(const char *text, uint32_t *bits);
+/* Rejects contradictory or impossible setups, with the reason in d. */
+int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d);
+
+enum vf_category { VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER, VF_CAT_ACTIVATIONS,
+                   VF_CAT_TEMPORARIES, VF_CAT_RUNTIME, VF_CAT_COUNT };
+const char *vf_category_name(enum vf_category c);
+
+enum vf_phase { VF_PHASE_SETUP, VF_PHASE_FORWARD, VF_PHASE_LOSS, VF_PHASE_BACKWARD,
+                VF_PHASE_OPTIMIZER, VF_PHASE_COUNT };
+const char *vf_phase_name(enum vf_phase p);
+
+struct vf_estimate {
+  uint64_t params, trainable_params;
+  uint64_t allocated_peak, reserved_peak, device_peak;
+  enum vf_phase peak_phase;
+  /* At the reserved peak: live tensor bytes per category, the allocator's cached and
+   * fragmented bytes, and the CUDA context. They sum to device_peak. */
+  uint64_t by_category[VF_CAT_COUNT];
+  uint64_t allocator_slack, context;
+  uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+};
+
+struct vf_alloc_conf;
+
+/* Peak memory of the second training step (every persistent buffer exists). Pure. */
+int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d);
+
+/* ---- Readers (src/io) ---- */
+/* Loads data/frameworks/<name>.json. */
+int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d);
+/* CUDA context bytes for a GPU generation, from data/runtime.json. */
+int vf_runtime_context_bytes(uint32_t cc_major, uint64_t *out);
+
+#endif

@@ -1,0 +1,618 @@
+/* Peak memory of a training step: the step is written as the sequence of allocations and
+ * frees PyTorch makes (forward layer by layer, loss, backward layer by layer, optimizer),
+ * and replayed through the caching-allocator model. Layers are identical, so a model is
+ * replayed with two and with three layers and the peaks are extended linearly to all. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "core/params.h"
+#include "vramfit.h"
+
+enum { OP_ALLOC = 1, OP_FREE = 2, OP_PHASE = 3 };
+
+struct ev {
+  uint64_t bytes;
+  uint32_t id;
+  uint8_t op, cat, phase;
+};
+
+struct builder {
+  struct ev *ev;
+  size_t n, cap;
+  uint32_t next_id;
+  int rc;
+};
+
+/* Sizes that shape one layer's activations on one GPU. */
+struct dims {
+  uint64_t T;       /* tokens in the micro batch on this GPU */
+  uint64_t s_kv;    /* keys each query attends to (eager scores) */
+  uint64_t h, q, kv, ffn, heads, vocab, labels;
+  uint32_t c;       /* bytes of the compute dtype */
+  uint32_t w, g;    /* bytes per weight and per gradient element of trainable tensors */
+  uint64_t dsize;   /* data-parallel shards of model states */
+  uint64_t in_flight; /* pipeline micro batches alive on the first stage */
+};
+
+struct ctx {
+  const struct vf_model *m;
+  const struct vf_setup *s;
+  const struct vf_profile *p;
+  const struct vf_params *ps;
+  enum vf_task task;
+  enum vf_attention attn;
+  struct dims d;
+  uint64_t layers; /* layers replayed */
+  double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
+  struct builder b;
+};
+
+static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
+  if (b->rc) return;
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 1024;
+    struct ev *grown = realloc(b->ev, cap * sizeof *grown);
+    if (!grown) {
+      b->rc = VF_ENOMEM;
+      return;
+    }
+    b->ev = grown;
+    b->cap = cap;
+  }
+  b->ev[b->n++] = (struct ev){.bytes = bytes, .id = id, .op = op, .cat = cat, .phase = phase};
+}
+
+static uint32_t take(struct ctx *x, uint64_t bytes, enum vf_category cat) {
+  if (!bytes) return 0;
+  uint32_t id = ++x->b.next_id;
+  push(&x->b, OP_ALLOC, id, bytes, (uint8_t)cat, 0);
+  return id;
+}
+
+static void give(struct ctx *x, uint32_t id) {
+  if (id) push(&x->b, OP_FREE, id, 0, 0, 0);
+}
+
+static void phase(struct ctx *x, enum vf_phase ph) { push(&x->b, OP_PHASE, 0, 0, 0, (uint8_t)ph); }
+
+static void transient(struct ctx *x, uint64_t bytes, enum vf_category cat) { give(x, take(x, bytes, cat)); }
+
+/* Tensors a layer keeps for backward. */
+#define MAX_SAVED 96
+struct saved {
+  uint32_t id[MAX_SAVED];
+  size_t n;
+};
+
+static void keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
+  uint64_t kept = (uint64_t)((double)(bytes * x->d.in_flight) * x->keep_share);
+  uint32_t id = take(x, kept, VF_CAT_ACTIVATIONS);
+  if (id && sv->n < MAX_SAVED) sv->id[sv->n++] = id;
+  else give(x, id);
+}
+
+static void release(struct ctx *x, struct saved *sv) {
+  for (size_t i = 0; i < sv->n; i++) give(x, sv->id[i]);
+  sv->n = 0;
+}
+
+static void norm_saves(struct ctx *x, struct saved *sv) {
+  bool rms = x->m->arch.norm == VF_NORM_RMS;
+  const uint32_t *saves = rms ? x->p->rms_norm_saves : x->p->layer_norm_saves;
+  uint32_t n = rms ? x->p->n_rms_norm_saves : x->p->n_layer_norm_saves;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t bytes = saves[i] ? saves[i] : x->d.c;
+    keep(x, sv, x->d.T * x->d.h * bytes);
+  }
+}
+
+static bool lora_method(enum vf_method m) {
+  return m == VF_METHOD_LORA || m == VF_METHOD_QLORA || m == VF_METHOD_DORA;
+}
+
+/* A LoRA branch on each adapted projection keeps a dropout mask and copy of its input and
+ * the rank-r intermediate; 4-bit weights are dequantized for every matmul. */
+static void adapters(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
+  const struct vf_setup *s = x->s;
+  const struct dims *d = &x->d;
+  if (s->method == VF_METHOD_QLORA || (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT))
+    transient(x, in * out * d->c, VF_CAT_TEMPORARIES);
+  if (x->p->qlora_compute_fp32 && s->method == VF_METHOD_QLORA) keep(x, sv, d->T * in * 4);
+  if (!lora_method(s->method) || !(s->lora_targets & kind_bits)) return;
+  if (x->p->lora_dropout) {
+    keep(x, sv, d->T * in);
+    keep(x, sv, d->T * in * d->c);
+  }
+  keep(x, sv, d->T * s->lora_r * d->c);
+  if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, VF_CAT_TEMPORARIES);
+}
+
+#define BIT(k) (1u << (k))
+
+static void attention_forward(struct ctx *x, struct saved *sv) {
+  const struct dims *d = &x->d;
+  const struct vf_arch *a = &x->m->arch;
+  uint64_t T = d->T, c = d->c;
+  adapters(x, sv, d->h, d->q, BIT(VF_KIND_Q));
+  adapters(x, sv, d->h, d->kv, BIT(VF_KIND_K));
+  adapters(x, sv, d->h, d->kv, BIT(VF_KIND_V));
+  bool expand = x->p->gqa_expand && d->kv < d->q;
+  if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
+  keep(x, sv, T * d->q * c);
+  uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
+  if (expand) {
+    keep(x, sv, T * d->q * c);
+    keep(x, sv, T * d->q * c);
+    give(x, k);
+    give(x, v);
+  } else {
+    if (sv->n + 2 <= MAX_SAVED) sv->id[sv->n++] = k, sv->id[sv->n++] = v;
+  }
+  bool dropout = a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2;
+  if (x->attn == VF_ATTN_EAGER) {
+    uint64_t scores = T * d->heads * d->s_kv;
+    uint32_t raw = take(x, scores * (x->p->eager_softmax_fp32 && c < 4 ? 4 : c), VF_CAT_TEMPORARIES);
+    if (x->p->eager_softmax_fp32 && c < 4) keep(x, sv, scores * 4);
+    keep(x, sv, scores * c);
+    give(x, raw);
+    if (dropout) {
+      keep(x, sv, scores);
+      keep(x, sv, scores * c);
+    }
+    transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
+    keep(x, sv, T * d->q * c);
+  } else {
+    keep(x, sv, T * d->heads * 4); /* log-sum-exp */
+    for (uint32_t i = 0; i < x->p->attn_out_copies; i++) keep(x, sv, T * d->q * c);
+  }
+  adapters(x, sv, d->q, d->h, BIT(VF_KIND_O));
+  if (dropout) keep(x, sv, T * d->h);
+}
+
+static void mlp_forward(struct ctx *x, struct saved *sv) {
+  const struct dims *d = &x->d;
+  const struct vf_arch *a = &x->m->arch;
+  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = d->c;
+  if (a->experts) {
+    keep(x, sv, d->T * a->experts * 4);
+    keep(x, sv, T * d->h * c);
+  }
+  adapters(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
+  adapters(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
+  for (int i = 0; i < (a->glu ? 4 : 2); i++) keep(x, sv, T * d->ffn * c);
+  adapters(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
+  if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
+}
+
+/* One block's forward; returns in sv what it keeps for backward. */
+static void layer_forward(struct ctx *x, struct saved *sv) {
+  const struct vf_arch *a = &x->m->arch;
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  norm_saves(x, sv);
+  attention_forward(x, sv);
+  uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
+  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++) norm_saves(x, sv);
+  mlp_forward(x, sv);
+  give(x, mid);
+}
+
+static void layer_params(struct ctx *x, int32_t layer, uint32_t *ids, size_t *n, bool grads) {
+  for (size_t i = 0; i < x->ps->n; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (p->layer != layer || (grads && !p->trainable)) continue;
+    uint64_t bytes = grads ? p->numel * x->d.g : p->bytes;
+    ids[(*n)++] = take(x, bytes, grads ? VF_CAT_GRADIENTS : VF_CAT_WEIGHTS);
+  }
+}
+
+/* Sharded training gathers a layer's full weights for its forward and backward. */
+static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
+  if (x->s->shard != VF_SHARD_ZERO3 && x->s->shard != VF_SHARD_FSDP) return 0;
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].layer == layer) n += x->ps->v[i].numel;
+  return n * x->d.c;
+}
+
+static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].layer == layer && x->ps->v[i].trainable) n += x->ps->v[i].numel;
+  return n;
+}
+
+#define MAX_GRAD_IDS 4096
+struct grads {
+  uint32_t id[MAX_GRAD_IDS];
+  size_t n;
+};
+
+static bool sharded_grads(const struct vf_setup *s) {
+  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
+}
+
+/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard. */
+static void layer_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  if (!sharded_grads(x->s)) {
+    if (g->n + 1024 <= MAX_GRAD_IDS) layer_params(x, layer, g->id, &g->n, true);
+    return;
+  }
+  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
+  uint32_t unsharded = take(x, full, VF_CAT_TEMPORARIES);
+  if (g->n < MAX_GRAD_IDS) g->id[g->n++] = take(x, full / x->d.dsize, VF_CAT_GRADIENTS);
+  give(x, unsharded);
+}
+
+/* Checkpointed layers run their forward again before their backward: all of it (full) or
+ * what selective checkpointing did not keep. */
+static void recompute(struct ctx *x, struct saved *sv) {
+  double kept = x->keep_share;
+  if (x->s->grad_ckpt == VF_CKPT_FULL) {
+    release(x, sv);
+    x->keep_share = 1.0;
+    layer_forward(x, sv);
+  } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
+    x->keep_share = 1.0 - kept;
+    layer_forward(x, sv);
+  }
+  x->keep_share = kept;
+}
+
+static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct grads *g) {
+  const struct dims *d = &x->d;
+  const struct vf_arch *a = &x->m->arch;
+  uint64_t T = d->T, c = d->c;
+  uint32_t gathered = take(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS);
+  recompute(x, sv);
+  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
+  uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
+  give(x, mlp);
+  uint32_t attn;
+  if (x->attn == VF_ATTN_EAGER)
+    attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
+  else
+    attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
+  layer_grads(x, layer, g);
+  give(x, attn);
+  release(x, sv);
+  give(x, gathered);
+}
+
+/* The loss: logits in the compute dtype plus what the loss keeps (fp32 up-cast,
+ * log-softmax), and at its backward the gradient buffers of the logits. */
+static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t *n_loss) {
+  const struct dims *d = &x->d;
+  norm_saves(x, sv);
+  uint64_t outputs = x->task == VF_TASK_SEQ_CLS ? d->labels * x->s->batch : d->T * d->vocab;
+  if (x->task == VF_TASK_MASKED_LM) {
+    keep(x, sv, d->T * d->h * d->c * 3);
+  }
+  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 4 * 3 : x->p->logits_forward_bytes;
+  loss_ids[(*n_loss)++] = take(x, outputs * per, VF_CAT_TEMPORARIES);
+}
+
+static void head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t n_loss, struct grads *g) {
+  const struct dims *d = &x->d;
+  uint64_t outputs = x->task == VF_TASK_SEQ_CLS ? d->labels * x->s->batch : d->T * d->vocab;
+  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
+  uint32_t chunks = x->p->loss_chunks ? x->p->loss_chunks : 1;
+  uint32_t grad_logits = take(x, outputs * per / chunks, VF_CAT_TEMPORARIES);
+  uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
+  layer_grads(x, -1, g);
+  give(x, grad_logits);
+  for (size_t i = 0; i < n_loss; i++) give(x, loss_ids[i]);
+  release(x, sv);
+  give(x, grad_hidden);
+}
+
+static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (p->trainable && p->layer < (int32_t)layers) n += p->numel;
+  }
+  return n;
+}
+
+/* Optimizer state bytes per trainable element on this GPU (before sharding). */
+static uint64_t state_bytes(const struct ctx *x) {
+  uint32_t w = x->d.w;
+  switch (x->s->optimizer) {
+  case VF_OPT_ADAMW:
+    return 2 * (uint64_t)(x->p->master_weights && w < 4 ? 4 : w);
+  case VF_OPT_ADAMW_8BIT:
+    return 2;
+  case VF_OPT_SGD_MOMENTUM:
+  case VF_OPT_LION:
+    return w;
+  default:
+    return 0;
+  }
+}
+
+/* Adafactor keeps a row and a column statistic per matrix, in fp32. */
+static uint64_t adafactor_bytes(const struct ctx *x, uint64_t layers) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (!p->trainable || p->layer >= (int32_t)layers) continue;
+    n += (p->linear && p->in && p->out ? p->in + p->out : p->numel) * 4;
+  }
+  return n;
+}
+
+static bool states_on_gpu(const struct vf_setup *s) {
+  return !(s->offload & VF_OFFLOAD_OPTIMIZER) && s->optimizer != VF_OPT_PAGED_ADAMW_8BIT;
+}
+
+static uint64_t optimizer_total(const struct ctx *x) {
+  uint64_t elems = trainable_elems(x, x->layers);
+  uint64_t bytes = x->s->optimizer == VF_OPT_ADAFACTOR ? adafactor_bytes(x, x->layers)
+                                                       : elems * state_bytes(x);
+  if (x->p->master_weights && x->d.w < 4) bytes += elems * 4;
+  if (x->s->shard != VF_SHARD_NONE) bytes /= x->d.dsize;
+  return states_on_gpu(x->s) ? bytes : 0;
+}
+
+static void optimizer_step(struct ctx *x, uint32_t *state_id) {
+  if (x->s->optimizer == VF_OPT_NONE) return;
+  if (!*state_id) *state_id = take(x, optimizer_total(x), VF_CAT_OPTIMIZER);
+  uint64_t elems = trainable_elems(x, x->layers);
+  if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
+  if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW && states_on_gpu(x->s))
+    transient(x, elems * (state_bytes(x) / 2), VF_CAT_TEMPORARIES);
+  else if (x->s->optimizer == VF_OPT_ADAFACTOR)
+    transient(x, x->ps->max_linear_elems * 4 * 2, VF_CAT_TEMPORARIES);
+}
+
+/* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
+static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
+  uint32_t ids[8192];
+  size_t n = 0;
+  bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    if (sharded_w) {
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < x->ps->n; i++)
+        if (x->ps->v[i].layer == l) bytes += x->ps->v[i].bytes;
+      if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, bytes / x->d.dsize, VF_CAT_WEIGHTS);
+    } else if (n + 1024 < sizeof ids / sizeof *ids) {
+      layer_params(x, l, ids, &n, false);
+    }
+  }
+  if (x->s->gpus > 1 && x->s->shard == VF_SHARD_NONE)
+    take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
+  /* cuBLAS keeps one workspace per handle and stream: forward and autograd threads. */
+  uint64_t ws = gpu_cc_major >= 9 ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
+  take(x, ws, VF_CAT_RUNTIME);
+  take(x, ws, VF_CAT_RUNTIME);
+}
+
+/* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
+ * kept for backward (the matmuls saved them) until the layer's backward is done. */
+static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
+  if (x->s->amp == VF_PREC_NONE || x->d.c >= vf_precision_bytes(x->s->weights)) return;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (p->layer != layer || !p->linear) continue;
+    uint32_t id = take(x, p->numel * x->d.c, VF_CAT_TEMPORARIES);
+    if (sv->n < MAX_SAVED) sv->id[sv->n++] = id;
+    else give(x, id);
+  }
+}
+
+static void one_step(struct ctx *x, uint32_t *state_id) {
+  struct saved *sv = calloc(x->layers + 1, sizeof *sv);
+  struct grads *g = calloc(1, sizeof *g);
+  if (!sv || !g) {
+    free(sv);
+    free(g);
+    x->b.rc = VF_ENOMEM;
+    return;
+  }
+  phase(x, VF_PHASE_FORWARD);
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
+  for (uint64_t l = 0; l < x->layers; l++) {
+    uint32_t gathered = take(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS);
+    autocast_copies(x, (int32_t)l, &sv[l]);
+    if (x->s->grad_ckpt == VF_CKPT_FULL) {
+      keep(x, &sv[l], stream);
+      struct saved scratch = {0};
+      layer_forward(x, &scratch);
+      release(x, &scratch);
+    } else {
+      layer_forward(x, &sv[l]);
+    }
+    give(x, gathered);
+    uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
+    give(x, input);
+    input = out;
+  }
+  phase(x, VF_PHASE_LOSS);
+  uint32_t loss_ids[4];
+  size_t n_loss = 0;
+  head_forward(x, &sv[x->layers], loss_ids, &n_loss);
+  give(x, input);
+  phase(x, VF_PHASE_BACKWARD);
+  head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
+  uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
+  for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
+  give(x, grad_stream);
+  phase(x, VF_PHASE_OPTIMIZER);
+  optimizer_step(x, state_id);
+  for (size_t i = 0; i < g->n; i++) give(x, g->id[i]); /* zero_grad(set_to_none=True) */
+  free(sv);
+  free(g);
+}
+
+/* ---- Replay ---- */
+
+struct result {
+  uint64_t allocated, reserved;
+  enum vf_phase phase;
+  uint64_t cat[VF_CAT_COUNT];
+  uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+};
+
+struct live {
+  uint64_t block, bytes;
+  uint8_t cat;
+};
+
+static int replay(const struct builder *b, const struct vf_alloc_conf *conf, struct result *r) {
+  struct vf_allocator a;
+  int rc = vf_allocator_init(&a, conf, 0);
+  if (rc) return rc;
+  struct live *lv = calloc(b->next_id + 1, sizeof *lv);
+  if (!lv) {
+    vf_allocator_cleanup(&a);
+    return VF_ENOMEM;
+  }
+  memset(r, 0, sizeof *r);
+  uint64_t cat[VF_CAT_COUNT] = {0};
+  enum vf_phase ph = VF_PHASE_SETUP;
+  struct vf_alloc_stats st;
+  for (size_t i = 0; i < b->n && !rc; i++) {
+    const struct ev *e = &b->ev[i];
+    if (e->op == OP_PHASE) {
+      ph = (enum vf_phase)e->phase;
+      continue;
+    }
+    if (e->op == OP_FREE) {
+      struct live *l = &lv[e->id];
+      cat[l->cat] -= l->bytes;
+      rc = vf_allocator_free(&a, l->block);
+      continue;
+    }
+    struct live *l = &lv[e->id];
+    rc = vf_allocator_malloc(&a, e->bytes, 0, &l->block);
+    l->bytes = vf_alloc_round_size(conf, e->bytes);
+    l->cat = e->cat;
+    cat[e->cat] += l->bytes;
+    vf_allocator_stats(&a, &st);
+    if (st.allocated > r->allocated) r->allocated = st.allocated;
+    if (st.allocated > r->phase_allocated[ph]) r->phase_allocated[ph] = st.allocated;
+    if (st.reserved > r->phase_reserved[ph]) r->phase_reserved[ph] = st.reserved;
+    if (st.reserved > r->reserved || (st.reserved == r->reserved && st.allocated >= r->allocated)) {
+      r->reserved = st.reserved;
+      r->phase = ph;
+      memcpy(r->cat, cat, sizeof cat);
+    }
+  }
+  free(lv);
+  vf_allocator_cleanup(&a);
+  return rc;
+}
+
+static void dims_for(struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  const struct vf_setup *s = x->s;
+  struct dims *d = &x->d;
+  d->T = s->batch * (s->seq / s->cp);
+  d->s_kv = s->seq / s->cp;
+  d->h = a->hidden;
+  d->q = a->heads * a->head_dim / s->tp;
+  d->kv = a->kv_heads * a->head_dim / s->tp;
+  d->ffn = a->intermediate / s->tp;
+  d->heads = a->heads / s->tp;
+  d->vocab = a->vocab / s->tp;
+  d->labels = a->num_labels;
+  d->c = vf_precision_bytes(s->amp != VF_PREC_NONE ? s->amp : s->weights);
+  d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? vf_precision_bytes(s->weights) : 4;
+  d->g = d->w;
+  d->dsize = s->gpus / (s->tp * s->pp);
+  if (!d->dsize) d->dsize = 1;
+  d->in_flight = s->pp;
+}
+
+static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct result *r) {
+  x->layers = layers;
+  x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
+  x->b.n = 0;
+  x->b.next_id = 0;
+  x->b.rc = 0;
+  uint32_t state_id = 0;
+  phase(x, VF_PHASE_SETUP);
+  persistent(x, x->s->gpu_cc_major);
+  /* Two steps: optimizer states appear in the first, the second has everything. */
+  one_step(x, &state_id);
+  one_step(x, &state_id);
+  return x->b.rc ? x->b.rc : replay(&x->b, conf, r);
+}
+
+/* x(L) = x3 + (L - 3) * (x3 - x2), never below x3. */
+static uint64_t extend(uint64_t x2, uint64_t x3, uint64_t extra) {
+  return x3 >= x2 ? x3 + extra * (x3 - x2) : x3;
+}
+
+static void extend_result(const struct result *r2, struct result *r3, uint64_t extra) {
+  r3->allocated = extend(r2->allocated, r3->allocated, extra);
+  r3->reserved = extend(r2->reserved, r3->reserved, extra);
+  for (int c = 0; c < VF_CAT_COUNT; c++) r3->cat[c] = extend(r2->cat[c], r3->cat[c], extra);
+  for (int p = 0; p < VF_PHASE_COUNT; p++) {
+    r3->phase_allocated[p] = extend(r2->phase_allocated[p], r3->phase_allocated[p], extra);
+    r3->phase_reserved[p] = extend(r2->phase_reserved[p], r3->phase_reserved[p], extra);
+  }
+}
+
+static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
+  if (t != VF_TASK_AUTO) return t;
+  return m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
+}
+
+static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
+  out->allocated_peak = r->allocated;
+  out->reserved_peak = r->reserved;
+  out->peak_phase = r->phase;
+  memcpy(out->by_category, r->cat, sizeof r->cat);
+  uint64_t live = 0;
+  for (int c = 0; c < VF_CAT_COUNT; c++) live += r->cat[c];
+  out->allocator_slack = r->reserved > live ? r->reserved - live : 0;
+  out->context = s->context_bytes;
+  out->device_peak = live + out->allocator_slack + out->context;
+  memcpy(out->phase_allocated, r->phase_allocated, sizeof r->phase_allocated);
+  memcpy(out->phase_reserved, r->phase_reserved, sizeof r->phase_reserved);
+}
+
+int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d) {
+  int rc = vf_setup_validate(s, m, d);
+  if (rc) return rc;
+  memset(out, 0, sizeof *out);
+  struct vf_params ps;
+  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = task_for(m, s->task)};
+  x.attn = s->attention != VF_ATTN_DEFAULT ? s->attention : p->default_attention;
+  if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
+  dims_for(&x);
+  uint64_t layers = m->arch.layers / s->pp;
+  struct result r3, r2;
+  if (layers <= 3) {
+    rc = run(&x, layers, alloc, &r3);
+  } else {
+    rc = run(&x, 2, alloc, &r2);
+    if (!rc) rc = run(&x, 3, alloc, &r3);
+    if (!rc) extend_result(&r2, &r3, layers - 3);
+  }
+  free(x.b.ev);
+  out->params = ps.total;
+  out->trainable_params = ps.trainable;
+  vf_params_cleanup(&ps);
+  if (rc) return rc;
+  fill(out, &r3, s);
+  return 0;
+}
+
+static const char *const category_names[VF_CAT_COUNT] = {
+    "weights", "gradients", "optimizer", "activations", "temporaries", "runtime"};
+static const char *const phase_names[VF_PHASE_COUNT] = {"setup", "forward", "loss", "backward",
+                                                        "optimizer"};
+
+const char *vf_category_name(enum vf_category c) {
+  return c >= 0 && c < VF_CAT_COUNT ? category_names[c] : "unknown";
+}
+
+const char *vf_phase_name(enum vf_phase ph) {
+  return ph >= 0 && ph < VF_PHASE_COUNT ? phase_names[ph] : "unknown";
+}

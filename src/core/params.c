@@ -1,0 +1,161 @@
+#include "core/params.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint32_t vf_precision_bytes(enum vf_precision p) {
+  return p == VF_PREC_FP32 ? 4 : (p == VF_PREC_BF16 || p == VF_PREC_FP16) ? 2 : 0;
+}
+
+static int push(struct vf_params *ps, const struct vf_param *p) {
+  if (ps->n == ps->cap) {
+    size_t cap = ps->cap ? ps->cap * 2 : 256;
+    struct vf_param *grown = realloc(ps->v, cap * sizeof *grown);
+    if (!grown) return VF_ENOMEM;
+    ps->v = grown;
+    ps->cap = cap;
+  }
+  ps->v[ps->n++] = *p;
+  return 0;
+}
+
+/* Bytes of a 4-bit NF4 weight: packed values plus one fp32 absmax per 64 elements, or with
+ * double quantization an 8-bit absmax per 64 plus an fp32 scale per 256 of those. */
+static uint64_t quantized_bytes(enum vf_quant q, uint64_t n) {
+  switch (q) {
+  case VF_QUANT_NF4:
+    return n / 2 + (n + 63) / 64 * 4;
+  case VF_QUANT_NF4_DQ:
+    return n / 2 + (n + 63) / 64 + (n + 16383) / 16384 * 4 + 256 * 4;
+  case VF_QUANT_INT8:
+    return n + (n / 4096 + 1) * 4;
+  default:
+    return 0;
+  }
+}
+
+static bool is_block_linear(enum vf_kind k) {
+  return k == VF_KIND_Q || k == VF_KIND_K || k == VF_KIND_V || k == VF_KIND_O ||
+         k == VF_KIND_GATE || k == VF_KIND_UP || k == VF_KIND_DOWN || k == VF_KIND_QKV ||
+         k == VF_KIND_GATE_UP;
+}
+
+/* Output rows of each target inside a (possibly fused) projection of out rows. */
+static uint64_t targeted_out(const struct vf_arch *a, enum vf_kind k, uint64_t out, uint32_t targets) {
+  if (k == VF_KIND_QKV) {
+    uint64_t whole = a->heads + 2 * a->kv_heads, sum = 0;
+    if (targets & (1u << VF_KIND_Q)) sum += out / whole * a->heads;
+    if (targets & (1u << VF_KIND_K)) sum += out / whole * a->kv_heads;
+    if (targets & (1u << VF_KIND_V)) sum += out / whole * a->kv_heads;
+    return sum;
+  }
+  if (k == VF_KIND_GATE_UP)
+    return ((targets >> VF_KIND_GATE) & 1) * out / 2 + ((targets >> VF_KIND_UP) & 1) * out / 2;
+  return (targets >> k) & 1 ? out : 0;
+}
+
+static bool lora_like(enum vf_method m) {
+  return m == VF_METHOD_LORA || m == VF_METHOD_QLORA || m == VF_METHOD_DORA;
+}
+
+/* A weight [out, in] of a block projection; GPT-2 Conv1D stores [in, out]. */
+static void linear_shape(const struct vf_model *m, const struct vf_tensor *t, uint64_t *in, uint64_t *out) {
+  bool conv1d = m->arch.family == VF_FAMILY_GPT2;
+  *out = conv1d ? t->shape[1] : t->shape[0];
+  *in = conv1d ? t->shape[0] : t->shape[1];
+}
+
+static int add_adapter(struct vf_params *ps, const struct vf_setup *s, int32_t layer,
+                       uint64_t in, uint64_t out, uint32_t wb) {
+  struct vf_param a = {.layer = layer, .numel = s->lora_r * in, .trainable = true};
+  struct vf_param b = {.layer = layer, .numel = s->lora_r * out, .trainable = true};
+  a.bytes = a.numel * wb;
+  b.bytes = b.numel * wb;
+  int rc = push(ps, &a);
+  if (!rc) rc = push(ps, &b);
+  if (!rc && s->method == VF_METHOD_DORA) {
+    struct vf_param mag = {.layer = layer, .numel = out, .bytes = out * wb, .trainable = true};
+    rc = push(ps, &mag);
+  }
+  ps->trainable += a.numel + b.numel + (s->method == VF_METHOD_DORA ? out : 0);
+  return rc;
+}
+
+static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf_task task, uint32_t wb) {
+  const struct vf_arch *a = &m->arch;
+  uint64_t sizes[4] = {0};
+  if (task == VF_TASK_SEQ_CLS && a->family == VF_FAMILY_BERT)
+    sizes[0] = a->num_labels * a->hidden, sizes[1] = a->num_labels;
+  else if (task == VF_TASK_SEQ_CLS)
+    sizes[0] = a->num_labels * a->hidden; /* score head replaces lm_head */
+  else if (task == VF_TASK_MASKED_LM)
+    sizes[0] = a->hidden * a->hidden, sizes[1] = a->hidden, sizes[2] = 2 * a->hidden, sizes[3] = a->vocab;
+  for (int i = 0; i < 4; i++) {
+    if (!sizes[i]) continue;
+    struct vf_param p = {.layer = -1, .numel = sizes[i], .bytes = sizes[i] * wb, .trainable = true};
+    int rc = push(ps, &p);
+    if (rc) return rc;
+    ps->total += sizes[i];
+    ps->trainable += sizes[i];
+  }
+  return 0;
+}
+
+int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
+                    const struct vf_profile *pr, enum vf_task task) {
+  memset(ps, 0, sizeof *ps);
+  uint32_t wb = vf_precision_bytes(s->weights);
+  uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
+  bool full = s->method == VF_METHOD_FULL;
+  enum vf_quant q = s->quant == VF_QUANT_DEFAULT
+                        ? (s->method == VF_METHOD_QLORA ? VF_QUANT_NF4_DQ : VF_QUANT_NONE)
+                        : s->quant;
+  int rc = 0;
+  for (size_t i = 0; i < m->n_tensors && !rc; i++) {
+    const struct vf_tensor *t = &m->tensors[i];
+    uint64_t n = vf_tensor_numel(t);
+    /* A classification head replaces a decoder's lm_head. */
+    if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
+    struct vf_param p = {.layer = t->layer, .numel = n, .trainable = full};
+    bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
+    bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
+                                  t->kind == VF_KIND_EMBEDDING);
+    if (split) p.numel = n / s->tp;
+    p.bytes = p.numel * wb;
+    if (linear && q != VF_QUANT_NONE && !full) p.bytes = quantized_bytes(q, p.numel);
+    if (t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD)) {
+      p.linear = true;
+      linear_shape(m, t, &p.in, &p.out);
+      if (p.numel > ps->max_linear_elems) ps->max_linear_elems = p.numel;
+    }
+    ps->total += n;
+    if (full) ps->trainable += n;
+    rc = push(ps, &p);
+    if (rc || full || !lora_like(s->method) || !p.linear) continue;
+    uint64_t out = targeted_out(&m->arch, t->kind, p.out, s->lora_targets);
+    if (!out || (t->kind == VF_KIND_HEAD && !(s->lora_targets & (1u << VF_KIND_HEAD)))) continue;
+    if (t->layer == 0 && t->expert <= 0) {
+      ps->adapted_inputs_per_layer += p.in;
+      ps->adapted_count_per_layer++;
+      ps->adapted_r_per_layer += s->lora_r;
+    }
+    rc = add_adapter(ps, s, t->layer, p.in, out / s->tp, adapter_wb);
+  }
+  if (!rc && (s->method == VF_METHOD_ADAPTER || s->method == VF_METHOD_ADAPTER_V2)) {
+    /* Adapter prompts (10 tokens per layer) and, for v2, a bias and scale per projection. */
+    for (uint64_t l = 0; l < m->arch.layers && !rc; l++) {
+      uint64_t n = 10 * m->arch.hidden + 1;
+      if (s->method == VF_METHOD_ADAPTER_V2) n += 2 * (4 * m->arch.hidden + 3 * m->arch.intermediate);
+      struct vf_param p = {.layer = (int32_t)l, .numel = n, .bytes = n * adapter_wb, .trainable = true};
+      rc = push(ps, &p);
+      ps->trainable += n;
+    }
+  }
+  if (!rc) rc = add_task_head(ps, m, task, full ? wb : adapter_wb);
+  return rc;
+}
+
+void vf_params_cleanup(struct vf_params *ps) {
+  free(ps->v);
+  memset(ps, 0, sizeof *ps);
+}

@@ -1,0 +1,37 @@
+/* The parameters as one training setup sees them on one GPU: the model's tensors split by
+ * tensor parallelism, quantized or not, plus adapter and task-head tensors. */
+#ifndef VF_CORE_PARAMS_H
+#define VF_CORE_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vramfit.h"
+
+struct vf_param {
+  int32_t layer;       /* -1 outside the blocks */
+  uint64_t numel;      /* elements on this GPU */
+  uint64_t bytes;      /* stored bytes on this GPU */
+  bool trainable;
+  bool linear;         /* a block's projection (quantizable, dequantized per matmul) */
+  uint64_t in, out;    /* linear shape on this GPU */
+};
+
+struct vf_params {
+  struct vf_param *v;
+  size_t n, cap;
+  uint64_t total, trainable;          /* whole-model counts (before any split) */
+  uint64_t adapted_inputs_per_layer;  /* sum of 'in' over LoRA-adapted linears of a layer */
+  uint64_t adapted_count_per_layer;   /* adapted linears per layer */
+  uint64_t adapted_r_per_layer;       /* sum of rank outputs over adapted linears */
+  uint64_t max_linear_elems;          /* largest dequantized weight */
+};
+
+/* Builds the per-GPU parameter list. w_bytes: bytes per element of 16/32-bit weights. */
+int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
+                    const struct vf_profile *p, enum vf_task task);
+void vf_params_cleanup(struct vf_params *ps);
+
+uint32_t vf_precision_bytes(enum vf_precision p);
+
+#endif

@@ -1,0 +1,139 @@
+/* The training setup: names, defaults and the checks that reject impossible setups. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "vramfit.h"
+
+static const char *const task_names[] = {"auto", "causal-lm", "seq-classification", "masked-lm", NULL};
+static const char *const precision_names[] = {"none", "fp32", "bf16", "fp16", NULL};
+static const char *const optimizer_names[] = {"adamw", "adamw-8bit", "paged-adamw-8bit", "adafactor",
+                                              "sgd", "sgd-momentum", "lion", "none", NULL};
+static const char *const method_names[] = {"full", "lora", "qlora", "dora", "adapter", "adapter-v2", NULL};
+static const char *const quant_names[] = {"default", "none", "nf4", "nf4-dq", "int8", NULL};
+static const char *const ckpt_names[] = {"none", "full", "selective", NULL};
+static const char *const attention_names[] = {"default", "eager", "sdpa", "flash", NULL};
+static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
+
+static const char *const *const enum_tables[] = {
+    [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
+    [VF_ENUM_OPTIMIZER] = optimizer_names, [VF_ENUM_METHOD] = method_names,
+    [VF_ENUM_QUANT] = quant_names,       [VF_ENUM_CKPT] = ckpt_names,
+    [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
+};
+
+const char *vf_enum_name(enum vf_enum_kind kind, int value) {
+  const char *const *t = enum_tables[kind];
+  for (int i = 0; t[i]; i++)
+    if (i == value) return t[i];
+  return "unknown";
+}
+
+int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value) {
+  const char *const *t = enum_tables[kind];
+  for (int i = 0; t[i]; i++)
+    if (strcmp(t[i], name) == 0) {
+      *value = i;
+      return 0;
+    }
+  return VF_ENOTFOUND;
+}
+
+void vf_setup_default(struct vf_setup *s) {
+  memset(s, 0, sizeof *s);
+  s->batch = 1;
+  s->seq = 2048;
+  s->task = VF_TASK_AUTO;
+  s->weights = VF_PREC_FP32;
+  s->amp = VF_PREC_NONE;
+  s->optimizer = VF_OPT_ADAMW;
+  s->method = VF_METHOD_FULL;
+  s->lora_r = 8;
+  s->lora_targets = (1u << VF_KIND_Q) | (1u << VF_KIND_V);
+  s->quant = VF_QUANT_DEFAULT;
+  s->grad_ckpt = VF_CKPT_NONE;
+  s->attention = VF_ATTN_DEFAULT;
+  s->gpus = s->tp = s->pp = s->cp = 1;
+  s->shard = VF_SHARD_NONE;
+}
+
+int vf_lora_targets_parse(const char *text, uint32_t *bits) {
+  static const enum vf_kind linear[] = {VF_KIND_Q, VF_KIND_K, VF_KIND_V, VF_KIND_O,
+                                        VF_KIND_GATE, VF_KIND_UP, VF_KIND_DOWN};
+  if (strcmp(text, "all-linear") == 0) {
+    *bits = 0;
+    for (size_t i = 0; i < sizeof linear / sizeof *linear; i++) *bits |= 1u << linear[i];
+    return 0;
+  }
+  uint32_t out = 0;
+  const char *p = text;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    int found = 0;
+    for (int k = 0; k <= VF_KIND_HEAD && !found; k++) {
+      const char *name = vf_kind_name((enum vf_kind)k);
+      if (strlen(name) == n && strncmp(p, name, n) == 0) {
+        out |= 1u << k;
+        found = 1;
+      }
+    }
+    if (!found) return VF_EINVAL;
+    p += n;
+    if (*p == ',') p++;
+  }
+  if (!out) return VF_EINVAL;
+  *bits = out;
+  return 0;
+}
+
+static int bad(struct vf_diag *d, const char *why) {
+  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
+}
+
+static int check_parallel(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
+  char msg[256];
+  if (!s->gpus) return bad(d, "--gpus must be at least 1");
+  if (!s->tp || !s->pp || !s->cp) return bad(d, "--tp, --pp and --cp must be at least 1");
+  if (s->tp * s->pp * s->cp > s->gpus) {
+    snprintf(msg, sizeof msg, "--tp %llu x --pp %llu x --cp %llu needs more than --gpus %llu",
+             (unsigned long long)s->tp, (unsigned long long)s->pp, (unsigned long long)s->cp,
+             (unsigned long long)s->gpus);
+    return bad(d, msg);
+  }
+  if (s->gpus % (s->tp * s->pp * s->cp)) return bad(d, "--gpus must be a multiple of tp x pp x cp");
+  if (m->has_arch && (m->arch.heads % s->tp || m->arch.kv_heads % s->tp)) {
+    snprintf(msg, sizeof msg, "--tp %llu does not divide the %llu attention heads (%llu kv heads)",
+             (unsigned long long)s->tp, (unsigned long long)m->arch.heads,
+             (unsigned long long)m->arch.kv_heads);
+    return bad(d, msg);
+  }
+  if (m->has_arch && s->pp > m->arch.layers) return bad(d, "--pp is larger than the number of layers");
+  if (s->seq % s->cp) return bad(d, "--seq must be a multiple of --cp");
+  return 0;
+}
+
+int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
+  if (!m->has_arch) return bad(d, "the model has no config: estimates need its dimensions");
+  if (!s->batch) return bad(d, "--batch must be at least 1");
+  if (!s->seq) return bad(d, "--seq must be at least 1");
+  if (s->batch > (1u << 20) || s->seq > (1u << 24)) return bad(d, "--batch or --seq is implausibly large");
+  if (s->weights == VF_PREC_NONE) return bad(d, "--weights must be fp32, bf16 or fp16");
+  bool adapters = s->method != VF_METHOD_FULL;
+  if (s->method == VF_METHOD_QLORA && s->quant == VF_QUANT_NONE)
+    return bad(d, "--method qlora quantizes the base weights: it contradicts --quant none");
+  if (s->method == VF_METHOD_FULL && s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT)
+    return bad(d, "--quant needs an adapter method (lora, qlora, dora): quantized weights are frozen");
+  if (adapters && (s->method == VF_METHOD_LORA || s->method == VF_METHOD_QLORA || s->method == VF_METHOD_DORA) &&
+      (!s->lora_r || !s->lora_targets))
+    return bad(d, "--lora-r must be at least 1 with a LoRA method");
+  if (m->has_arch && s->lora_r > m->arch.hidden) return bad(d, "--lora-r is larger than the hidden size");
+  if ((s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP) && s->tp > s->gpus)
+    return bad(d, "--shard with --tp larger than --gpus is impossible");
+  if ((s->offload & VF_OFFLOAD_PARAMS) && s->shard != VF_SHARD_ZERO3 && s->shard != VF_SHARD_FSDP)
+    return bad(d, "--offload params needs --shard zero3 or fsdp");
+  if (s->task == VF_TASK_CAUSAL_LM && m->arch.family == VF_FAMILY_BERT)
+    return bad(d, "--task causal-lm does not apply to an encoder; use masked-lm or seq-classification");
+  if (s->task == VF_TASK_MASKED_LM && m->arch.family != VF_FAMILY_BERT)
+    return bad(d, "--task masked-lm needs an encoder model");
+  return check_parallel(s, m, d);
+}
