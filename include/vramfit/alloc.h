@@ -1,0 +1,105 @@
+/* A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): its
+ * configuration string, its size rounding, and a simulator that replays malloc/free events
+ * to give the reserved-memory peak that nvidia-smi sees, not just the sum of tensor sizes.
+ *
+ * Simplifications (the model is synchronous and single-device):
+ *  - events are synchronous: a block freed on a stream is reusable at once; cross-stream
+ *    uses (record_stream) and pending CUDA events are not modelled;
+ *  - no CUDA-graph private pools, no free-memory callbacks, no IPC;
+ *  - "capacity" is the memory the allocator may reserve (device total minus the CUDA context
+ *    and other processes); cudaMalloc fails exactly when reserved + size would exceed it;
+ *  - backend:cudaMallocAsync is approximated by expandable segments without the options that
+ *    backend ignores (max_split_size_mb, roundup_power2_divisions, garbage collection);
+ *  - caching disabled (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor gets its own segment of
+ *    its 512-byte-rounded size, released on free. */
+#ifndef VRAMFIT_ALLOC_H
+#define VRAMFIT_ALLOC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vramfit/error.h"
+
+#define VF_ALLOC_DIVISION_INTERVALS 16 /* power-of-two intervals from 1 MiB to 64 GiB */
+
+struct vf_alloc_conf {
+  uint64_t max_split_size;         /* bytes; UINT64_MAX: every block may be split */
+  uint64_t max_non_split_rounding; /* bytes an oversize block may exceed a request by */
+  uint32_t roundup_power2_divisions[VF_ALLOC_DIVISION_INTERVALS]; /* 0 or 1: off */
+  uint64_t large_segment_size;     /* segment for 1-10 MiB requests; expandable page */
+  double garbage_collection_threshold; /* 0: off; needs a fraction below 1 */
+  double per_process_memory_fraction;  /* share of capacity the process may reserve */
+  bool expandable_segments;
+  bool backend_async;    /* backend:cudaMallocAsync */
+  bool caching_disabled; /* PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
+};
+
+/* PyTorch's defaults: no split limit, 20 MiB rounding slack and large segments, no
+ * divisions, no garbage collection, fraction 1, native backend with caching. */
+void vf_alloc_conf_default(struct vf_alloc_conf *c);
+
+/* Parses a PYTORCH_ALLOC_CONF value ("k:v,k2:[a:b,>:c]") over the defaults into *c, with
+ * PyTorch's checks and messages; d->offset is the byte where the fault lies. Every key
+ * PyTorch accepts is accepted, even those that do not change device memory. An empty
+ * string is the default configuration. VF_EINVAL on any fault (c is then unspecified). */
+int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d);
+
+/* The configuration a PyTorch process gets from its environment, the values passed in
+ * (NULL: unset). PYTORCH_ALLOC_CONF wins whenever it is set, even to the empty string;
+ * PYTORCH_CUDA_ALLOC_CONF, the deprecated alias, is read only when it is unset (c10
+ * AllocatorConfig::instance()). no_caching is PYTORCH_NO_CUDA_MEMORY_CACHING: any value,
+ * even "0", disables caching, as c10 only asks whether it is set. d->file names the
+ * variable that was parsed. */
+int vf_alloc_conf_from_env(const char *alloc_conf, const char *cuda_alloc_conf,
+                           const char *no_caching, struct vf_alloc_conf *c, struct vf_diag *d);
+
+/* The block size a request occupies (what memory_allocated() counts): at least 512 bytes,
+ * a multiple of 512, or the next power-of-two division when divisions apply. */
+uint64_t vf_alloc_round_size(const struct vf_alloc_conf *c, uint64_t request);
+
+/* The segment cudaMalloc gets for a rounded size when no cached block fits: 2 MiB for
+ * small blocks (<= 1 MiB), the large segment size below 10 MiB, else a 2 MiB multiple. */
+uint64_t vf_alloc_segment_size(const struct vf_alloc_conf *c, uint64_t rounded);
+
+struct vf_alloc_stats {
+  uint64_t allocated, reserved, requested; /* block bytes, segment bytes, asked bytes */
+  uint64_t peak_allocated, peak_reserved, peak_requested;
+  uint64_t segments;             /* cudaMalloc'd segments plus mapped expandable ones */
+  uint64_t inactive_split_bytes; /* free bytes in split segments: fragmentation */
+  uint64_t num_alloc_retries;    /* cudaMalloc retried after freeing the whole cache */
+  uint64_t num_ooms;
+  uint64_t num_device_alloc, num_device_free; /* cudaMalloc/map and cudaFree/unmap calls */
+};
+
+struct vf_alloc_state;
+
+/* Caller-allocated; everything behind state is private. One allocator models one device. */
+struct vf_allocator {
+  struct vf_alloc_state *state;
+};
+
+/* capacity_bytes: what the allocator may reserve; 0 is unlimited. VF_ENOMEM. */
+int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                      uint64_t capacity_bytes);
+/* Empties the allocator for a new replay, keeping its buffers (no host allocation). */
+void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                        uint64_t capacity_bytes);
+void vf_allocator_cleanup(struct vf_allocator *a);
+
+/* Allocates bytes on a stream as PyTorch would, setting *block_id (never 0; 0 for a
+ * 0-byte request, which takes no memory). When nothing fits it retries as PyTorch does
+ * (free oversize cached blocks, then every unsplit cached block) and then returns
+ * VF_ERANGE, counting an OOM and leaving live blocks untouched. VF_ENOMEM: host memory. */
+int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
+                        uint64_t *block_id);
+/* Frees a live block (0 is a no-op); VF_EINVAL for an unknown or already freed id. */
+int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
+/* torch.cuda.empty_cache(): releases every cached segment nothing lives in, and the free
+ * pages of expandable segments. VF_ENOMEM (host memory) leaves part of the cache held. */
+int vf_allocator_empty_cache(struct vf_allocator *a);
+
+void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *s);
+/* torch.cuda.reset_peak_memory_stats(): peaks become the current values. */
+void vf_allocator_reset_peaks(struct vf_allocator *a);
+
+#endif

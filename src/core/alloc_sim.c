@@ -1,0 +1,707 @@
+/* The caching-allocator simulator. It mirrors DeviceCachingAllocator's data model: blocks
+ * chained per segment (prev/next), free mapped blocks kept per pool in one set ordered by
+ * (stream, size, address) so a lower bound is PyTorch's best fit, and for expandable
+ * segments a second set of unmapped address ranges.
+ *
+ * Speed: a replay is a few thousand events and an estimate may run many replays, so block
+ * records live in one array recycled through a free list, the sets are sorted arrays of
+ * inline keys (binary search, memmove of a few hundred entries at most), and no host memory
+ * is allocated once the arrays have grown to the replay's working set. Every step that
+ * needs new records reserves them first, so a host allocation failure never leaves the
+ * model half-updated. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc_internal.h"
+#include "vramfit/alloc.h"
+
+#define NIL UINT32_MAX
+#define NPOOLS 2
+enum { POOL_SMALL, POOL_LARGE };
+
+/* Address space reserved per expandable segment when the capacity is unlimited. */
+#define XSEG_UNLIMITED_SPAN (UINT64_C(1) << 46)
+
+struct blk {
+  uint64_t addr, size, requested;
+  uint64_t gc_base; /* pool's get_free_block count when the block was cached */
+  uint32_t prev, next; /* neighbours in the segment; next doubles as free-list link */
+  uint32_t stream;
+  uint32_t gen;      /* bumped when the record is recycled, so stale ids are refused */
+  uint32_t xseg;     /* expandable segment index, NIL for a cudaMalloc'd segment */
+  uint8_t pool, allocated, mapped;
+};
+
+struct key {
+  uint64_t size, addr;
+  uint32_t stream, blk;
+};
+
+struct set {
+  struct key *k;
+  uint32_t n;
+};
+
+struct xseg {
+  uint64_t base, span, page, mapped;
+};
+
+struct vf_alloc_state {
+  struct vf_alloc_conf conf;
+  uint64_t capacity;   /* UINT64_MAX when unlimited */
+  uint64_t allowed;    /* the per-process fraction of capacity */
+  bool set_fraction;   /* a fraction below 1 is in force: enables garbage collection */
+  bool expandable;     /* expandable segments (or the async backend they stand for) */
+  struct blk *blk;
+  uint32_t nblk, cap, free_head, nfree;
+  struct set blocks[NPOOLS], unmapped[NPOOLS];
+  uint32_t *scratch;   /* cap entries: blocks gathered while a set is being changed */
+  struct xseg *xseg;
+  uint32_t nxseg, capxseg;
+  uint64_t next_addr;
+  uint64_t gc_calls[NPOOLS];
+  struct vf_alloc_stats st;
+};
+
+/* ---- block records ---- */
+
+static int grow(struct vf_alloc_state *s, uint32_t need) {
+  uint32_t cap = s->cap ? s->cap : 128;
+  while (cap - s->nblk + s->nfree < need) {
+    if (cap > UINT32_MAX / 4) return VF_ENOMEM;
+    cap *= 2;
+  }
+  void *p = realloc(s->blk, cap * sizeof *s->blk);
+  if (!p) return VF_ENOMEM;
+  s->blk = p;
+  p = realloc(s->scratch, cap * sizeof *s->scratch);
+  if (!p) return VF_ENOMEM;
+  s->scratch = p;
+  for (int i = 0; i < NPOOLS; i++) {
+    struct set *sets[2] = {&s->blocks[i], &s->unmapped[i]};
+    for (int j = 0; j < 2; j++) {
+      if (!(p = realloc(sets[j]->k, cap * sizeof *sets[j]->k))) return VF_ENOMEM;
+      sets[j]->k = p;
+    }
+  }
+  s->cap = cap;
+  return 0;
+}
+
+/* Makes sure `need` records can be taken without touching host memory. */
+static int reserve(struct vf_alloc_state *s, uint32_t need) {
+  return s->cap - s->nblk + s->nfree >= need ? 0 : grow(s, need);
+}
+
+static uint32_t new_blk(struct vf_alloc_state *s, uint64_t addr, uint64_t size, int pool,
+                        uint32_t stream, uint32_t xseg) {
+  uint32_t i;
+  if (s->free_head != NIL) {
+    i = s->free_head;
+    s->free_head = s->blk[i].next;
+    s->nfree--;
+  } else {
+    i = s->nblk++;
+    s->blk[i].gen = 1;
+  }
+  struct blk *b = &s->blk[i];
+  uint32_t gen = b->gen;
+  *b = (struct blk){.addr = addr, .size = size, .prev = NIL, .next = NIL, .stream = stream,
+                    .gen = gen, .xseg = xseg, .pool = (uint8_t)pool, .mapped = 1};
+  return i;
+}
+
+static void drop_blk(struct vf_alloc_state *s, uint32_t i) {
+  s->blk[i].gen++;
+  s->blk[i].next = s->free_head;
+  s->free_head = i;
+  s->nfree++;
+}
+
+static bool is_split(const struct blk *b) { return b->prev != NIL || b->next != NIL; }
+
+/* ---- ordered sets: (stream, size, address) ---- */
+
+static bool key_less(const struct key *a, uint32_t stream, uint64_t size, uint64_t addr) {
+  if (a->stream != stream) return a->stream < stream;
+  if (a->size != size) return a->size < size;
+  return a->addr < addr;
+}
+
+static uint32_t lower_bound(const struct set *t, uint32_t stream, uint64_t size,
+                            uint64_t addr) {
+  uint32_t lo = 0, hi = t->n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (key_less(&t->k[mid], stream, size, addr)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void set_insert(struct set *t, const struct blk *b, uint32_t i) {
+  uint32_t at = lower_bound(t, b->stream, b->size, b->addr);
+  memmove(&t->k[at + 1], &t->k[at], (t->n - at) * sizeof *t->k);
+  t->k[at] = (struct key){.size = b->size, .addr = b->addr, .stream = b->stream, .blk = i};
+  t->n++;
+}
+
+static void set_remove_at(struct set *t, uint32_t at) {
+  memmove(&t->k[at], &t->k[at + 1], (t->n - at - 1) * sizeof *t->k);
+  t->n--;
+}
+
+static void set_remove(struct set *t, const struct blk *b) {
+  set_remove_at(t, lower_bound(t, b->stream, b->size, b->addr));
+}
+
+static struct set *home(struct vf_alloc_state *s, const struct blk *b) {
+  return b->mapped ? &s->blocks[b->pool] : &s->unmapped[b->pool];
+}
+
+/* insert_into_blocks: caching a block also starts its garbage-collection age. */
+static void cache_blk(struct vf_alloc_state *s, uint32_t i) {
+  struct blk *b = &s->blk[i];
+  b->gc_base = s->gc_calls[b->pool];
+  set_insert(&s->blocks[b->pool], b, i);
+}
+
+/* ---- statistics ---- */
+
+static void add_reserved(struct vf_alloc_state *s, uint64_t bytes) {
+  s->st.reserved += bytes;
+  if (s->st.reserved > s->st.peak_reserved) s->st.peak_reserved = s->st.reserved;
+  s->st.num_device_alloc++;
+}
+
+static void sub_reserved(struct vf_alloc_state *s, uint64_t bytes) {
+  s->st.reserved -= bytes;
+  s->st.num_device_free++;
+}
+
+static void add_allocated(struct vf_alloc_state *s, uint64_t size, uint64_t requested) {
+  struct vf_alloc_stats *st = &s->st;
+  st->allocated += size;
+  st->requested += requested;
+  if (st->allocated > st->peak_allocated) st->peak_allocated = st->allocated;
+  if (st->requested > st->peak_requested) st->peak_requested = st->requested;
+}
+
+/* cudaMalloc (or mapping pages) fails when the device or the process fraction is full. */
+static bool device_fits(const struct vf_alloc_state *s, uint64_t bytes, uint64_t limit) {
+  return bytes <= limit && s->st.reserved <= limit - bytes;
+}
+
+static uint64_t bump_addr(struct vf_alloc_state *s, uint64_t span, uint64_t align) {
+  uint64_t at = vf_alloc_round_up(s->next_addr, align);
+  s->next_addr = at + span;
+  return at;
+}
+
+/* ---- merging and releasing ---- */
+
+/* Absorbs a free neighbour with the same mapping state into dst (not in any set). */
+static uint64_t try_merge(struct vf_alloc_state *s, uint32_t dst, uint32_t src) {
+  if (src == NIL) return 0;
+  struct blk *d = &s->blk[dst], *b = &s->blk[src];
+  if (b->allocated || b->mapped != d->mapped) return 0;
+  set_remove(home(s, b), b);
+  if (d->prev == src) {
+    d->addr = b->addr;
+    d->prev = b->prev;
+    if (d->prev != NIL) s->blk[d->prev].next = dst;
+  } else {
+    d->next = b->next;
+    if (d->next != NIL) s->blk[d->next].prev = dst;
+  }
+  uint64_t subsumed = b->size;
+  d->size += subsumed;
+  drop_blk(s, src);
+  return subsumed;
+}
+
+/* cudaFree of a whole cached segment. */
+static void release_block(struct vf_alloc_state *s, uint32_t i) {
+  struct blk *b = &s->blk[i];
+  set_remove(&s->blocks[b->pool], b);
+  sub_reserved(s, b->size);
+  s->st.segments--;
+  drop_blk(s, i);
+}
+
+/* Splices a new record for [addr, addr+size) between blocks prev and next. */
+static uint32_t splice_new(struct vf_alloc_state *s, uint32_t like, uint64_t addr,
+                           uint64_t size, uint32_t prev, uint32_t next, bool mapped) {
+  const struct blk *l = &s->blk[like];
+  uint32_t n = new_blk(s, addr, size, l->pool, l->stream, l->xseg);
+  s->blk[n].mapped = mapped;
+  s->blk[n].prev = prev;
+  s->blk[n].next = next;
+  if (prev != NIL) s->blk[prev].next = n;
+  if (next != NIL) s->blk[next].prev = n;
+  return n;
+}
+
+static void xseg_mapped(struct vf_alloc_state *s, uint32_t x, uint64_t bytes, bool map) {
+  struct xseg *g = &s->xseg[x];
+  if (map && g->mapped == 0) s->st.segments++;
+  g->mapped = map ? g->mapped + bytes : g->mapped - bytes;
+  if (!map && g->mapped == 0) s->st.segments--;
+  if (map) add_reserved(s, bytes);
+  else sub_reserved(s, bytes);
+}
+
+/* Unmaps the whole pages inside a free expandable block; partial pages stay mapped as
+ * free blocks on either side. */
+static int unmap_block(struct vf_alloc_state *s, uint32_t i) {
+  int rc = reserve(s, 2);
+  if (rc) return rc;
+  struct blk *b = &s->blk[i];
+  const struct xseg *g = &s->xseg[b->xseg];
+  uint64_t begin = g->base + vf_alloc_round_up(b->addr - g->base, g->page);
+  uint64_t end = g->base + (b->addr + b->size - g->base) / g->page * g->page;
+  if (begin >= end) return 0;
+  set_remove(&s->blocks[b->pool], b);
+  if (begin > b->addr) cache_blk(s, splice_new(s, i, b->addr, begin - b->addr, b->prev, i, 1));
+  b = &s->blk[i];
+  if (b->addr + b->size > end)
+    cache_blk(s, splice_new(s, i, end, b->addr + b->size - end, i, b->next, 1));
+  b = &s->blk[i];
+  b->addr = begin;
+  b->size = end - begin;
+  b->mapped = 0;
+  try_merge(s, i, s->blk[i].prev);
+  try_merge(s, i, s->blk[i].next);
+  set_insert(&s->unmapped[s->blk[i].pool], &s->blk[i], i);
+  xseg_mapped(s, s->blk[i].xseg, end - begin, false);
+  return 0;
+}
+
+/* release_blocks: frees every unsplit cached segment of a pool and unmaps the free pages
+ * of its expandable segments (gathered first: unmapping changes the set). */
+static int release_pool(struct vf_alloc_state *s, int pool) {
+  struct set *t = &s->blocks[pool];
+  uint32_t ngather = 0;
+  for (uint32_t at = 0; at < t->n;) {
+    uint32_t i = t->k[at].blk;
+    if (s->blk[i].xseg != NIL) s->scratch[ngather++] = i;
+    if (s->blk[i].xseg == NIL && !is_split(&s->blk[i])) release_block(s, i);
+    else at++;
+  }
+  for (uint32_t j = 0; j < ngather; j++) {
+    int rc = unmap_block(s, s->scratch[j]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int release_cached_blocks(struct vf_alloc_state *s) {
+  int rc = release_pool(s, POOL_LARGE);
+  return rc ? rc : release_pool(s, POOL_SMALL);
+}
+
+/* Frees oversize (>= max_split_size) cached segments of the stream: the smallest one that
+ * covers the request, else the largest ones until enough is freed. */
+static bool release_available_cached_blocks(struct vf_alloc_state *s, int pool,
+                                            uint32_t stream, uint64_t size) {
+  uint64_t max_split = s->conf.max_split_size;
+  if (max_split == UINT64_MAX) return false;
+  struct set *t = &s->blocks[pool];
+  uint64_t want = size < max_split ? max_split : size;
+  uint32_t at = lower_bound(t, stream, want, 0);
+  if (at < t->n && t->k[at].stream == stream && s->blk[t->k[at].blk].xseg == NIL &&
+      !is_split(&s->blk[t->k[at].blk])) {
+    release_block(s, t->k[at].blk);
+    return true;
+  }
+  uint64_t freed = 0;
+  while (at > 0 && freed < want) {
+    const struct key *k = &t->k[--at];
+    if (k->stream != stream || k->size < max_split) break;
+    uint32_t i = k->blk;
+    if (s->blk[i].xseg == NIL && !is_split(&s->blk[i])) {
+      freed += s->blk[i].size;
+      release_block(s, i);
+    }
+  }
+  return freed >= want;
+}
+
+/* garbage_collect_cached_blocks: above threshold x allowed, frees unsplit large cached
+ * segments at least as old (in get_free_block calls) as the average, until enough. */
+static void garbage_collect(struct vf_alloc_state *s) {
+  uint64_t threshold = (uint64_t)(s->conf.garbage_collection_threshold * (double)s->allowed);
+  if (s->st.reserved <= threshold) return;
+  uint64_t target = s->st.reserved - threshold, reclaimed = 0, total_age = 0, count = 0;
+  struct set *t = &s->blocks[POOL_LARGE];
+  uint64_t now = s->gc_calls[POOL_LARGE];
+  for (uint32_t at = 0; at < t->n; at++) {
+    const struct blk *b = &s->blk[t->k[at].blk];
+    if (!is_split(b)) {
+      total_age += now - b->gc_base;
+      count++;
+    }
+  }
+  bool freed = true;
+  while (reclaimed < target && freed && count > 0) {
+    double age_threshold = (double)total_age / (double)count;
+    freed = false;
+    for (uint32_t at = 0; at < t->n;) {
+      uint32_t i = t->k[at].blk;
+      uint64_t age = now - s->blk[i].gc_base;
+      if (is_split(&s->blk[i]) || s->blk[i].xseg != NIL || (double)age < age_threshold) {
+        at++;
+        continue;
+      }
+      freed = true;
+      reclaimed += s->blk[i].size;
+      total_age -= age;
+      count--;
+      release_block(s, i);
+    }
+  }
+}
+
+/* ---- expandable segments ---- */
+
+static bool allocatable(const struct vf_alloc_state *s, uint32_t i) {
+  return i != NIL && !s->blk[i].allocated;
+}
+
+static bool has_room(const struct vf_alloc_state *s, uint32_t i, uint64_t size) {
+  uint64_t bytes = 0;
+  for (; bytes < size && allocatable(s, i); i = s->blk[i].next) bytes += s->blk[i].size;
+  return bytes >= size;
+}
+
+static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t stream, uint32_t *out) {
+  if (s->nxseg == s->capxseg) {
+    uint32_t cap = s->capxseg ? s->capxseg * 2 : 8;
+    void *p = realloc(s->xseg, cap * sizeof *s->xseg);
+    if (!p) return VF_ENOMEM;
+    s->xseg = p;
+    s->capxseg = cap;
+  }
+  int rc = reserve(s, 1);
+  if (rc) return rc;
+  uint64_t page = pool == POOL_SMALL ? VF_ALLOC_SMALL_BUFFER : s->conf.large_segment_size;
+  /* PyTorch reserves 1 1/8 of the device's memory as address space per segment. */
+  uint64_t span = s->capacity == UINT64_MAX ? XSEG_UNLIMITED_SPAN
+                                            : s->capacity + s->capacity / 8;
+  span = vf_alloc_round_up(span, page);
+  uint32_t x = s->nxseg++;
+  s->xseg[x] = (struct xseg){.base = bump_addr(s, span, page), .span = span, .page = page};
+  uint32_t i = new_blk(s, s->xseg[x].base, span, pool, stream, x);
+  s->blk[i].mapped = 0;
+  set_insert(&s->unmapped[pool], &s->blk[i], i);
+  *out = i;
+  return 0;
+}
+
+/* find_expandable_block: a run of free or unmapped blocks of the stream starting at (or
+ * just before) an unmapped range, with room for size; else a new segment. */
+static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t stream, uint64_t size,
+                           uint32_t *out) {
+  const struct set *t = &s->unmapped[pool];
+  for (uint32_t at = lower_bound(t, stream, 0, 0); at < t->n && t->k[at].stream == stream;
+       at++) {
+    uint32_t c = t->k[at].blk;
+    if (allocatable(s, s->blk[c].prev)) c = s->blk[c].prev;
+    if (has_room(s, c, size)) {
+      *out = c;
+      return 0;
+    }
+  }
+  return new_xseg(s, pool, stream, out);
+}
+
+/* Maps whole pages at the start of an unmapped block and merges them with free
+ * neighbours; the block stays in the free set. VF_ERANGE when the device is full. */
+static int map_block(struct vf_alloc_state *s, uint32_t i, uint64_t size) {
+  struct blk *b = &s->blk[i];
+  uint64_t bytes = vf_alloc_round_up(size, s->xseg[b->xseg].page);
+  if (!device_fits(s, bytes, s->capacity)) return VF_ERANGE;
+  int rc = reserve(s, 1);
+  if (rc) return rc;
+  b = &s->blk[i];
+  set_remove(&s->unmapped[b->pool], b);
+  b->mapped = 1;
+  if (bytes < b->size) {
+    uint32_t rest = splice_new(s, i, b->addr + bytes, b->size - bytes, i, b->next, 0);
+    set_insert(&s->unmapped[s->blk[rest].pool], &s->blk[rest], rest);
+    s->blk[i].size = bytes;
+  }
+  try_merge(s, i, s->blk[i].prev);
+  try_merge(s, i, s->blk[i].next);
+  cache_blk(s, i);
+  xseg_mapped(s, s->blk[i].xseg, bytes, true);
+  return 0;
+}
+
+static int alloc_expandable(struct vf_alloc_state *s, int pool, uint32_t stream, uint64_t size,
+                            uint32_t *out) {
+  uint32_t c;
+  int rc = find_expandable(s, pool, stream, size, &c);
+  if (!rc && !s->blk[c].mapped) {
+    uint64_t first = s->blk[c].size < size ? s->blk[c].size : size;
+    rc = map_block(s, c, first);
+  }
+  /* After a mapping, c absorbed its free neighbours; what follows it is unmapped. */
+  while (!rc && s->blk[c].size < size) {
+    uint32_t next = s->blk[c].next;
+    if (next == NIL || s->blk[next].mapped) return VF_EINTERNAL;
+    uint64_t rest = size - s->blk[c].size;
+    rc = map_block(s, next, rest < s->blk[next].size ? rest : s->blk[next].size);
+    c = next;
+  }
+  if (rc) return rc;
+  set_remove(&s->blocks[pool], &s->blk[c]);
+  *out = c;
+  return 0;
+}
+
+/* ---- malloc ---- */
+
+struct request {
+  uint64_t size;       /* rounded */
+  uint64_t alloc_size; /* segment cudaMalloc would get */
+  uint32_t stream;
+  int pool;
+};
+
+static uint32_t get_free_block(struct vf_alloc_state *s, const struct request *r) {
+  struct set *t = &s->blocks[r->pool];
+  if (s->set_fraction && s->conf.garbage_collection_threshold > 0) s->gc_calls[r->pool]++;
+  uint32_t at = lower_bound(t, r->stream, r->size, 0);
+  if (at == t->n || t->k[at].stream != r->stream) return NIL;
+  /* An expandable block counts as the size it could grow to over the unmapped range
+   * behind it, so a smaller neighbour that can grow is preferred over a larger one. */
+  while (s->blk[t->k[at].blk].xseg != NIL && at + 1 < t->n &&
+         t->k[at + 1].stream == r->stream) {
+    const struct blk *cur = &s->blk[t->k[at].blk], *nx = &s->blk[t->k[at + 1].blk];
+    uint64_t grow_cur = cur->size + (cur->next != NIL && !s->blk[cur->next].mapped
+                                         ? s->blk[cur->next].size : 0);
+    uint64_t grow_nx = nx->size + (nx->next != NIL && !s->blk[nx->next].mapped
+                                       ? s->blk[nx->next].size : 0);
+    if (grow_nx >= grow_cur) break;
+    at++;
+  }
+  uint64_t bsize = t->k[at].size, max_split = s->conf.max_split_size;
+  /* An oversize block never serves a small request, and serves an oversize one only
+   * within max_non_split_rounding: it cannot be split, so the slack is wasted. */
+  if (r->size < max_split && bsize >= max_split) return NIL;
+  if (r->size >= max_split && bsize - r->size >= s->conf.max_non_split_rounding) return NIL;
+  uint32_t i = t->k[at].blk;
+  set_remove_at(t, at);
+  return i;
+}
+
+/* cudaMalloc of a new segment, or growing an expandable one. */
+static int alloc_block(struct vf_alloc_state *s, const struct request *r, bool retry,
+                       uint32_t *out) {
+  if (retry) s->st.num_alloc_retries++;
+  if (s->set_fraction && !device_fits(s, r->alloc_size, s->allowed)) return VF_ERANGE;
+  if (s->expandable) return alloc_expandable(s, r->pool, r->stream, r->size, out);
+  if (!device_fits(s, r->alloc_size, s->capacity)) return VF_ERANGE;
+  int rc = reserve(s, 1);
+  if (rc) return rc;
+  uint64_t addr = bump_addr(s, r->alloc_size, VF_ALLOC_SMALL_BUFFER);
+  *out = new_blk(s, addr, r->alloc_size, r->pool, r->stream, NIL);
+  s->st.segments++;
+  add_reserved(s, r->alloc_size);
+  return 0;
+}
+
+/* malloc's fallback chain once no cached block fits. */
+static int new_block(struct vf_alloc_state *s, const struct request *r, uint32_t *out) {
+  if (s->set_fraction && s->conf.garbage_collection_threshold > 0) garbage_collect(s);
+  int rc = alloc_block(s, r, false, out);
+  if (rc == VF_ERANGE && release_available_cached_blocks(s, r->pool, r->stream, r->size))
+    rc = alloc_block(s, r, false, out);
+  if (rc == VF_ERANGE && !(rc = release_cached_blocks(s))) rc = alloc_block(s, r, true, out);
+  if (rc == VF_ERANGE) s->st.num_ooms++;
+  return rc;
+}
+
+static bool should_split(const struct vf_alloc_state *s, const struct blk *b, uint64_t size) {
+  uint64_t remaining = b->size - size;
+  if (b->pool == POOL_SMALL || s->expandable) return remaining >= VF_ALLOC_MIN_BLOCK;
+  return size < s->conf.max_split_size && remaining > VF_ALLOC_SMALL_SIZE;
+}
+
+/* alloc_found_block: the block's front serves the request, a split-off rest is cached. */
+static uint32_t take_block(struct vf_alloc_state *s, uint32_t i, uint64_t size,
+                           uint64_t requested) {
+  struct blk *b = &s->blk[i];
+  bool was_split = is_split(b), counts = b->xseg == NIL;
+  if (should_split(s, b, size)) {
+    uint32_t front = splice_new(s, i, b->addr, size, b->prev, i, 1);
+    b = &s->blk[i];
+    b->addr += size;
+    b->size -= size;
+    cache_blk(s, i);
+    if (counts) {
+      if (was_split) s->st.inactive_split_bytes -= size;
+      else s->st.inactive_split_bytes += b->size;
+    }
+    i = front;
+  } else if (was_split && counts) {
+    s->st.inactive_split_bytes -= b->size;
+  }
+  b = &s->blk[i];
+  b->allocated = 1;
+  b->requested = requested;
+  add_allocated(s, b->size, requested);
+  return i;
+}
+
+static uint64_t block_id(const struct vf_alloc_state *s, uint32_t i) {
+  return (uint64_t)s->blk[i].gen << 32 | i;
+}
+
+/* Without caching every tensor is its own cudaMalloc, returned on free. */
+static int malloc_uncached(struct vf_alloc_state *s, uint64_t size, uint64_t bytes,
+                           uint32_t stream, uint32_t *out) {
+  if (!device_fits(s, size, s->capacity)) {
+    s->st.num_ooms++;
+    return VF_ERANGE;
+  }
+  int rc = reserve(s, 1);
+  if (rc) return rc;
+  int pool = size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+  *out = new_blk(s, bump_addr(s, size, VF_ALLOC_MIN_BLOCK), size, pool, stream, NIL);
+  s->blk[*out].allocated = 1;
+  s->blk[*out].requested = bytes;
+  s->st.segments++;
+  add_reserved(s, size);
+  add_allocated(s, size, bytes);
+  return 0;
+}
+
+int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
+                        uint64_t *block_id_out) {
+  struct vf_alloc_state *s = a->state;
+  *block_id_out = 0;
+  if (bytes == 0) return 0;
+  if (bytes > VF_ALLOC_MAX_REQUEST) {
+    s->st.num_ooms++;
+    return VF_ERANGE;
+  }
+  struct request r = {.size = vf_alloc_round_size(&s->conf, bytes), .stream = stream};
+  uint32_t i;
+  int rc;
+  if (s->conf.caching_disabled) {
+    rc = malloc_uncached(s, vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK), bytes, stream, &i);
+  } else {
+    r.pool = r.size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+    r.alloc_size = vf_alloc_segment_size(&s->conf, r.size);
+    /* take_block may split: reserve its record before anything changes. */
+    rc = reserve(s, 1);
+    i = rc ? NIL : get_free_block(s, &r);
+    if (!rc && i == NIL) rc = new_block(s, &r, &i);
+    if (!rc) rc = reserve(s, 1);
+    if (!rc) i = take_block(s, i, r.size, bytes);
+    else if (i != NIL) cache_blk(s, i);
+  }
+  if (!rc) *block_id_out = block_id(s, i);
+  return rc;
+}
+
+/* ---- free ---- */
+
+/* free_block: merge with free neighbours, cache, and keep the fragmentation count. */
+static void cache_freed(struct vf_alloc_state *s, uint32_t i) {
+  int64_t net = 0;
+  uint32_t prev = s->blk[i].prev, next = s->blk[i].next;
+  net -= (int64_t)try_merge(s, i, prev);
+  net -= (int64_t)try_merge(s, i, next);
+  if (is_split(&s->blk[i])) net += (int64_t)s->blk[i].size;
+  if (s->blk[i].xseg == NIL) s->st.inactive_split_bytes += (uint64_t)net;
+  cache_blk(s, i);
+}
+
+int vf_allocator_free(struct vf_allocator *a, uint64_t id) {
+  struct vf_alloc_state *s = a->state;
+  if (id == 0) return 0;
+  uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+  if (i >= s->nblk || s->blk[i].gen != gen || !s->blk[i].allocated) return VF_EINVAL;
+  struct blk *b = &s->blk[i];
+  b->allocated = 0;
+  s->st.allocated -= b->size;
+  s->st.requested -= b->requested;
+  if (!s->conf.caching_disabled) {
+    cache_freed(s, i);
+    return 0;
+  }
+  sub_reserved(s, b->size);
+  s->st.segments--;
+  drop_blk(s, i);
+  return 0;
+}
+
+int vf_allocator_empty_cache(struct vf_allocator *a) { return release_cached_blocks(a->state); }
+
+/* ---- lifetime and stats ---- */
+
+void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                        uint64_t capacity_bytes) {
+  struct vf_alloc_state *s = a->state;
+  s->conf = *c;
+  if (c->backend_async) {
+    /* cudaMallocAsync grows its pool on demand and ignores the native splitting options. */
+    s->conf.max_split_size = UINT64_MAX;
+    s->conf.garbage_collection_threshold = 0;
+  }
+  s->expandable = c->expandable_segments || c->backend_async;
+  s->capacity = capacity_bytes ? capacity_bytes : UINT64_MAX;
+  double fraction = c->per_process_memory_fraction;
+  s->set_fraction = capacity_bytes && fraction < 1.0;
+  s->allowed = s->set_fraction ? (uint64_t)(fraction * (double)capacity_bytes) : s->capacity;
+  s->nblk = 0;
+  s->nfree = 0;
+  s->free_head = NIL;
+  for (int p = 0; p < NPOOLS; p++) {
+    s->blocks[p].n = 0;
+    s->unmapped[p].n = 0;
+    s->gc_calls[p] = 0;
+  }
+  s->nxseg = 0;
+  s->next_addr = UINT64_C(1) << 32;
+  memset(&s->st, 0, sizeof s->st);
+}
+
+int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                      uint64_t capacity_bytes) {
+  a->state = calloc(1, sizeof *a->state);
+  if (!a->state || grow(a->state, 1) != 0) {
+    vf_allocator_cleanup(a);
+    return VF_ENOMEM;
+  }
+  vf_allocator_reset(a, c, capacity_bytes);
+  return 0;
+}
+
+void vf_allocator_cleanup(struct vf_allocator *a) {
+  struct vf_alloc_state *s = a->state;
+  if (!s) return;
+  for (int p = 0; p < NPOOLS; p++) {
+    free(s->blocks[p].k);
+    free(s->unmapped[p].k);
+  }
+  free(s->blk);
+  free(s->scratch);
+  free(s->xseg);
+  free(s);
+  a->state = NULL;
+}
+
+void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *out) {
+  *out = a->state->st;
+}
+
+void vf_allocator_reset_peaks(struct vf_allocator *a) {
+  struct vf_alloc_stats *st = &a->state->st;
+  st->peak_allocated = st->allocated;
+  st->peak_reserved = st->reserved;
+  st->peak_requested = st->requested;
+}
