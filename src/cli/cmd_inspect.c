@@ -110,10 +110,10 @@ static void inspect_text(const struct vf_model *m, bool tensors, uint64_t bytes)
   cli_format_bytes(bytes, human, sizeof human);
   char g[32];
   cli_group_digits(bytes, g, sizeof g);
-  printf("  %-18s %17s  (%s, %s)\n", "bytes", g, human, vf_dtype_name(vf_model_main_dtype(m)));
+  printf("  %-18s %17s  (%s as %s)\n", "weight bytes", g, human, vf_dtype_name(vf_model_main_dtype(m)));
   uint64_t by_kind[VF_KIND_PUBLIC_COUNT];
   vf_model_by_kind(m, by_kind);
-  printf("  by kind:\n");
+  printf("  parameters by kind:\n");
   for (int k = 0; k < VF_KIND_PUBLIC_COUNT; k++) {
     if (!by_kind[k]) continue;
     char label[32];
@@ -134,11 +134,13 @@ int cmd_inspect(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   bool json = false, tensors = false;
   optind = 1;
+  opterr = 0; /* getopt's own message would make the error two lines */
   for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
     if (c == 'j') json = true;
     else if (c == 't') tensors = true;
     else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error("inspect", "unknown option; see 'vramfit inspect --help'");
+    else return cli_usage_error("inspect", "unknown option '%s'; see 'vramfit inspect --help'",
+                                argv[optind - 1]);
   }
   if (optind != argc - 1)
     return cli_usage_error("inspect", optind == argc ? "MODEL is missing; see 'vramfit inspect --help'"

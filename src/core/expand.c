@@ -176,9 +176,9 @@ static void gptneox(struct emitter *e) {
     snprintf(p, sizeof p, "gpt_neox.layers.%d.post_attention_layernorm", l);
     norm(e, l, true, p);
     snprintf(p, sizeof p, "gpt_neox.layers.%d.attention.query_key_value", l);
-    linear(e, VF_KIND_QKV, l, -1, h, 3 * a->heads * a->head_dim, true, p);
+    linear(e, VF_KIND_QKV, l, -1, h, 3 * a->heads * a->head_dim, a->qkv_bias, p);
     snprintf(p, sizeof p, "gpt_neox.layers.%d.attention.dense", l);
-    linear(e, VF_KIND_O, l, -1, a->heads * a->head_dim, h, true, p);
+    linear(e, VF_KIND_O, l, -1, a->heads * a->head_dim, h, a->o_bias, p); /* attention_bias */
     snprintf(p, sizeof p, "gpt_neox.layers.%d.mlp.dense_h_to_4h", l);
     linear(e, VF_KIND_UP, l, -1, h, a->intermediate, true, p);
     snprintf(p, sizeof p, "gpt_neox.layers.%d.mlp.dense_4h_to_h", l);

@@ -81,6 +81,23 @@ int vf_model_add_note(struct vf_model *m, const char *fmt, ...) {
   return 0;
 }
 
+/* Each dimension can be plausible alone while their product is not: a config multiplying
+ * them into trillions of tensors or an overflowing parameter count must be refused before
+ * vf_model_expand tries to list them. Real models stay far below both bounds (DeepSeek-V3:
+ * 61 layers x 256 experts, 0.7e12 parameters). */
+#define MAX_LAYER_EXPERTS (1ull << 18)
+#define MAX_PARAMS (1ull << 50)
+
+static bool too_many(const struct vf_arch *a) {
+  typedef unsigned __int128 u128;
+  uint64_t experts = a->experts ? a->experts : 1;
+  if ((u128)a->layers * experts > MAX_LAYER_EXPERTS) return true;
+  u128 attn = (u128)a->hidden * a->head_dim * (2 * a->heads + 2 * a->kv_heads);
+  u128 mlp = (u128)3 * a->hidden * a->intermediate * experts;
+  u128 tables = ((u128)a->vocab + a->max_positions + a->type_vocab) * a->hidden * 2;
+  return (attn + mlp) * a->layers + tables > MAX_PARAMS;
+}
+
 int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d) {
   const char *why = NULL;
   if (!a->hidden) why = "hidden_size must be positive";
@@ -94,8 +111,10 @@ int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d) {
   else if (a->experts_per_token > a->experts) why = "more experts per token than experts";
   else if (a->hidden > (1ull << 24) || a->intermediate > (1ull << 26) || a->vocab > (1ull << 28) ||
            a->layers > 100000 || a->heads > 100000 || a->experts > 100000 ||
-           a->head_dim > (1ull << 20) || a->max_positions > (1ull << 32))
+           a->head_dim > (1ull << 20) || a->max_positions > (1ull << 32) || a->type_vocab > (1ull << 20))
     why = "a dimension is implausibly large";
+  else if (too_many(a))
+    why = "the dimensions together imply an implausibly large model";
   if (!why) return 0;
   return vf_diag_at(d, VF_EFORMAT, NULL, UINT64_MAX, "%s", why);
 }

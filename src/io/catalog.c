@@ -1,5 +1,6 @@
 /* The model catalogue: data/models/<name>.json, Hugging Face config.json files. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/data.h"
@@ -7,32 +8,60 @@
 
 #define MODELS_DIR "models/"
 
-struct nth {
-  size_t want, seen;
-  const char *path;
+struct paths {
+  const char **path;
+  size_t n, cap;
+  int rc;
 };
 
-static int visit(const char *path, void *arg) {
-  struct nth *n = arg;
-  if (n->seen++ == n->want) {
-    n->path = path;
-    return 1;
+static int collect(const char *path, void *arg) {
+  struct paths *p = arg;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    const char **grown = realloc(p->path, cap * sizeof *grown);
+    if (!grown) return p->rc = VF_ENOMEM;
+    p->path = grown;
+    p->cap = cap;
   }
+  p->path[p->n++] = path;
+  return 0;
+}
+
+static size_t stem_len(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".json") == 0 ? n - 5 : n;
+}
+
+/* By model name, not by file name: "gpt2" before "gpt2-large", although "gpt2.json"
+ * sorts after "gpt2-large.json" ('.' > '-'). */
+static int by_name(const void *a, const void *b) {
+  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+  size_t lx = stem_len(x), ly = stem_len(y);
+  int c = strncmp(x, y, lx < ly ? lx : ly);
+  return c ? c : (lx > ly) - (lx < ly);
+}
+
+static int count(const char *path, void *arg) {
+  (void)path;
+  ++*(size_t *)arg;
   return 0;
 }
 
 size_t vf_catalog_count(void) {
-  struct nth n = {.want = SIZE_MAX};
-  vf_data_each(MODELS_DIR, visit, &n);
-  return n.seen;
+  size_t n = 0;
+  vf_data_each(MODELS_DIR, count, &n);
+  return n;
 }
 
 int vf_catalog_name(size_t i, char *buf, size_t size) {
-  struct nth n = {.want = i};
-  vf_data_each(MODELS_DIR, visit, &n);
-  if (!n.path) return VF_ENOTFOUND;
-  const char *base = n.path + strlen(MODELS_DIR);
-  int len = (int)strlen(base) - (int)strlen(".json");
-  snprintf(buf, size, "%.*s", len > 0 ? len : 0, base);
-  return 0;
+  struct paths p = {0};
+  vf_data_each(MODELS_DIR, collect, &p);
+  int rc = p.rc ? p.rc : i < p.n ? 0 : VF_ENOTFOUND;
+  if (!rc) {
+    qsort(p.path, p.n, sizeof *p.path, by_name);
+    const char *base = p.path[i] + strlen(MODELS_DIR);
+    snprintf(buf, size, "%.*s", (int)stem_len(base), base);
+  }
+  free(p.path);
+  return rc;
 }

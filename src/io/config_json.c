@@ -85,9 +85,14 @@ static bool read_u64(struct reader *r, const char *const *keys, uint64_t *out) {
   return false;
 }
 
+/* The message lists every spelling: a GPT-2 config lacks "hidden_size" but has "n_embd". */
 static void require_u64(struct reader *r, const char *const *keys, uint64_t *out) {
-  if (!read_u64(r, keys, out) && !r->rc)
-    r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "missing '%s'", keys[0]);
+  if (read_u64(r, keys, out) || r->rc) return;
+  char also[128] = "";
+  for (size_t i = 1, o = 0; keys[i] && o < sizeof also; i++)
+    o += snprintf(also + o, sizeof also - o, "%s'%s'", i > 1 ? ", " : " (or ", keys[i]);
+  r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "missing '%s'%s%s", keys[0], also,
+                     keys[1] ? ")" : "");
 }
 
 static bool read_bool(struct reader *r, const char *key, bool fallback) {
@@ -132,7 +137,11 @@ static void falcon_variant(struct reader *r, struct vf_arch *a) {
   a->qkv_bias = a->o_bias = a->mlp_bias = bias;
   a->parallel_residual = read_bool(r, "parallel_attn", true) || new_arch;
   if (new_arch) a->norms_per_layer = 2;
-  if (!read_u64(r, k_kv, &a->kv_heads)) a->kv_heads = new_arch ? a->heads : (multi_query ? 1 : a->heads);
+  /* As in transformers' FalconAttention: num_kv_heads counts only with the new decoder
+   * architecture; otherwise multi_query means one KV head, and its absence one per head
+   * (newer transformers write num_kv_heads = heads into falcon-7b's config). */
+  bool has_kv = read_u64(r, k_kv, &a->kv_heads);
+  if (!new_arch || !has_kv) a->kv_heads = (multi_query && !new_arch) ? 1 : a->heads;
 }
 
 static void read_dims(struct reader *r, struct vf_arch *a, const struct type_layout *t) {
@@ -141,7 +150,9 @@ static void read_dims(struct reader *r, struct vf_arch *a, const struct type_lay
   require_u64(r, k_heads, &a->heads);
   require_u64(r, k_vocab, &a->vocab);
   if (!read_u64(r, k_inter, &a->intermediate)) a->intermediate = 4 * a->hidden;
-  if (!read_u64(r, k_pos, &a->max_positions)) a->max_positions = 0;
+  /* A learned position table is as long as max_positions: without it the size is unknown. */
+  if (t->learned_positions) require_u64(r, k_pos, &a->max_positions);
+  else if (!read_u64(r, k_pos, &a->max_positions)) a->max_positions = 0;
   if (t->family == VF_FAMILY_FALCON) falcon_variant(r, a);
   else if (!read_u64(r, k_kv, &a->kv_heads)) a->kv_heads = a->heads;
   if (!read_u64(r, k_head_dim, &a->head_dim) && a->heads) {

@@ -129,7 +129,7 @@ static int safetensors_files(struct vf_model *m, const char *dir, struct vf_diag
     sprintf(files[n++], "%s/%s", dir, e->d_name);
   }
   closedir(dh);
-  if (!rc) qsort(files, n, sizeof *files, cmp_str);
+  if (!rc && n) qsort(files, n, sizeof *files, cmp_str); /* files is NULL when n is 0 */
   for (size_t i = 0; i < n && !rc; i++) rc = vf_safetensors_read(m, files[i], d);
   for (size_t i = 0; i < n; i++) free(files[i]);
   free(files);
