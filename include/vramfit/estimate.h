@@ -32,12 +32,18 @@ int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 struct vf_profile {
   char name[32];
   enum vf_attention default_attention;
-  /* Copies a norm keeps for backward, in bytes per element: {4, 0} is an fp32 up-cast
-   * plus the output in the compute dtype (0 stands for the compute dtype's size). */
+  /* Copies a norm keeps for backward, in bytes per element (0 stands for the compute
+   * dtype's size): always, and in addition when the norm's weight is trainable. */
   uint32_t rms_norm_saves[4], n_rms_norm_saves;
+  uint32_t rms_norm_weight_saves[4], n_rms_norm_weight_saves;
   uint32_t layer_norm_saves[4], n_layer_norm_saves;
   bool gqa_expand;          /* K/V repeated to all heads before attention */
-  uint32_t attn_out_copies; /* attention output and the o_proj input copy */
+  uint32_t attn_out_copies; /* copies of the attention output kept when o_proj trains */
+  bool fused_qkv;           /* one q,k,v projection (and one LoRA branch) per layer */
+  bool qkv_view_kept;       /* V stays a view of the fused q,k,v output, keeping all of it */
+  bool softcap_eager;       /* attention score soft-capping forces the eager path */
+  bool untie_embeddings;    /* a separate output head even where the config ties it */
+  uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
   bool rope_copies;         /* q and k rotated into new tensors */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
   /* Loss: bytes per logit alive after the forward (e.g. 2 + 4 + 4: logits, fp32 up-cast,
@@ -49,7 +55,6 @@ struct vf_profile {
   bool foreach_optimizer; /* multi-tensor optimizer step: one state-sized temporary */
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
-  bool qlora_compute_fp32; /* 4-bit layers cast their input to fp32 */
   bool quantize_head;      /* the output head is quantized along with the blocks */
 };
 

@@ -80,6 +80,7 @@ struct vf_arch {
   double rotary_fraction;        /* share of head_dim that is rotated; 0 without RoPE */
   uint64_t sliding_window;       /* 0 when attention is global */
   double final_logit_softcap;    /* 0 when off (gemma2 caps logits) */
+  double attn_logit_softcap;     /* 0 when off (gemma2 caps attention scores) */
   enum vf_dtype dtype;           /* torch_dtype of the released weights */
 };
 

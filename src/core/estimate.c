@@ -45,6 +45,7 @@ struct ctx {
   struct dims d;
   uint64_t layers; /* layers replayed */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
+  bool base_trainable; /* the model's own weights train (full fine-tuning) */
   struct builder b;
 };
 
@@ -97,46 +98,72 @@ static void release(struct ctx *x, struct saved *sv) {
   sv->n = 0;
 }
 
+static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
+  for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
+}
+
+/* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
+ * projection after it keeps the norm's output as its own input. */
 static void norm_saves(struct ctx *x, struct saved *sv) {
-  bool rms = x->m->arch.norm == VF_NORM_RMS;
-  const uint32_t *saves = rms ? x->p->rms_norm_saves : x->p->layer_norm_saves;
-  uint32_t n = rms ? x->p->n_rms_norm_saves : x->p->n_layer_norm_saves;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t bytes = saves[i] ? saves[i] : x->d.c;
-    keep(x, sv, x->d.T * x->d.h * bytes);
+  const struct vf_profile *p = x->p;
+  uint64_t elems = x->d.T * x->d.h;
+  if (x->m->arch.norm == VF_NORM_RMS) {
+    keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
+    if (x->base_trainable) keep_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+  } else {
+    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
+  if (x->base_trainable) keep(x, sv, elems * x->d.c);
 }
 
 static bool lora_method(enum vf_method m) {
   return m == VF_METHOD_LORA || m == VF_METHOD_QLORA || m == VF_METHOD_DORA;
 }
 
-/* A LoRA branch on each adapted projection keeps a dropout mask and copy of its input and
- * the rank-r intermediate; 4-bit weights are dequantized for every matmul. */
-static void adapters(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
+static bool quantized(const struct vf_setup *s) {
+  return s->method == VF_METHOD_QLORA || (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT);
+}
+
+/* The extras around one frozen or adapted projection (in -> out, covering n_targets of the
+ * LoRA target kinds in kind_bits): 4-bit weights are dequantized for every matmul and the
+ * quantized matmul keeps its input; a LoRA branch keeps a dropout mask and copy of its
+ * input and its rank-r intermediate; DoRA builds the merged weight to take its norm. */
+static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
-  if (s->method == VF_METHOD_QLORA || (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT))
+  if (quantized(s)) {
     transient(x, in * out * d->c, VF_CAT_TEMPORARIES);
-  if (x->p->qlora_compute_fp32 && s->method == VF_METHOD_QLORA) keep(x, sv, d->T * in * 4);
-  if (!lora_method(s->method) || !(s->lora_targets & kind_bits)) return;
+    if (x->p->quant_input_bytes) keep(x, sv, d->T * in * x->p->quant_input_bytes);
+  }
+  uint32_t hit = s->lora_targets & kind_bits;
+  if (!lora_method(s->method) || !hit) return;
   if (x->p->lora_dropout) {
     keep(x, sv, d->T * in);
     keep(x, sv, d->T * in * d->c);
   }
-  keep(x, sv, d->T * s->lora_r * d->c);
+  keep(x, sv, d->T * s->lora_r * (uint64_t)__builtin_popcount(hit) * d->c);
   if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, VF_CAT_TEMPORARIES);
 }
 
 #define BIT(k) (1u << (k))
 
+static void qkv_projections(struct ctx *x, struct saved *sv) {
+  const struct dims *d = &x->d;
+  if (x->p->fused_qkv || x->m->arch.fused_qkv) {
+    projection(x, sv, d->h, d->q + 2 * d->kv, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
+    return;
+  }
+  projection(x, sv, d->h, d->q, BIT(VF_KIND_Q));
+  projection(x, sv, d->h, d->kv, BIT(VF_KIND_K));
+  projection(x, sv, d->h, d->kv, BIT(VF_KIND_V));
+}
+
 static void attention_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
-  adapters(x, sv, d->h, d->q, BIT(VF_KIND_Q));
-  adapters(x, sv, d->h, d->kv, BIT(VF_KIND_K));
-  adapters(x, sv, d->h, d->kv, BIT(VF_KIND_V));
+  qkv_projections(x, sv);
+  if (x->p->qkv_view_kept && (x->p->fused_qkv || a->fused_qkv)) keep(x, sv, T * (d->q + d->kv) * c);
   bool expand = x->p->gqa_expand && d->kv < d->q;
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   keep(x, sv, T * d->q * c);
@@ -146,14 +173,17 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, T * d->q * c);
     give(x, k);
     give(x, v);
-  } else {
-    if (sv->n + 2 <= MAX_SAVED) sv->id[sv->n++] = k, sv->id[sv->n++] = v;
+  } else if (sv->n + 2 <= MAX_SAVED) {
+    sv->id[sv->n++] = k;
+    sv->id[sv->n++] = v;
   }
   bool dropout = a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2;
+  uint32_t out_copies = x->base_trainable ? x->p->attn_out_copies : 1;
   if (x->attn == VF_ATTN_EAGER) {
     uint64_t scores = T * d->heads * d->s_kv;
-    uint32_t raw = take(x, scores * (x->p->eager_softmax_fp32 && c < 4 ? 4 : c), VF_CAT_TEMPORARIES);
-    if (x->p->eager_softmax_fp32 && c < 4) keep(x, sv, scores * 4);
+    bool fp32 = x->p->eager_softmax_fp32 && c < 4;
+    uint32_t raw = take(x, scores * (fp32 ? 4 : c), VF_CAT_TEMPORARIES);
+    if (fp32) keep(x, sv, scores * 4);
     keep(x, sv, scores * c);
     give(x, raw);
     if (dropout) {
@@ -161,12 +191,12 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, scores * c);
     }
     transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
-    keep(x, sv, T * d->q * c);
+    if (x->base_trainable) keep(x, sv, T * d->q * c);
   } else {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
-    for (uint32_t i = 0; i < x->p->attn_out_copies; i++) keep(x, sv, T * d->q * c);
+    for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
   }
-  adapters(x, sv, d->q, d->h, BIT(VF_KIND_O));
+  projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
   if (dropout) keep(x, sv, T * d->h);
 }
 
@@ -178,10 +208,12 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
   }
-  adapters(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
-  adapters(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
-  for (int i = 0; i < (a->glu ? 4 : 2); i++) keep(x, sv, T * d->ffn * c);
-  adapters(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
+  if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
+  projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
+  /* Activation input, and for a gated MLP its output and the up projection. */
+  for (int i = 0; i < (a->glu ? 3 : 1); i++) keep(x, sv, T * d->ffn * c);
+  if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
+  projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
 
@@ -281,14 +313,23 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
 
 /* The loss: logits in the compute dtype plus what the loss keeps (fp32 up-cast,
  * log-softmax), and at its backward the gradient buffers of the logits. */
+/* A quantized output head is dequantized whole for each matmul, and keeps its input. */
+static void quantized_head(struct ctx *x, struct saved *sv) {
+  if (!quantized(x->s) || !x->p->quantize_head || x->task != VF_TASK_CAUSAL_LM) return;
+  transient(x, x->d.h * x->d.vocab * x->d.c, VF_CAT_TEMPORARIES);
+  if (sv && x->p->quant_input_bytes) keep(x, sv, x->d.T * x->d.h * x->p->quant_input_bytes);
+}
+
 static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t *n_loss) {
   const struct dims *d = &x->d;
   norm_saves(x, sv);
+  quantized_head(x, sv);
   uint64_t outputs = x->task == VF_TASK_SEQ_CLS ? d->labels * x->s->batch : d->T * d->vocab;
   if (x->task == VF_TASK_MASKED_LM) {
     keep(x, sv, d->T * d->h * d->c * 3);
   }
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 4 * 3 : x->p->logits_forward_bytes;
+  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) per += d->c; /* tanh output */
   loss_ids[(*n_loss)++] = take(x, outputs * per, VF_CAT_TEMPORARIES);
 }
 
@@ -299,6 +340,7 @@ static void head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, s
   uint32_t chunks = x->p->loss_chunks ? x->p->loss_chunks : 1;
   uint32_t grad_logits = take(x, outputs * per / chunks, VF_CAT_TEMPORARIES);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
+  quantized_head(x, NULL);
   layer_grads(x, -1, g);
   give(x, grad_logits);
   for (size_t i = 0; i < n_loss; i++) give(x, loss_ids[i]);
@@ -449,11 +491,15 @@ static void one_step(struct ctx *x, uint32_t *state_id) {
 
 /* ---- Replay ---- */
 
-struct result {
-  uint64_t allocated, reserved;
-  enum vf_phase phase;
+/* The highest points of one phase: allocated bytes, reserved bytes, and at the reserved
+ * high point the live bytes per category. */
+struct phase_peak {
+  uint64_t allocated, reserved, live_at_reserved;
   uint64_t cat[VF_CAT_COUNT];
-  uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+};
+
+struct result {
+  struct phase_peak ph[VF_PHASE_COUNT];
 };
 
 struct live {
@@ -461,48 +507,42 @@ struct live {
   uint8_t cat;
 };
 
-static int replay(const struct builder *b, const struct vf_alloc_conf *conf, struct result *r) {
-  struct vf_allocator a;
-  int rc = vf_allocator_init(&a, conf, 0);
-  if (rc) return rc;
-  struct live *lv = calloc(b->next_id + 1, sizeof *lv);
-  if (!lv) {
-    vf_allocator_cleanup(&a);
-    return VF_ENOMEM;
+static void observe(struct phase_peak *pk, const struct vf_alloc_stats *st, const uint64_t *cat) {
+  if (st->allocated > pk->allocated) pk->allocated = st->allocated;
+  if (st->reserved > pk->reserved || (st->reserved == pk->reserved && st->allocated > pk->live_at_reserved)) {
+    pk->reserved = st->reserved;
+    pk->live_at_reserved = st->allocated;
+    memcpy(pk->cat, cat, sizeof pk->cat);
   }
+}
+
+static int replay(const struct builder *b, const struct vf_alloc_conf *conf, struct vf_allocator *a,
+                  struct result *r) {
+  struct live *lv = calloc(b->next_id + 1, sizeof *lv);
+  if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
   uint64_t cat[VF_CAT_COUNT] = {0};
   enum vf_phase ph = VF_PHASE_SETUP;
   struct vf_alloc_stats st;
+  int rc = 0;
   for (size_t i = 0; i < b->n && !rc; i++) {
     const struct ev *e = &b->ev[i];
+    struct live *l = &lv[e->id];
     if (e->op == OP_PHASE) {
       ph = (enum vf_phase)e->phase;
-      continue;
-    }
-    if (e->op == OP_FREE) {
-      struct live *l = &lv[e->id];
+    } else if (e->op == OP_FREE) {
       cat[l->cat] -= l->bytes;
-      rc = vf_allocator_free(&a, l->block);
-      continue;
-    }
-    struct live *l = &lv[e->id];
-    rc = vf_allocator_malloc(&a, e->bytes, 0, &l->block);
-    l->bytes = vf_alloc_round_size(conf, e->bytes);
-    l->cat = e->cat;
-    cat[e->cat] += l->bytes;
-    vf_allocator_stats(&a, &st);
-    if (st.allocated > r->allocated) r->allocated = st.allocated;
-    if (st.allocated > r->phase_allocated[ph]) r->phase_allocated[ph] = st.allocated;
-    if (st.reserved > r->phase_reserved[ph]) r->phase_reserved[ph] = st.reserved;
-    if (st.reserved > r->reserved || (st.reserved == r->reserved && st.allocated >= r->allocated)) {
-      r->reserved = st.reserved;
-      r->phase = ph;
-      memcpy(r->cat, cat, sizeof cat);
+      rc = vf_allocator_free(a, l->block);
+    } else {
+      rc = vf_allocator_malloc(a, e->bytes, 0, &l->block);
+      l->bytes = vf_alloc_round_size(conf, e->bytes);
+      l->cat = e->cat;
+      cat[e->cat] += l->bytes;
+      vf_allocator_stats(a, &st);
+      observe(&r->ph[ph], &st, cat);
     }
   }
   free(lv);
-  vf_allocator_cleanup(&a);
   return rc;
 }
 
@@ -527,7 +567,8 @@ static void dims_for(struct ctx *x) {
   d->in_flight = s->pp;
 }
 
-static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct result *r) {
+static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct vf_allocator *a,
+               struct result *r) {
   x->layers = layers;
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -539,23 +580,35 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   /* Two steps: optimizer states appear in the first, the second has everything. */
   one_step(x, &state_id);
   one_step(x, &state_id);
-  return x->b.rc ? x->b.rc : replay(&x->b, conf, r);
+  if (x->b.rc) return x->b.rc;
+  vf_allocator_reset(a, conf, 0);
+  return replay(&x->b, conf, a, r);
 }
 
-/* x(L) = x3 + (L - 3) * (x3 - x2), never below x3. */
-static uint64_t extend(uint64_t x2, uint64_t x3, uint64_t extra) {
-  return x3 >= x2 ? x3 + extra * (x3 - x2) : x3;
+/* Within a phase everything grows by the same bytes per layer, so x(L) = xb + k (xb - xa)
+ * where k counts the further layers per layer step. */
+static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
+  return xb >= xa ? xb + (uint64_t)(k * (double)(xb - xa)) : xb;
 }
 
-static void extend_result(const struct result *r2, struct result *r3, uint64_t extra) {
-  r3->allocated = extend(r2->allocated, r3->allocated, extra);
-  r3->reserved = extend(r2->reserved, r3->reserved, extra);
-  for (int c = 0; c < VF_CAT_COUNT; c++) r3->cat[c] = extend(r2->cat[c], r3->cat[c], extra);
+/* Live bytes extend linearly; the allocator's cached and fragmented bytes do not (they
+ * come from the transient shapes around the peak), so the replayed slack is kept. */
+static void extend_result(const struct result *ra, struct result *rb, double k) {
   for (int p = 0; p < VF_PHASE_COUNT; p++) {
-    r3->phase_allocated[p] = extend(r2->phase_allocated[p], r3->phase_allocated[p], extra);
-    r3->phase_reserved[p] = extend(r2->phase_reserved[p], r3->phase_reserved[p], extra);
+    const struct phase_peak *a = &ra->ph[p];
+    struct phase_peak *b = &rb->ph[p];
+    uint64_t slack = b->reserved - b->live_at_reserved;
+    b->allocated = extend(a->allocated, b->allocated, k);
+    b->live_at_reserved = extend(a->live_at_reserved, b->live_at_reserved, k);
+    for (int c = 0; c < VF_CAT_COUNT; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
+    b->reserved = b->live_at_reserved + slack;
+    if (b->reserved < b->allocated) b->reserved = b->allocated;
   }
 }
+
+/* Layer counts replayed: past the first and last layers, whose neighbours differ. */
+#define REPLAY_A 3
+#define REPLAY_B 4
 
 static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
   if (t != VF_TASK_AUTO) return t;
@@ -563,17 +616,22 @@ static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
 }
 
 static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
-  out->allocated_peak = r->allocated;
-  out->reserved_peak = r->reserved;
-  out->peak_phase = r->phase;
-  memcpy(out->by_category, r->cat, sizeof r->cat);
+  enum vf_phase top = VF_PHASE_SETUP;
+  for (int p = 0; p < VF_PHASE_COUNT; p++) {
+    const struct phase_peak *pk = &r->ph[p];
+    if (pk->allocated > out->allocated_peak) out->allocated_peak = pk->allocated;
+    if (pk->reserved >= r->ph[top].reserved) top = (enum vf_phase)p;
+    out->phase_allocated[p] = pk->allocated;
+    out->phase_reserved[p] = pk->reserved;
+  }
+  const struct phase_peak *pk = &r->ph[top];
+  out->reserved_peak = pk->reserved;
+  out->peak_phase = top;
   uint64_t live = 0;
-  for (int c = 0; c < VF_CAT_COUNT; c++) live += r->cat[c];
-  out->allocator_slack = r->reserved > live ? r->reserved - live : 0;
+  for (int c = 0; c < VF_CAT_COUNT; c++) live += out->by_category[c] = pk->cat[c];
+  out->allocator_slack = pk->reserved > live ? pk->reserved - live : 0;
   out->context = s->context_bytes;
   out->device_peak = live + out->allocator_slack + out->context;
-  memcpy(out->phase_allocated, r->phase_allocated, sizeof r->phase_allocated);
-  memcpy(out->phase_reserved, r->phase_reserved, sizeof r->phase_reserved);
 }
 
 int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
@@ -584,23 +642,29 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   struct vf_params ps;
   struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = task_for(m, s->task)};
   x.attn = s->attention != VF_ATTN_DEFAULT ? s->attention : p->default_attention;
+  if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
+  x.base_trainable = s->method == VF_METHOD_FULL;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
-  struct result r3, r2;
-  if (layers <= 3) {
-    rc = run(&x, layers, alloc, &r3);
-  } else {
-    rc = run(&x, 2, alloc, &r2);
-    if (!rc) rc = run(&x, 3, alloc, &r3);
-    if (!rc) extend_result(&r2, &r3, layers - 3);
+  struct result ra, rb;
+  struct vf_allocator a;
+  if (!(rc = vf_allocator_init(&a, alloc, 0))) {
+    if (layers <= REPLAY_B) {
+      rc = run(&x, layers, alloc, &a, &rb);
+    } else {
+      rc = run(&x, REPLAY_A, alloc, &a, &ra);
+      if (!rc) rc = run(&x, REPLAY_B, alloc, &a, &rb);
+      if (!rc) extend_result(&ra, &rb, (double)(layers - REPLAY_B) / (REPLAY_B - REPLAY_A));
+    }
+    vf_allocator_cleanup(&a);
   }
   free(x.b.ev);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);
   if (rc) return rc;
-  fill(out, &r3, s);
+  fill(out, &rb, s);
   return 0;
 }
 

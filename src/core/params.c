@@ -101,6 +101,23 @@ static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf
   return 0;
 }
 
+/* Frameworks that copy a tied embedding into a separate lm_head train and store both. */
+static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
+                           const struct vf_profile *pr, enum vf_quant q, uint32_t adapter_wb) {
+  const struct vf_arch *a = &m->arch;
+  bool full = s->method == VF_METHOD_FULL;
+  struct vf_param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
+                          .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
+  head.bytes = head.numel * vf_precision_bytes(s->weights);
+  if (pr->quantize_head && q != VF_QUANT_NONE && !full) head.bytes = quantized_bytes(q, head.numel);
+  ps->total += a->vocab * a->hidden;
+  if (full) ps->trainable += a->vocab * a->hidden;
+  int rc = push(ps, &head);
+  if (!rc && lora_like(s->method) && (s->lora_targets & (1u << VF_KIND_HEAD)))
+    rc = add_adapter(ps, s, -1, head.in, head.out, adapter_wb);
+  return rc;
+}
+
 int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
                     const struct vf_profile *pr, enum vf_task task) {
   memset(ps, 0, sizeof *ps);
@@ -141,6 +158,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     }
     rc = add_adapter(ps, s, t->layer, p.in, out / s->tp, adapter_wb);
   }
+  if (!rc && pr->untie_embeddings && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
+    rc = add_untied_head(ps, m, s, pr, q, adapter_wb);
   if (!rc && (s->method == VF_METHOD_ADAPTER || s->method == VF_METHOD_ADAPTER_V2)) {
     /* Adapter prompts (10 tokens per layer) and, for v2, a bias and scale per projection. */
     for (uint64_t l = 0; l < m->arch.layers && !rc; l++) {

@@ -181,6 +181,7 @@ static void read_switches(struct reader *r, struct vf_arch *a, const struct type
   }
   a->rotary_fraction = read_real(r, "partial_rotary_factor", a->rotary_fraction);
   a->final_logit_softcap = read_real(r, "final_logit_softcapping", 0.0);
+  a->attn_logit_softcap = read_real(r, "attn_logit_softcapping", 0.0);
   json_t *dt = json_object_get(r->root, "torch_dtype");
   if (!dt) dt = json_object_get(r->root, "dtype");
   enum vf_dtype parsed;

@@ -25,6 +25,7 @@ struct field {
 static const struct field fields[] = {
     FIELD("default_attention", F_ATTENTION, default_attention),
     LIST("rms_norm_saves", rms_norm_saves, n_rms_norm_saves),
+    LIST("rms_norm_weight_saves", rms_norm_weight_saves, n_rms_norm_weight_saves),
     LIST("layer_norm_saves", layer_norm_saves, n_layer_norm_saves),
     FIELD("gqa_expand", F_BOOL, gqa_expand),
     FIELD("attn_out_copies", F_U32, attn_out_copies),
@@ -38,7 +39,11 @@ static const struct field fields[] = {
     FIELD("foreach_optimizer", F_BOOL, foreach_optimizer),
     FIELD("master_weights", F_BOOL, master_weights),
     FIELD("selective_keep", F_DOUBLE, selective_keep),
-    FIELD("qlora_compute_fp32", F_BOOL, qlora_compute_fp32),
+    FIELD("fused_qkv", F_BOOL, fused_qkv),
+    FIELD("qkv_view_kept", F_BOOL, qkv_view_kept),
+    FIELD("softcap_eager", F_BOOL, softcap_eager),
+    FIELD("untie_embeddings", F_BOOL, untie_embeddings),
+    FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("quantize_head", F_BOOL, quantize_head),
 };
 
