@@ -1,0 +1,191 @@
+/* Watching real GPUs: NVML sampling, the process tree of a watched command, memory-trend
+ * and under-use analysis, and reading out-of-memory reports in training logs. */
+#ifndef VRAMFIT_MONITOR_H
+#define VRAMFIT_MONITOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "vramfit/error.h"
+#include "vramfit/gpu.h"
+
+/* ---- NVML ------------------------------------------------------------------------------- */
+
+#define VF_GPU_MAX_PROCS 64
+#define VF_BYTES_UNKNOWN UINT64_MAX
+
+/* Which fields of a sample hold a value: a driver may not support some on some boards. */
+enum {
+  VF_FIELD_MEMORY = 1u << 0,   /* total, used, free */
+  VF_FIELD_RESERVED = 1u << 1, /* reserved (only from the v2 memory call) */
+  VF_FIELD_UTIL = 1u << 2,
+  VF_FIELD_TEMP = 1u << 3,
+  VF_FIELD_POWER = 1u << 4,
+  VF_FIELD_POWER_LIMIT = 1u << 5,
+  VF_FIELD_PROCS = 1u << 6,
+};
+
+struct vf_gpu_proc {
+  uint32_t pid;
+  uint64_t used_bytes; /* VF_BYTES_UNKNOWN when the driver does not say (WSL2, WDDM) */
+  char name[64];       /* command name; "" when the process is not visible here */
+};
+
+struct vf_gpu_sample {
+  unsigned index;
+  char name[96], uuid[96];
+  int cc_major, cc_minor; /* 0.0 when unknown */
+  unsigned fields;        /* VF_FIELD_* */
+  uint64_t total_bytes, used_bytes, free_bytes, reserved_bytes;
+  unsigned util_gpu, util_memory; /* percent */
+  unsigned temperature_c;
+  unsigned power_mw, power_limit_mw;
+  size_t nprocs;
+  struct vf_gpu_proc procs[VF_GPU_MAX_PROCS];
+};
+
+struct vf_nvml; /* a loaded, initialised NVML */
+
+/* Loads $VRAMFIT_NVML or libnvidia-ml.so.1 and initialises it. VF_ENODRIVER (d says why in
+ * one sentence) when there is no library or no driver. */
+int vf_nvml_open(struct vf_nvml **out, struct vf_diag *d);
+void vf_nvml_close(struct vf_nvml *n);
+
+/* GPUs NVML counts, including ones that later fail to answer. */
+unsigned vf_nvml_count(const struct vf_nvml *n);
+/* Driver version ("550.54.15") and CUDA driver version (12040); "" and 0 when unknown. */
+void vf_nvml_driver(const struct vf_nvml *n, char *version, size_t size, int *cuda_version);
+
+/* One reading of GPU index. A field the driver refuses is left out of s->fields; VF_EIO
+ * only when the GPU cannot be reached at all (the others still can). */
+int vf_nvml_sample(struct vf_nvml *n, unsigned index, struct vf_gpu_sample *s);
+
+/* The NVML index of a CUDA_VISIBLE_DEVICES entry: an index, or a (prefix of a) "GPU-" UUID.
+ * VF_ENOTFOUND when no GPU matches. */
+int vf_nvml_find(struct vf_nvml *n, const char *entry, unsigned *index);
+
+/* The GPU a training run would get: the first CUDA_VISIBLE_DEVICES entry, else GPU 0, as a
+ * spec (capacity = total, free_bytes, compute capability; rates from the catalogue when the
+ * driver's name matches an entry). VF_ENODRIVER without NVML, VF_ENOTFOUND when
+ * CUDA_VISIBLE_DEVICES hides every GPU or names none that exists. */
+int vf_gpu_detect(struct vf_gpu_spec *out, struct vf_diag *d);
+
+/* ---- processes -------------------------------------------------------------------------- */
+
+/* The command name of pid ("python3"); VF_ENOTFOUND when it is gone or not visible. */
+int vf_proc_name(pid_t pid, char *buf, size_t size);
+
+/* Whether pid is root or one of root's descendants, right now. */
+bool vf_proc_in_tree(pid_t pid, pid_t root);
+
+struct vf_child {
+  pid_t pid;
+  int out_fd, err_fd; /* read ends of the child's stdout/stderr, or -1 when inherited */
+  int pidfd;          /* readable when the child exits; -1 where unsupported */
+};
+
+/* Starts argv[0] (searched in PATH) in our process group, so a terminal's Ctrl-C reaches it
+ * as it would without vramfit. capture: its stdout and stderr go to pipes; null_stdin: its
+ * stdin is /dev/null. VF_ENOCMD when the command cannot be found or run. */
+int vf_child_spawn(char *const argv[], bool capture, bool null_stdin, struct vf_child *c,
+                   struct vf_diag *d);
+/* Non-blocking (block = false) or blocking reap. Returns 1 with the exit code in *code
+ * (128 + signal for a killed child, as shells report it), 0 while it runs. */
+int vf_child_wait(struct vf_child *c, bool block, int *code);
+/* Passes a signal on to the child. */
+void vf_child_signal(const struct vf_child *c, int sig);
+void vf_child_close(struct vf_child *c);
+
+/* ---- trends ----------------------------------------------------------------------------- */
+
+struct vf_trend_config {
+  double warmup_s;          /* ignore the first seconds: the allocator's staircase */
+  double window_s;          /* judge the trend over the most recent seconds */
+  double min_slope_bps;     /* growth slower than this (bytes/s) is never a leak */
+  double plateau_fraction;  /* the most recent fraction of the window that, flat, clears */
+};
+
+/* Defaults: 120 s warm-up, 600 s window, 1 MiB/min, plateau over the last 30%. */
+void vf_trend_config_default(struct vf_trend_config *c);
+
+enum vf_trend_state {
+  VF_TREND_WARMUP,  /* not enough history after warm-up */
+  VF_TREND_STEADY,  /* flat, or steps that stopped */
+  VF_TREND_GROWING, /* steady growth: a leak */
+};
+
+struct vf_trend {
+  enum vf_trend_state state;
+  double slope_bps;   /* Theil-Sen slope over the window, bytes/s */
+  double seconds_to_full; /* headroom / slope; < 0 when not growing */
+};
+
+/* Judges a memory series (t seconds ascending, v bytes) given the bytes still free on the
+ * GPU. Pure: no allocation, any n; t[0] is taken as the start of the process. */
+void vf_trend_analyze(const double *t, const double *v, size_t n, double headroom_bytes,
+                      const struct vf_trend_config *c, struct vf_trend *out);
+
+struct vf_underuse {
+  bool flagged;       /* low for the whole window */
+  double util_mean;   /* percent */
+  double power_ratio; /* mean draw / limit; < 0 when power is unknown */
+};
+
+/* Utilization (percent) and power ratio (draw/limit, or < 0 unknown) over the last window_s:
+ * flagged when the samples span the whole window, mean utilization is below 30% and, where
+ * power is known, mean draw below 40% of the limit. */
+void vf_underuse_analyze(const double *t, const double *util, const double *power_ratio,
+                         size_t n, double window_s, struct vf_underuse *out);
+
+/* ---- out-of-memory reports in logs -------------------------------------------------------- */
+
+/* The words 'vramfit watch' puts in its leak warnings, which vf_oom_parse looks for. */
+#define VF_LEAK_WARNING "memory keeps growing"
+
+enum vf_oom_source {
+  VF_OOM_NONE,
+  VF_OOM_PYTORCH,    /* the caching allocator's "CUDA out of memory. Tried to allocate" */
+  VF_OOM_CUDA,       /* a raw CUDA call: "CUDA error: out of memory", CUDA_ERROR_OUT_OF_MEMORY */
+  VF_OOM_CUBLAS,     /* CUBLAS_STATUS_ALLOC_FAILED */
+  VF_OOM_CUDNN,      /* cuDNN status errors that are often memory in disguise */
+  VF_OOM_NCCL,       /* NCCL "Cuda failure 'out of memory'" */
+  VF_OOM_JAX,        /* XLA RESOURCE_EXHAUSTED */
+  VF_OOM_TENSORFLOW, /* ResourceExhaustedError / OOM when allocating tensor */
+  VF_OOM_HOST,       /* host RAM: DefaultCPUAllocator */
+};
+
+/* Unknown numbers are VF_BYTES_UNKNOWN. */
+struct vf_oom_report {
+  enum vf_oom_source source;
+  bool certain;   /* false: a status that is often, not always, an OOM (cuDNN, cuBLAS) */
+  int line;       /* 1-based line of the report */
+  int gpu;        /* device index, -1 when not said */
+  unsigned count; /* OOM reports in the log */
+  unsigned progress_lines; /* training-progress lines (steps, epochs) before the report */
+  bool leak_warning; /* a 'vramfit watch' leak warning (VF_LEAK_WARNING) is in the log */
+  char excerpt[320]; /* the report's first line, trimmed */
+  uint64_t tried_bytes, capacity_bytes, free_bytes, process_bytes;
+  uint64_t allocated_bytes, reserved_unallocated_bytes;
+  uint64_t other_process_bytes; /* sum of other processes the message lists */
+};
+
+/* Finds the first certain out-of-memory report in a log (else the first likely one) and reads
+ * its numbers. Returns 0 with source VF_OOM_NONE when there is none. Pure. */
+int vf_oom_parse(const char *text, size_t len, struct vf_oom_report *out);
+
+enum vf_oom_cause {
+  VF_OOM_CAUSE_UNKNOWN,
+  VF_OOM_CAUSE_FRAGMENTATION, /* reserved-but-unallocated could have held the request */
+  VF_OOM_CAUSE_OTHER_PROCESS, /* memory held outside this process */
+  VF_OOM_CAUSE_LEAK,          /* ran for a while, then ran out asking for little */
+  VF_OOM_CAUSE_TOO_LARGE,     /* the setting needs more than the GPU has */
+};
+
+/* The most likely cause of a parsed report. Pure. */
+enum vf_oom_cause vf_oom_cause(const struct vf_oom_report *r);
+/* "PyTorch", "cuBLAS", ... */
+const char *vf_oom_source_name(enum vf_oom_source s);
+
+#endif

@@ -1,0 +1,119 @@
+/* Memory trends of a watched process, and GPU under-use. PyTorch's caching allocator makes
+ * a process's memory a staircase: steps while segments are first reserved, then a plateau.
+ * A leak is growth that goes on after warm-up, so the judgement is a robust (Theil-Sen)
+ * slope over a recent window, cleared when the end of that window is flat. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "vramfit/monitor.h"
+
+#define BUCKETS 48
+#define MIB 1048576.0
+#define FLAT_BYTES (2 * MIB)    /* NVML's per-process figure moves in 2 MiB pages */
+#define LOW_UTIL_PERCENT 30.0
+#define LOW_POWER_RATIO 0.40
+
+void vf_trend_config_default(struct vf_trend_config *c) {
+  c->warmup_s = 120;
+  c->window_s = 600;
+  c->min_slope_bps = MIB / 60;
+  c->plateau_fraction = 0.3;
+}
+
+struct points {
+  size_t n;
+  double t[BUCKETS], v[BUCKETS];
+};
+
+/* Averages the samples in [from, to] into at most BUCKETS equal-time points, which keeps
+ * the pairwise slopes cheap however fast the sampling. */
+static void bucket(const double *t, const double *v, size_t n, double from, double to,
+                   struct points *p) {
+  double sum_t[BUCKETS] = {0}, sum_v[BUCKETS] = {0};
+  size_t count[BUCKETS] = {0};
+  double width = (to - from) / BUCKETS;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i] < from) continue;
+    size_t b = width > 0 ? (size_t)((t[i] - from) / width) : 0;
+    if (b >= BUCKETS) b = BUCKETS - 1;
+    sum_t[b] += t[i];
+    sum_v[b] += v[i];
+    count[b]++;
+  }
+  p->n = 0;
+  for (size_t b = 0; b < BUCKETS; b++)
+    if (count[b]) {
+      p->t[p->n] = sum_t[b] / (double)count[b];
+      p->v[p->n++] = sum_v[b] / (double)count[b];
+    }
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of the slopes between every pair of points. */
+static double theil_sen(const struct points *p) {
+  double slopes[BUCKETS * (BUCKETS - 1) / 2];
+  size_t k = 0;
+  for (size_t i = 0; i < p->n; i++)
+    for (size_t j = i + 1; j < p->n; j++)
+      if (p->t[j] > p->t[i]) slopes[k++] = (p->v[j] - p->v[i]) / (p->t[j] - p->t[i]);
+  if (k == 0) return 0;
+  qsort(slopes, k, sizeof *slopes, by_value);
+  return k % 2 ? slopes[k / 2] : (slopes[k / 2 - 1] + slopes[k / 2]) / 2;
+}
+
+/* The points after `since` stay within a band a leak at the threshold would leave. */
+static bool flat_since(const struct points *p, double since, double min_slope) {
+  double lo = INFINITY, hi = -INFINITY, first = INFINITY, last = since;
+  for (size_t i = 0; i < p->n; i++) {
+    if (p->t[i] < since) continue;
+    lo = fmin(lo, p->v[i]);
+    hi = fmax(hi, p->v[i]);
+    first = fmin(first, p->t[i]);
+    last = p->t[i];
+  }
+  if (!(hi >= lo)) return false;
+  return hi - lo <= fmax(FLAT_BYTES, 0.5 * min_slope * (last - first));
+}
+
+void vf_trend_analyze(const double *t, const double *v, size_t n, double headroom_bytes,
+                      const struct vf_trend_config *c, struct vf_trend *out) {
+  *out = (struct vf_trend){.state = VF_TREND_WARMUP, .seconds_to_full = -1};
+  if (n < 2) return;
+  double end = t[n - 1], from = fmax(t[0] + c->warmup_s, end - c->window_s);
+  if (end - from < c->window_s / 2) return;
+  struct points p;
+  bucket(t, v, n, from, end, &p);
+  if (p.n < 8) return;
+  out->state = VF_TREND_STEADY;
+  out->slope_bps = theil_sen(&p);
+  if (out->slope_bps < c->min_slope_bps) return;
+  if (flat_since(&p, end - c->plateau_fraction * (end - from), c->min_slope_bps)) return;
+  out->state = VF_TREND_GROWING;
+  out->seconds_to_full = headroom_bytes > 0 ? headroom_bytes / out->slope_bps : 0;
+}
+
+void vf_underuse_analyze(const double *t, const double *util, const double *power_ratio,
+                         size_t n, double window_s, struct vf_underuse *out) {
+  *out = (struct vf_underuse){.power_ratio = -1};
+  if (n == 0) return;
+  double from = t[n - 1] - window_s, util_sum = 0, power_sum = 0;
+  size_t count = 0, power_count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i] < from) continue;
+    util_sum += util[i];
+    count++;
+    if (power_ratio[i] >= 0) {
+      power_sum += power_ratio[i];
+      power_count++;
+    }
+  }
+  out->util_mean = util_sum / (double)count;
+  if (power_count) out->power_ratio = power_sum / (double)power_count;
+  bool covered = t[0] <= from;
+  bool low_power = out->power_ratio < 0 || out->power_ratio < LOW_POWER_RATIO;
+  out->flagged = covered && out->util_mean < LOW_UTIL_PERCENT && low_power;
+}
