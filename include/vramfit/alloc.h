@@ -78,7 +78,8 @@ struct vf_allocator {
   struct vf_alloc_state *state;
 };
 
-/* capacity_bytes: what the allocator may reserve; 0 is unlimited. VF_ENOMEM. */
+/* capacity_bytes: what the allocator may reserve; 0 is unlimited (above 1 PiB counts as
+ * 1 PiB). VF_ENOMEM. */
 int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
                       uint64_t capacity_bytes);
 /* Empties the allocator for a new replay, keeping its buffers (no host allocation). */
@@ -89,7 +90,8 @@ void vf_allocator_cleanup(struct vf_allocator *a);
 /* Allocates bytes on a stream as PyTorch would, setting *block_id (never 0; 0 for a
  * 0-byte request, which takes no memory). When nothing fits it retries as PyTorch does
  * (free oversize cached blocks, then every unsplit cached block) and then returns
- * VF_ERANGE, counting an OOM and leaving live blocks untouched. VF_ENOMEM: host memory. */
+ * VF_ERANGE, counting an OOM and leaving live blocks untouched; so does a request above
+ * 1 PiB. VF_ERANGE also when a 1025th distinct stream is used. VF_ENOMEM: host memory. */
 int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
                         uint64_t *block_id);
 /* Frees a live block (0 is a no-op); VF_EINVAL for an unknown or already freed id. */

@@ -12,8 +12,8 @@
 #define VF_ALLOC_LARGE_BUFFER (20 * VF_MIB)      /* kLargeBuffer: default large segment */
 #define VF_ALLOC_MIN_LARGE_ALLOC (10 * VF_MIB)   /* kMinLargeAlloc */
 #define VF_ALLOC_ROUND_LARGE (2 * VF_MIB)        /* kRoundLarge */
-/* Requests above this are refused before any rounding can overflow. */
-#define VF_ALLOC_MAX_REQUEST (UINT64_C(1) << 60)
+/* Requests above 1 PiB are refused: no device has that, and no rounding can overflow. */
+#define VF_ALLOC_MAX_REQUEST (UINT64_C(1) << 50)
 
 static inline uint64_t vf_alloc_round_up(uint64_t v, uint64_t step) {
   return (v + step - 1) / step * step;

@@ -21,20 +21,26 @@ enum { POOL_SMALL, POOL_LARGE };
 
 /* Address space reserved per expandable segment when the capacity is unlimited. */
 #define XSEG_UNLIMITED_SPAN (UINT64_C(1) << 46)
+/* Set keys pack (stream index, size) into one word so best fit is one integer search:
+ * sizes stay below 2^51 (requests and capacity are capped at 2^50), 4096 streams fit. */
+#define SIZE_BITS 52
+#define SIZE_MASK ((UINT64_C(1) << SIZE_BITS) - 1)
+#define MAX_STREAMS 1024
+#define MAX_CAPACITY (UINT64_C(1) << 50)
 
 struct blk {
   uint64_t addr, size, requested;
   uint64_t gc_base; /* pool's get_free_block count when the block was cached */
   uint32_t prev, next; /* neighbours in the segment; next doubles as free-list link */
-  uint32_t stream;
+  uint32_t sid;      /* dense index of the stream (see stream_index) */
   uint32_t gen;      /* bumped when the record is recycled, so stale ids are refused */
   uint32_t xseg;     /* expandable segment index, NIL for a cudaMalloc'd segment */
   uint8_t pool, allocated, mapped;
 };
 
 struct key {
-  uint64_t size, addr;
-  uint32_t stream, blk;
+  uint64_t hi; /* stream index << SIZE_BITS | size; equal keys are ordered by address */
+  uint32_t blk;
 };
 
 struct set {
@@ -52,6 +58,7 @@ struct vf_alloc_state {
   uint64_t allowed;    /* the per-process fraction of capacity */
   bool set_fraction;   /* a fraction below 1 is in force: enables garbage collection */
   bool expandable;     /* expandable segments (or the async backend they stand for) */
+  bool plain_rounding; /* no power-of-two divisions: sizes are 512-byte multiples */
   struct blk *blk;
   uint32_t nblk, cap, free_head, nfree;
   struct set blocks[NPOOLS], unmapped[NPOOLS];
@@ -60,6 +67,8 @@ struct vf_alloc_state {
   uint32_t nxseg, capxseg;
   uint64_t next_addr;
   uint64_t gc_calls[NPOOLS];
+  uint32_t streams[MAX_STREAMS]; /* stream ids by dense index */
+  uint32_t nstreams, last_sid;
   struct vf_alloc_stats st;
 };
 
@@ -94,7 +103,7 @@ static int reserve(struct vf_alloc_state *s, uint32_t need) {
 }
 
 static uint32_t new_blk(struct vf_alloc_state *s, uint64_t addr, uint64_t size, int pool,
-                        uint32_t stream, uint32_t xseg) {
+                        uint32_t sid, uint32_t xseg) {
   uint32_t i;
   if (s->free_head != NIL) {
     i = s->free_head;
@@ -106,7 +115,7 @@ static uint32_t new_blk(struct vf_alloc_state *s, uint64_t addr, uint64_t size, 
   }
   struct blk *b = &s->blk[i];
   uint32_t gen = b->gen;
-  *b = (struct blk){.addr = addr, .size = size, .prev = NIL, .next = NIL, .stream = stream,
+  *b = (struct blk){.addr = addr, .size = size, .prev = NIL, .next = NIL, .sid = sid,
                     .gen = gen, .xseg = xseg, .pool = (uint8_t)pool, .mapped = 1};
   return i;
 }
@@ -122,27 +131,43 @@ static bool is_split(const struct blk *b) { return b->prev != NIL || b->next != 
 
 /* ---- ordered sets: (stream, size, address) ---- */
 
-static bool key_less(const struct key *a, uint32_t stream, uint64_t size, uint64_t addr) {
-  if (a->stream != stream) return a->stream < stream;
-  if (a->size != size) return a->size < size;
-  return a->addr < addr;
-}
+static uint64_t pack(uint32_t sid, uint64_t size) { return (uint64_t)sid << SIZE_BITS | size; }
+static uint32_t key_sid(const struct key *k) { return (uint32_t)(k->hi >> SIZE_BITS); }
+static uint64_t key_size(const struct key *k) { return k->hi & SIZE_MASK; }
 
-static uint32_t lower_bound(const struct set *t, uint32_t stream, uint64_t size,
-                            uint64_t addr) {
-  uint32_t lo = 0, hi = t->n;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (key_less(&t->k[mid], stream, size, addr)) lo = mid + 1;
-    else hi = mid;
+/* First entry whose (stream, size) is not below hi; branch-free, as the outcome of each
+ * comparison is unpredictable. */
+static uint32_t lower_bound(const struct set *t, uint64_t hi) {
+  if (t->n == 0) return 0;
+  const struct key *base = t->k;
+  uint32_t n = t->n;
+  while (n > 1) {
+    uint32_t half = n / 2;
+    base = base[half - 1].hi < hi ? base + half : base;
+    n -= half;
   }
-  return lo;
+  return (uint32_t)(base - t->k) + (base->hi < hi);
 }
 
-static void set_insert(struct set *t, const struct blk *b, uint32_t i) {
-  uint32_t at = lower_bound(t, b->stream, b->size, b->addr);
+/* Where block i belongs: after the equal keys of lower addresses. */
+static uint32_t insert_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
+  const struct blk *b = &s->blk[i];
+  uint64_t hi = pack(b->sid, b->size);
+  uint32_t at = lower_bound(t, hi);
+  while (at < t->n && t->k[at].hi == hi && s->blk[t->k[at].blk].addr < b->addr) at++;
+  return at;
+}
+
+static uint32_t find_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
+  uint32_t at = lower_bound(t, pack(s->blk[i].sid, s->blk[i].size));
+  while (t->k[at].blk != i) at++;
+  return at;
+}
+
+static void set_insert(const struct vf_alloc_state *s, struct set *t, uint32_t i) {
+  uint32_t at = insert_pos(s, t, i);
   memmove(&t->k[at + 1], &t->k[at], (t->n - at) * sizeof *t->k);
-  t->k[at] = (struct key){.size = b->size, .addr = b->addr, .stream = b->stream, .blk = i};
+  t->k[at] = (struct key){.hi = pack(s->blk[i].sid, s->blk[i].size), .blk = i};
   t->n++;
 }
 
@@ -151,8 +176,22 @@ static void set_remove_at(struct set *t, uint32_t at) {
   t->n--;
 }
 
-static void set_remove(struct set *t, const struct blk *b) {
-  set_remove_at(t, lower_bound(t, b->stream, b->size, b->addr));
+static void set_remove(const struct vf_alloc_state *s, struct set *t, uint32_t i) {
+  set_remove_at(t, find_pos(s, t, i));
+}
+
+/* Replaces the entry at `from` by block i's key, shifting only the entries in between:
+ * a split or merge moves a block a few places, not across the whole set twice. */
+static void set_move(const struct vf_alloc_state *s, struct set *t, uint32_t from, uint32_t i) {
+  t->k[from].blk = i; /* an equal key then ties with itself and stays put */
+  uint32_t to = insert_pos(s, t, i);
+  if (to > from) {
+    to--;
+    memmove(&t->k[from], &t->k[from + 1], (to - from) * sizeof *t->k);
+  } else {
+    memmove(&t->k[to + 1], &t->k[to], (from - to) * sizeof *t->k);
+  }
+  t->k[to] = (struct key){.hi = pack(s->blk[i].sid, s->blk[i].size), .blk = i};
 }
 
 static struct set *home(struct vf_alloc_state *s, const struct blk *b) {
@@ -161,9 +200,8 @@ static struct set *home(struct vf_alloc_state *s, const struct blk *b) {
 
 /* insert_into_blocks: caching a block also starts its garbage-collection age. */
 static void cache_blk(struct vf_alloc_state *s, uint32_t i) {
-  struct blk *b = &s->blk[i];
-  b->gc_base = s->gc_calls[b->pool];
-  set_insert(&s->blocks[b->pool], b, i);
+  s->blk[i].gc_base = s->gc_calls[s->blk[i].pool];
+  set_insert(s, &s->blocks[s->blk[i].pool], i);
 }
 
 /* ---- statistics ---- */
@@ -200,12 +238,13 @@ static uint64_t bump_addr(struct vf_alloc_state *s, uint64_t span, uint64_t alig
 
 /* ---- merging and releasing ---- */
 
-/* Absorbs a free neighbour with the same mapping state into dst (not in any set). */
-static uint64_t try_merge(struct vf_alloc_state *s, uint32_t dst, uint32_t src) {
-  if (src == NIL) return 0;
+static bool mergeable(const struct vf_alloc_state *s, uint32_t dst, uint32_t src) {
+  return src != NIL && !s->blk[src].allocated && s->blk[src].mapped == s->blk[dst].mapped;
+}
+
+/* Joins neighbour src (already out of its set) to dst; returns the bytes gained. */
+static uint64_t absorb(struct vf_alloc_state *s, uint32_t dst, uint32_t src) {
   struct blk *d = &s->blk[dst], *b = &s->blk[src];
-  if (b->allocated || b->mapped != d->mapped) return 0;
-  set_remove(home(s, b), b);
   if (d->prev == src) {
     d->addr = b->addr;
     d->prev = b->prev;
@@ -220,11 +259,17 @@ static uint64_t try_merge(struct vf_alloc_state *s, uint32_t dst, uint32_t src) 
   return subsumed;
 }
 
+/* Absorbs a free neighbour with the same mapping state into dst (not in any set). */
+static uint64_t try_merge(struct vf_alloc_state *s, uint32_t dst, uint32_t src) {
+  if (!mergeable(s, dst, src)) return 0;
+  set_remove(s, home(s, &s->blk[src]), src);
+  return absorb(s, dst, src);
+}
+
 /* cudaFree of a whole cached segment. */
 static void release_block(struct vf_alloc_state *s, uint32_t i) {
-  struct blk *b = &s->blk[i];
-  set_remove(&s->blocks[b->pool], b);
-  sub_reserved(s, b->size);
+  set_remove(s, &s->blocks[s->blk[i].pool], i);
+  sub_reserved(s, s->blk[i].size);
   s->st.segments--;
   drop_blk(s, i);
 }
@@ -233,7 +278,7 @@ static void release_block(struct vf_alloc_state *s, uint32_t i) {
 static uint32_t splice_new(struct vf_alloc_state *s, uint32_t like, uint64_t addr,
                            uint64_t size, uint32_t prev, uint32_t next, bool mapped) {
   const struct blk *l = &s->blk[like];
-  uint32_t n = new_blk(s, addr, size, l->pool, l->stream, l->xseg);
+  uint32_t n = new_blk(s, addr, size, l->pool, l->sid, l->xseg);
   s->blk[n].mapped = mapped;
   s->blk[n].prev = prev;
   s->blk[n].next = next;
@@ -261,7 +306,7 @@ static int unmap_block(struct vf_alloc_state *s, uint32_t i) {
   uint64_t begin = g->base + vf_alloc_round_up(b->addr - g->base, g->page);
   uint64_t end = g->base + (b->addr + b->size - g->base) / g->page * g->page;
   if (begin >= end) return 0;
-  set_remove(&s->blocks[b->pool], b);
+  set_remove(s, &s->blocks[b->pool], i);
   if (begin > b->addr) cache_blk(s, splice_new(s, i, b->addr, begin - b->addr, b->prev, i, 1));
   b = &s->blk[i];
   if (b->addr + b->size > end)
@@ -272,7 +317,7 @@ static int unmap_block(struct vf_alloc_state *s, uint32_t i) {
   b->mapped = 0;
   try_merge(s, i, s->blk[i].prev);
   try_merge(s, i, s->blk[i].next);
-  set_insert(&s->unmapped[s->blk[i].pool], &s->blk[i], i);
+  set_insert(s, &s->unmapped[s->blk[i].pool], i);
   xseg_mapped(s, s->blk[i].xseg, end - begin, false);
   return 0;
 }
@@ -302,14 +347,14 @@ static int release_cached_blocks(struct vf_alloc_state *s) {
 
 /* Frees oversize (>= max_split_size) cached segments of the stream: the smallest one that
  * covers the request, else the largest ones until enough is freed. */
-static bool release_available_cached_blocks(struct vf_alloc_state *s, int pool,
-                                            uint32_t stream, uint64_t size) {
+static bool release_available_cached_blocks(struct vf_alloc_state *s, int pool, uint32_t sid,
+                                            uint64_t size) {
   uint64_t max_split = s->conf.max_split_size;
   if (max_split == UINT64_MAX) return false;
   struct set *t = &s->blocks[pool];
   uint64_t want = size < max_split ? max_split : size;
-  uint32_t at = lower_bound(t, stream, want, 0);
-  if (at < t->n && t->k[at].stream == stream && s->blk[t->k[at].blk].xseg == NIL &&
+  uint32_t at = lower_bound(t, pack(sid, want));
+  if (at < t->n && key_sid(&t->k[at]) == sid && s->blk[t->k[at].blk].xseg == NIL &&
       !is_split(&s->blk[t->k[at].blk])) {
     release_block(s, t->k[at].blk);
     return true;
@@ -317,7 +362,7 @@ static bool release_available_cached_blocks(struct vf_alloc_state *s, int pool,
   uint64_t freed = 0;
   while (at > 0 && freed < want) {
     const struct key *k = &t->k[--at];
-    if (k->stream != stream || k->size < max_split) break;
+    if (key_sid(k) != sid || key_size(k) < max_split) break;
     uint32_t i = k->blk;
     if (s->blk[i].xseg == NIL && !is_split(&s->blk[i])) {
       freed += s->blk[i].size;
@@ -374,7 +419,7 @@ static bool has_room(const struct vf_alloc_state *s, uint32_t i, uint64_t size) 
   return bytes >= size;
 }
 
-static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t stream, uint32_t *out) {
+static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t sid, uint32_t *out) {
   if (s->nxseg == s->capxseg) {
     uint32_t cap = s->capxseg ? s->capxseg * 2 : 8;
     void *p = realloc(s->xseg, cap * sizeof *s->xseg);
@@ -391,19 +436,19 @@ static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t stream, uint32_
   span = vf_alloc_round_up(span, page);
   uint32_t x = s->nxseg++;
   s->xseg[x] = (struct xseg){.base = bump_addr(s, span, page), .span = span, .page = page};
-  uint32_t i = new_blk(s, s->xseg[x].base, span, pool, stream, x);
+  uint32_t i = new_blk(s, s->xseg[x].base, span, pool, sid, x);
   s->blk[i].mapped = 0;
-  set_insert(&s->unmapped[pool], &s->blk[i], i);
+  set_insert(s, &s->unmapped[pool], i);
   *out = i;
   return 0;
 }
 
 /* find_expandable_block: a run of free or unmapped blocks of the stream starting at (or
  * just before) an unmapped range, with room for size; else a new segment. */
-static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t stream, uint64_t size,
+static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t sid, uint64_t size,
                            uint32_t *out) {
   const struct set *t = &s->unmapped[pool];
-  for (uint32_t at = lower_bound(t, stream, 0, 0); at < t->n && t->k[at].stream == stream;
+  for (uint32_t at = lower_bound(t, pack(sid, 0)); at < t->n && key_sid(&t->k[at]) == sid;
        at++) {
     uint32_t c = t->k[at].blk;
     if (allocatable(s, s->blk[c].prev)) c = s->blk[c].prev;
@@ -412,7 +457,7 @@ static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t stream, 
       return 0;
     }
   }
-  return new_xseg(s, pool, stream, out);
+  return new_xseg(s, pool, sid, out);
 }
 
 /* Maps whole pages at the start of an unmapped block and merges them with free
@@ -424,11 +469,11 @@ static int map_block(struct vf_alloc_state *s, uint32_t i, uint64_t size) {
   int rc = reserve(s, 1);
   if (rc) return rc;
   b = &s->blk[i];
-  set_remove(&s->unmapped[b->pool], b);
+  set_remove(s, &s->unmapped[b->pool], i);
   b->mapped = 1;
   if (bytes < b->size) {
     uint32_t rest = splice_new(s, i, b->addr + bytes, b->size - bytes, i, b->next, 0);
-    set_insert(&s->unmapped[s->blk[rest].pool], &s->blk[rest], rest);
+    set_insert(s, &s->unmapped[s->blk[rest].pool], rest);
     s->blk[i].size = bytes;
   }
   try_merge(s, i, s->blk[i].prev);
@@ -438,10 +483,10 @@ static int map_block(struct vf_alloc_state *s, uint32_t i, uint64_t size) {
   return 0;
 }
 
-static int alloc_expandable(struct vf_alloc_state *s, int pool, uint32_t stream, uint64_t size,
+static int alloc_expandable(struct vf_alloc_state *s, int pool, uint32_t sid, uint64_t size,
                             uint32_t *out) {
   uint32_t c;
-  int rc = find_expandable(s, pool, stream, size, &c);
+  int rc = find_expandable(s, pool, sid, size, &c);
   if (!rc && !s->blk[c].mapped) {
     uint64_t first = s->blk[c].size < size ? s->blk[c].size : size;
     rc = map_block(s, c, first);
@@ -455,7 +500,7 @@ static int alloc_expandable(struct vf_alloc_state *s, int pool, uint32_t stream,
     c = next;
   }
   if (rc) return rc;
-  set_remove(&s->blocks[pool], &s->blk[c]);
+  set_remove(s, &s->blocks[pool], c);
   *out = c;
   return 0;
 }
@@ -465,19 +510,21 @@ static int alloc_expandable(struct vf_alloc_state *s, int pool, uint32_t stream,
 struct request {
   uint64_t size;       /* rounded */
   uint64_t alloc_size; /* segment cudaMalloc would get */
-  uint32_t stream;
+  uint32_t sid;
   int pool;
 };
 
+/* get_free_block: the set position of the best-fitting cached block, or NIL. The block
+ * stays in the set for take_block to move or remove in one step. */
 static uint32_t get_free_block(struct vf_alloc_state *s, const struct request *r) {
   struct set *t = &s->blocks[r->pool];
   if (s->set_fraction && s->conf.garbage_collection_threshold > 0) s->gc_calls[r->pool]++;
-  uint32_t at = lower_bound(t, r->stream, r->size, 0);
-  if (at == t->n || t->k[at].stream != r->stream) return NIL;
+  uint32_t at = lower_bound(t, pack(r->sid, r->size));
+  if (at == t->n || key_sid(&t->k[at]) != r->sid) return NIL;
   /* An expandable block counts as the size it could grow to over the unmapped range
    * behind it, so a smaller neighbour that can grow is preferred over a larger one. */
-  while (s->blk[t->k[at].blk].xseg != NIL && at + 1 < t->n &&
-         t->k[at + 1].stream == r->stream) {
+  while (s->expandable && s->blk[t->k[at].blk].xseg != NIL && at + 1 < t->n &&
+         key_sid(&t->k[at + 1]) == r->sid) {
     const struct blk *cur = &s->blk[t->k[at].blk], *nx = &s->blk[t->k[at + 1].blk];
     uint64_t grow_cur = cur->size + (cur->next != NIL && !s->blk[cur->next].mapped
                                          ? s->blk[cur->next].size : 0);
@@ -486,14 +533,12 @@ static uint32_t get_free_block(struct vf_alloc_state *s, const struct request *r
     if (grow_nx >= grow_cur) break;
     at++;
   }
-  uint64_t bsize = t->k[at].size, max_split = s->conf.max_split_size;
+  uint64_t bsize = key_size(&t->k[at]), max_split = s->conf.max_split_size;
   /* An oversize block never serves a small request, and serves an oversize one only
    * within max_non_split_rounding: it cannot be split, so the slack is wasted. */
   if (r->size < max_split && bsize >= max_split) return NIL;
   if (r->size >= max_split && bsize - r->size >= s->conf.max_non_split_rounding) return NIL;
-  uint32_t i = t->k[at].blk;
-  set_remove_at(t, at);
-  return i;
+  return at;
 }
 
 /* cudaMalloc of a new segment, or growing an expandable one. */
@@ -501,22 +546,23 @@ static int alloc_block(struct vf_alloc_state *s, const struct request *r, bool r
                        uint32_t *out) {
   if (retry) s->st.num_alloc_retries++;
   if (s->set_fraction && !device_fits(s, r->alloc_size, s->allowed)) return VF_ERANGE;
-  if (s->expandable) return alloc_expandable(s, r->pool, r->stream, r->size, out);
+  if (s->expandable) return alloc_expandable(s, r->pool, r->sid, r->size, out);
   if (!device_fits(s, r->alloc_size, s->capacity)) return VF_ERANGE;
   int rc = reserve(s, 1);
   if (rc) return rc;
   uint64_t addr = bump_addr(s, r->alloc_size, VF_ALLOC_SMALL_BUFFER);
-  *out = new_blk(s, addr, r->alloc_size, r->pool, r->stream, NIL);
+  *out = new_blk(s, addr, r->alloc_size, r->pool, r->sid, NIL);
   s->st.segments++;
   add_reserved(s, r->alloc_size);
   return 0;
 }
 
 /* malloc's fallback chain once no cached block fits. */
-static int new_block(struct vf_alloc_state *s, const struct request *r, uint32_t *out) {
+static int new_block(struct vf_alloc_state *s, struct request *r, uint32_t *out) {
+  r->alloc_size = vf_alloc_segment_size(&s->conf, r->size);
   if (s->set_fraction && s->conf.garbage_collection_threshold > 0) garbage_collect(s);
   int rc = alloc_block(s, r, false, out);
-  if (rc == VF_ERANGE && release_available_cached_blocks(s, r->pool, r->stream, r->size))
+  if (rc == VF_ERANGE && release_available_cached_blocks(s, r->pool, r->sid, r->size))
     rc = alloc_block(s, r, false, out);
   if (rc == VF_ERANGE && !(rc = release_cached_blocks(s))) rc = alloc_block(s, r, true, out);
   if (rc == VF_ERANGE) s->st.num_ooms++;
@@ -529,24 +575,29 @@ static bool should_split(const struct vf_alloc_state *s, const struct blk *b, ui
   return size < s->conf.max_split_size && remaining > VF_ALLOC_SMALL_SIZE;
 }
 
-/* alloc_found_block: the block's front serves the request, a split-off rest is cached. */
-static uint32_t take_block(struct vf_alloc_state *s, uint32_t i, uint64_t size,
+/* alloc_found_block: the block's front serves the request, a split-off rest is cached.
+ * at: the block's position in its free set, NIL when it is in none. */
+static uint32_t take_block(struct vf_alloc_state *s, uint32_t i, uint32_t at, uint64_t size,
                            uint64_t requested) {
   struct blk *b = &s->blk[i];
+  struct set *t = &s->blocks[b->pool];
   bool was_split = is_split(b), counts = b->xseg == NIL;
   if (should_split(s, b, size)) {
     uint32_t front = splice_new(s, i, b->addr, size, b->prev, i, 1);
     b = &s->blk[i];
     b->addr += size;
     b->size -= size;
-    cache_blk(s, i);
+    b->gc_base = s->gc_calls[b->pool];
+    if (at == NIL) set_insert(s, t, i);
+    else set_move(s, t, at, i);
     if (counts) {
       if (was_split) s->st.inactive_split_bytes -= size;
       else s->st.inactive_split_bytes += b->size;
     }
     i = front;
-  } else if (was_split && counts) {
-    s->st.inactive_split_bytes -= b->size;
+  } else {
+    if (at != NIL) set_remove_at(t, at);
+    if (was_split && counts) s->st.inactive_split_bytes -= b->size;
   }
   b = &s->blk[i];
   b->allocated = 1;
@@ -561,7 +612,7 @@ static uint64_t block_id(const struct vf_alloc_state *s, uint32_t i) {
 
 /* Without caching every tensor is its own cudaMalloc, returned on free. */
 static int malloc_uncached(struct vf_alloc_state *s, uint64_t size, uint64_t bytes,
-                           uint32_t stream, uint32_t *out) {
+                           uint32_t sid, uint32_t *out) {
   if (!device_fits(s, size, s->capacity)) {
     s->st.num_ooms++;
     return VF_ERANGE;
@@ -569,7 +620,7 @@ static int malloc_uncached(struct vf_alloc_state *s, uint64_t size, uint64_t byt
   int rc = reserve(s, 1);
   if (rc) return rc;
   int pool = size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
-  *out = new_blk(s, bump_addr(s, size, VF_ALLOC_MIN_BLOCK), size, pool, stream, NIL);
+  *out = new_blk(s, bump_addr(s, size, VF_ALLOC_MIN_BLOCK), size, pool, sid, NIL);
   s->blk[*out].allocated = 1;
   s->blk[*out].requested = bytes;
   s->st.segments++;
@@ -578,30 +629,59 @@ static int malloc_uncached(struct vf_alloc_state *s, uint64_t size, uint64_t byt
   return 0;
 }
 
+/* Streams are numbered densely in order of first use, so keys can hold them. */
+static int stream_index(struct vf_alloc_state *s, uint32_t stream, uint32_t *sid) {
+  if (s->nstreams && s->streams[s->last_sid] == stream) {
+    *sid = s->last_sid;
+    return 0;
+  }
+  uint32_t i = 0;
+  while (i < s->nstreams && s->streams[i] != stream) i++;
+  if (i == MAX_STREAMS) return VF_ERANGE;
+  if (i == s->nstreams) s->streams[s->nstreams++] = stream;
+  *sid = s->last_sid = i;
+  return 0;
+}
+
+static int malloc_cached(struct vf_alloc_state *s, struct request *r, uint64_t bytes,
+                         uint32_t *out) {
+  r->pool = r->size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
+  /* take_block may split: reserve its record before anything changes. */
+  int rc = reserve(s, 1);
+  if (rc) return rc;
+  uint32_t i, at = get_free_block(s, r);
+  if (at != NIL) {
+    i = s->blocks[r->pool].k[at].blk;
+  } else {
+    if ((rc = new_block(s, r, &i)) != 0) return rc;
+    if ((rc = reserve(s, 1)) != 0) {
+      cache_blk(s, i);
+      return rc;
+    }
+  }
+  *out = take_block(s, i, at, r->size, bytes);
+  return 0;
+}
+
 int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
                         uint64_t *block_id_out) {
   struct vf_alloc_state *s = a->state;
+  struct request r = {0};
   *block_id_out = 0;
   if (bytes == 0) return 0;
+  int rc = stream_index(s, stream, &r.sid);
+  if (rc) return rc;
   if (bytes > VF_ALLOC_MAX_REQUEST) {
     s->st.num_ooms++;
     return VF_ERANGE;
   }
-  struct request r = {.size = vf_alloc_round_size(&s->conf, bytes), .stream = stream};
   uint32_t i;
-  int rc;
   if (s->conf.caching_disabled) {
-    rc = malloc_uncached(s, vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK), bytes, stream, &i);
+    rc = malloc_uncached(s, vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK), bytes, r.sid, &i);
   } else {
-    r.pool = r.size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
-    r.alloc_size = vf_alloc_segment_size(&s->conf, r.size);
-    /* take_block may split: reserve its record before anything changes. */
-    rc = reserve(s, 1);
-    i = rc ? NIL : get_free_block(s, &r);
-    if (!rc && i == NIL) rc = new_block(s, &r, &i);
-    if (!rc) rc = reserve(s, 1);
-    if (!rc) i = take_block(s, i, r.size, bytes);
-    else if (i != NIL) cache_blk(s, i);
+    r.size = s->plain_rounding ? vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK)
+                               : vf_alloc_round_size(&s->conf, bytes);
+    rc = malloc_cached(s, &r, bytes, &i);
   }
   if (!rc) *block_id_out = block_id(s, i);
   return rc;
@@ -609,15 +689,27 @@ int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
 
 /* ---- free ---- */
 
-/* free_block: merge with free neighbours, cache, and keep the fragmentation count. */
+/* free_block: merge with free neighbours, cache, and keep the fragmentation count. The
+ * merged block takes over a neighbour's set entry, so the set shifts once. */
 static void cache_freed(struct vf_alloc_state *s, uint32_t i) {
-  int64_t net = 0;
-  uint32_t prev = s->blk[i].prev, next = s->blk[i].next;
-  net -= (int64_t)try_merge(s, i, prev);
-  net -= (int64_t)try_merge(s, i, next);
-  if (is_split(&s->blk[i])) net += (int64_t)s->blk[i].size;
-  if (s->blk[i].xseg == NIL) s->st.inactive_split_bytes += (uint64_t)net;
-  cache_blk(s, i);
+  struct set *t = &s->blocks[s->blk[i].pool];
+  uint32_t prev = s->blk[i].prev, next = s->blk[i].next, slot = NIL;
+  uint64_t subsumed = 0;
+  if (mergeable(s, i, next)) {
+    slot = find_pos(s, t, next);
+    subsumed += absorb(s, i, next);
+  }
+  if (mergeable(s, i, prev)) {
+    if (slot != NIL) set_remove_at(t, slot);
+    slot = find_pos(s, t, prev);
+    subsumed += absorb(s, i, prev);
+  }
+  struct blk *b = &s->blk[i];
+  if (b->xseg == NIL)
+    s->st.inactive_split_bytes += (is_split(b) ? b->size : 0) - subsumed;
+  b->gc_base = s->gc_calls[b->pool];
+  if (slot == NIL) set_insert(s, t, i);
+  else set_move(s, t, slot, i);
 }
 
 int vf_allocator_free(struct vf_allocator *a, uint64_t id) {
@@ -653,6 +745,10 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
     s->conf.garbage_collection_threshold = 0;
   }
   s->expandable = c->expandable_segments || c->backend_async;
+  s->plain_rounding = true;
+  for (int i = 0; i < VF_ALLOC_DIVISION_INTERVALS; i++)
+    if (s->conf.roundup_power2_divisions[i] > 1 && !c->backend_async) s->plain_rounding = false;
+  if (capacity_bytes > MAX_CAPACITY) capacity_bytes = MAX_CAPACITY;
   s->capacity = capacity_bytes ? capacity_bytes : UINT64_MAX;
   double fraction = c->per_process_memory_fraction;
   s->set_fraction = capacity_bytes && fraction < 1.0;
@@ -666,6 +762,8 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
     s->gc_calls[p] = 0;
   }
   s->nxseg = 0;
+  s->nstreams = 0;
+  s->last_sid = 0;
   s->next_addr = UINT64_C(1) << 32;
   memset(&s->st, 0, sizeof s->st);
 }
