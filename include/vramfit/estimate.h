@@ -46,9 +46,10 @@ struct vf_profile {
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
   bool rope_copies;         /* q and k rotated into new tensors */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
-  /* Loss: bytes per logit alive after the forward (e.g. 2 + 4 + 4: logits, fp32 up-cast,
-   * log-softmax) and extra bytes per logit at the loss backward's peak. */
-  uint32_t logits_forward_bytes, logits_backward_bytes;
+  /* Loss, in bytes per logit: alive at the loss forward's peak (e.g. 2 + 4 + 4: logits,
+   * fp32 up-cast, log-softmax), kept from there into the backward, and added at the loss
+   * backward's peak. */
+  uint32_t logits_peak_bytes, logits_kept_bytes, logits_backward_bytes;
   uint32_t loss_chunks; /* >1: the loss runs over this many chunks of the logits */
   bool adapter_fp32;    /* LoRA weights kept in fp32 under 16-bit base weights */
   bool lora_dropout;    /* LoRA dropout active (a mask and a copy of each adapted input) */

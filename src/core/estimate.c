@@ -264,16 +264,20 @@ static bool sharded_grads(const struct vf_setup *s) {
   return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
 }
 
-/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard. */
-static void layer_grads(struct ctx *x, int32_t layer, struct grads *g) {
+/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
+ * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
+ * are reduced only when the whole backward is done); 0 otherwise. */
+static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool hold) {
   if (!sharded_grads(x->s)) {
     if (g->n + 1024 <= MAX_GRAD_IDS) layer_params(x, layer, g->id, &g->n, true);
-    return;
+    return 0;
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   uint32_t unsharded = take(x, full, VF_CAT_TEMPORARIES);
   if (g->n < MAX_GRAD_IDS) g->id[g->n++] = take(x, full / x->d.dsize, VF_CAT_GRADIENTS);
+  if (hold) return unsharded;
   give(x, unsharded);
+  return 0;
 }
 
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
@@ -305,7 +309,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
-  layer_grads(x, layer, g);
+  layer_grads(x, layer, g, false);
   give(x, attn);
   release(x, sv);
   give(x, gathered);
@@ -320,32 +324,40 @@ static void quantized_head(struct ctx *x, struct saved *sv) {
   if (sv && x->p->quant_input_bytes) keep(x, sv, x->d.T * x->d.h * x->p->quant_input_bytes);
 }
 
+static uint64_t loss_outputs(const struct ctx *x) {
+  return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
+}
+
+static uint32_t loss_chunks(const struct ctx *x) { return x->p->loss_chunks ? x->p->loss_chunks : 1; }
+
+/* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
+ * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
+ * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
 static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t *n_loss) {
   const struct dims *d = &x->d;
   norm_saves(x, sv);
   quantized_head(x, sv);
-  uint64_t outputs = x->task == VF_TASK_SEQ_CLS ? d->labels * x->s->batch : d->T * d->vocab;
-  if (x->task == VF_TASK_MASKED_LM) {
-    keep(x, sv, d->T * d->h * d->c * 3);
-  }
-  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 4 * 3 : x->p->logits_forward_bytes;
-  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) per += d->c; /* tanh output */
-  loss_ids[(*n_loss)++] = take(x, outputs * per, VF_CAT_TEMPORARIES);
+  if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
+  uint64_t n = loss_outputs(x);
+  uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
+  uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
+  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
+  loss_ids[(*n_loss)++] = take(x, n * kept, VF_CAT_TEMPORARIES);
+  if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
 }
 
-static void head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t n_loss, struct grads *g) {
+static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t n_loss, struct grads *g) {
   const struct dims *d = &x->d;
-  uint64_t outputs = x->task == VF_TASK_SEQ_CLS ? d->labels * x->s->batch : d->T * d->vocab;
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
-  uint32_t chunks = x->p->loss_chunks ? x->p->loss_chunks : 1;
-  uint32_t grad_logits = take(x, outputs * per / chunks, VF_CAT_TEMPORARIES);
+  uint32_t grad_logits = take(x, loss_outputs(x) * per / loss_chunks(x), VF_CAT_TEMPORARIES);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   quantized_head(x, NULL);
-  layer_grads(x, -1, g);
+  uint32_t root_grads = layer_grads(x, -1, g, true);
   give(x, grad_logits);
   for (size_t i = 0; i < n_loss; i++) give(x, loss_ids[i]);
   release(x, sv);
   give(x, grad_hidden);
+  return root_grads;
 }
 
 static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
@@ -435,6 +447,8 @@ static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
  * kept for backward (the matmuls saved them) until the layer's backward is done. */
 static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   if (x->s->amp == VF_PREC_NONE || x->d.c >= vf_precision_bytes(x->s->weights)) return;
+  /* Sharded mixed precision gathers the layer in the compute dtype: nothing to cast. */
+  if (layer_gather_bytes(x, layer)) return;
   for (size_t i = 0; i < x->ps->n; i++) {
     const struct vf_param *p = &x->ps->v[i];
     if (p->layer != layer || !p->linear) continue;
@@ -454,6 +468,9 @@ static void one_step(struct ctx *x, uint32_t *state_id) {
     return;
   }
   phase(x, VF_PHASE_FORWARD);
+  /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
+   * start of the forward to the end of the backward. */
+  uint32_t root = take(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -478,10 +495,12 @@ static void one_step(struct ctx *x, uint32_t *state_id) {
   head_forward(x, &sv[x->layers], loss_ids, &n_loss);
   give(x, input);
   phase(x, VF_PHASE_BACKWARD);
-  head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
+  uint32_t root_grads = head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
   give(x, grad_stream);
+  give(x, root_grads);
+  give(x, root);
   phase(x, VF_PHASE_OPTIMIZER);
   optimizer_step(x, state_id);
   for (size_t i = 0; i < g->n; i++) give(x, g->id[i]); /* zero_grad(set_to_none=True) */
@@ -591,13 +610,13 @@ static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
   return xb >= xa ? xb + (uint64_t)(k * (double)(xb - xa)) : xb;
 }
 
-/* Live bytes extend linearly; the allocator's cached and fragmented bytes do not (they
- * come from the transient shapes around the peak), so the replayed slack is kept. */
+/* Live bytes extend linearly, and so, on average, does the allocator's cached and
+ * fragmented memory: each layer's backward strands about the same bytes in split blocks. */
 static void extend_result(const struct result *ra, struct result *rb, double k) {
   for (int p = 0; p < VF_PHASE_COUNT; p++) {
     const struct phase_peak *a = &ra->ph[p];
     struct phase_peak *b = &rb->ph[p];
-    uint64_t slack = b->reserved - b->live_at_reserved;
+    uint64_t slack = extend(a->reserved - a->live_at_reserved, b->reserved - b->live_at_reserved, k);
     b->allocated = extend(a->allocated, b->allocated, k);
     b->live_at_reserved = extend(a->live_at_reserved, b->live_at_reserved, k);
     for (int c = 0; c < VF_CAT_COUNT; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
@@ -607,8 +626,8 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
 }
 
 /* Layer counts replayed: past the first and last layers, whose neighbours differ. */
-#define REPLAY_A 3
-#define REPLAY_B 4
+#define REPLAY_A 4
+#define REPLAY_B 8
 
 static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
   if (t != VF_TASK_AUTO) return t;
