@@ -101,6 +101,9 @@ int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
 int vf_allocator_empty_cache(struct vf_allocator *a);
 
 void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *s);
+/* Recomputes the model's bookkeeping from scratch (for tests and fuzzing): 0, or
+ * VF_EINTERNAL when an invariant is broken; VF_ENOMEM. O(blocks x segments). */
+int vf_allocator_check(const struct vf_allocator *a);
 /* torch.cuda.reset_peak_memory_stats(): peaks become the current values. */
 void vf_allocator_reset_peaks(struct vf_allocator *a);
 

@@ -1,0 +1,74 @@
+/* The simulator's state, shared by alloc_sim.c and the invariant checker alloc_check.c. */
+#ifndef VF_CORE_ALLOC_STATE_H
+#define VF_CORE_ALLOC_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vramfit/alloc.h"
+
+#define NIL UINT32_MAX
+#define NPOOLS 2
+enum { POOL_SMALL, POOL_LARGE };
+
+/* Address space reserved per expandable segment when the capacity is unlimited. */
+#define XSEG_UNLIMITED_SPAN (UINT64_C(1) << 46)
+/* Set keys pack (stream index, size) into one word so best fit is one integer search:
+ * sizes stay below 2^51 (requests and capacity are capped at 2^50), 4096 streams fit. */
+#define SIZE_BITS 52
+#define SIZE_MASK ((UINT64_C(1) << SIZE_BITS) - 1)
+#define MAX_STREAMS 1024
+#define MAX_CAPACITY (UINT64_C(1) << 50)
+
+struct blk {
+  uint64_t addr, size, requested;
+  uint64_t gc_base; /* pool's get_free_block count when the block was cached */
+  uint32_t prev, next; /* neighbours in the segment; next doubles as free-list link */
+  uint32_t sid;      /* dense index of the stream (see stream_index) */
+  uint32_t gen;      /* bumped when the record is recycled, so stale ids are refused */
+  uint32_t xseg;     /* expandable segment index, NIL for a cudaMalloc'd segment */
+  uint8_t pool, allocated, mapped;
+};
+
+struct key {
+  uint64_t hi; /* stream index << SIZE_BITS | size; equal keys are ordered by address */
+  uint32_t blk;
+};
+
+struct set {
+  struct key *k;
+  uint32_t n;
+};
+
+struct xseg {
+  uint64_t base, span, page, mapped;
+};
+
+struct vf_alloc_state {
+  struct vf_alloc_conf conf;
+  uint64_t capacity;   /* UINT64_MAX when unlimited */
+  uint64_t allowed;    /* the per-process fraction of capacity */
+  bool set_fraction;   /* a fraction below 1 is in force: enables garbage collection */
+  bool expandable;     /* expandable segments (or the async backend they stand for) */
+  bool plain_rounding; /* no power-of-two divisions: sizes are 512-byte multiples */
+  struct blk *blk;
+  uint32_t nblk, cap, free_head, nfree;
+  struct set blocks[NPOOLS], unmapped[NPOOLS];
+  uint32_t *scratch;   /* cap entries: blocks gathered while a set is being changed */
+  struct xseg *xseg;
+  uint32_t nxseg, capxseg;
+  uint64_t next_addr;
+  uint64_t gc_calls[NPOOLS];
+  uint32_t streams[MAX_STREAMS]; /* stream ids by dense index */
+  uint32_t nstreams, last_sid;
+  struct vf_alloc_stats st;
+};
+
+static inline uint64_t pack(uint32_t sid, uint64_t size) {
+  return (uint64_t)sid << SIZE_BITS | size;
+}
+static inline uint32_t key_sid(const struct key *k) { return (uint32_t)(k->hi >> SIZE_BITS); }
+static inline uint64_t key_size(const struct key *k) { return k->hi & SIZE_MASK; }
+static inline bool is_split(const struct blk *b) { return b->prev != NIL || b->next != NIL; }
+
+#endif
