@@ -35,6 +35,13 @@ struct dims {
   uint64_t in_flight; /* pipeline micro batches alive on the first stage */
 };
 
+struct grads {
+  uint32_t *id;
+  size_t n, cap;
+};
+
+struct saved;
+
 struct ctx {
   const struct vf_model *m;
   const struct vf_setup *s;
@@ -47,6 +54,8 @@ struct ctx {
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
   bool base_trainable; /* the model's own weights train (full fine-tuning) */
   struct builder b;
+  struct saved *sv; /* per replayed layer, plus the head */
+  struct grads grads;
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
@@ -78,6 +87,20 @@ static void give(struct ctx *x, uint32_t id) {
 static void phase(struct ctx *x, enum vf_phase ph) { push(&x->b, OP_PHASE, 0, 0, 0, (uint8_t)ph); }
 
 static void transient(struct ctx *x, uint64_t bytes, enum vf_category cat) { give(x, take(x, bytes, cat)); }
+
+static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? g->cap * 2 : 256;
+    uint32_t *grown = realloc(g->id, cap * sizeof *grown);
+    if (!grown) {
+      x->b.rc = VF_ENOMEM;
+      return;
+    }
+    g->id = grown;
+    g->cap = cap;
+  }
+  g->id[g->n++] = id;
+}
 
 /* Tensors a layer keeps for backward. */
 #define MAX_SAVED 96
@@ -229,12 +252,14 @@ static void layer_forward(struct ctx *x, struct saved *sv) {
   give(x, mid);
 }
 
-static void layer_params(struct ctx *x, int32_t layer, uint32_t *ids, size_t *n, bool grads) {
-  for (size_t i = 0; i < x->ps->n; i++) {
+/* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
+static void layer_params(struct ctx *x, int32_t layer, struct grads *g) {
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (p->layer != layer || (grads && !p->trainable)) continue;
-    uint64_t bytes = grads ? p->numel * x->d.g : p->bytes;
-    ids[(*n)++] = take(x, bytes, grads ? VF_CAT_GRADIENTS : VF_CAT_WEIGHTS);
+    if (!g) take(x, p->bytes, VF_CAT_WEIGHTS);
+    else if (p->trainable) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
   }
 }
 
@@ -242,23 +267,21 @@ static void layer_params(struct ctx *x, int32_t layer, uint32_t *ids, size_t *n,
 static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
   if (x->s->shard != VF_SHARD_ZERO3 && x->s->shard != VF_SHARD_FSDP) return 0;
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++)
-    if (x->ps->v[i].layer == layer) n += x->ps->v[i].numel;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) n += x->ps->v[i].numel;
   return n * x->d.c;
 }
 
 static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++)
-    if (x->ps->v[i].layer == layer && x->ps->v[i].trainable) n += x->ps->v[i].numel;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
   return n;
 }
 
-#define MAX_GRAD_IDS 4096
-struct grads {
-  uint32_t id[MAX_GRAD_IDS];
-  size_t n;
-};
 
 static bool sharded_grads(const struct vf_setup *s) {
   return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
@@ -269,12 +292,12 @@ static bool sharded_grads(const struct vf_setup *s) {
  * are reduced only when the whole backward is done); 0 otherwise. */
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool hold) {
   if (!sharded_grads(x->s)) {
-    if (g->n + 1024 <= MAX_GRAD_IDS) layer_params(x, layer, g->id, &g->n, true);
+    layer_params(x, layer, g);
     return 0;
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   uint32_t unsharded = take(x, full, VF_CAT_TEMPORARIES);
-  if (g->n < MAX_GRAD_IDS) g->id[g->n++] = take(x, full / x->d.dsize, VF_CAT_GRADIENTS);
+  grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
   if (hold) return unsharded;
   give(x, unsharded);
   return 0;
@@ -362,10 +385,10 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_id
 
 static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++) {
-    const struct vf_param *p = &x->ps->v[i];
-    if (p->trainable && p->layer < (int32_t)layers) n += p->numel;
-  }
+  size_t end, unused;
+  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  for (size_t i = 0; i < end; i++)
+    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
   return n;
 }
 
@@ -388,9 +411,11 @@ static uint64_t state_bytes(const struct ctx *x) {
 /* Adafactor keeps a row and a column statistic per matrix, in fp32. */
 static uint64_t adafactor_bytes(const struct ctx *x, uint64_t layers) {
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++) {
+  size_t end, unused;
+  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  for (size_t i = 0; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (!p->trainable || p->layer >= (int32_t)layers) continue;
+    if (!p->trainable) continue;
     n += (p->linear && p->in && p->out ? p->in + p->out : p->numel) * 4;
   }
   return n;
@@ -422,17 +447,16 @@ static void optimizer_step(struct ctx *x, uint32_t *state_id) {
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
 static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
-  uint32_t ids[8192];
-  size_t n = 0;
   bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (sharded_w) {
       uint64_t bytes = 0;
-      for (size_t i = 0; i < x->ps->n; i++)
-        if (x->ps->v[i].layer == l) bytes += x->ps->v[i].bytes;
+      size_t begin, end;
+      vf_params_layer(x->ps, l, &begin, &end);
+      for (size_t i = begin; i < end; i++) bytes += x->ps->v[i].bytes;
       if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, bytes / x->d.dsize, VF_CAT_WEIGHTS);
-    } else if (n + 1024 < sizeof ids / sizeof *ids) {
-      layer_params(x, l, ids, &n, false);
+    } else {
+      layer_params(x, l, NULL);
     }
   }
   if (x->s->gpus > 1 && x->s->shard == VF_SHARD_NONE)
@@ -449,9 +473,11 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   if (x->s->amp == VF_PREC_NONE || x->d.c >= vf_precision_bytes(x->s->weights)) return;
   /* Sharded mixed precision gathers the layer in the compute dtype: nothing to cast. */
   if (layer_gather_bytes(x, layer)) return;
-  for (size_t i = 0; i < x->ps->n; i++) {
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (p->layer != layer || !p->linear) continue;
+    if (!p->linear) continue;
     uint32_t id = take(x, p->numel * x->d.c, VF_CAT_TEMPORARIES);
     if (sv->n < MAX_SAVED) sv->id[sv->n++] = id;
     else give(x, id);
@@ -459,14 +485,10 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
 }
 
 static void one_step(struct ctx *x, uint32_t *state_id) {
-  struct saved *sv = calloc(x->layers + 1, sizeof *sv);
-  struct grads *g = calloc(1, sizeof *g);
-  if (!sv || !g) {
-    free(sv);
-    free(g);
-    x->b.rc = VF_ENOMEM;
-    return;
-  }
+  struct saved *sv = x->sv;
+  struct grads *g = &x->grads;
+  for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
+  g->n = 0;
   phase(x, VF_PHASE_FORWARD);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
@@ -504,8 +526,6 @@ static void one_step(struct ctx *x, uint32_t *state_id) {
   phase(x, VF_PHASE_OPTIMIZER);
   optimizer_step(x, state_id);
   for (size_t i = 0; i < g->n; i++) give(x, g->id[i]); /* zero_grad(set_to_none=True) */
-  free(sv);
-  free(g);
 }
 
 /* ---- Replay ---- */
@@ -535,9 +555,10 @@ static void observe(struct phase_peak *pk, const struct vf_alloc_stats *st, cons
   }
 }
 
+/* Every id is written by its allocation before its free reads it: no zeroing needed. */
 static int replay(const struct builder *b, const struct vf_alloc_conf *conf, struct vf_allocator *a,
                   struct result *r) {
-  struct live *lv = calloc(b->next_id + 1, sizeof *lv);
+  struct live *lv = malloc((b->next_id + 1) * sizeof *lv);
   if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
   uint64_t cat[VF_CAT_COUNT] = {0};
@@ -668,7 +689,9 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   uint64_t layers = m->arch.layers / s->pp;
   struct result ra, rb;
   struct vf_allocator a;
-  if (!(rc = vf_allocator_init(&a, alloc, 0))) {
+  x.sv = malloc(((layers < REPLAY_B ? layers : REPLAY_B) + 1) * sizeof *x.sv);
+  if (!x.sv) rc = VF_ENOMEM;
+  else if (!(rc = vf_allocator_init(&a, alloc, 0))) {
     if (layers <= REPLAY_B) {
       rc = run(&x, layers, alloc, &a, &rb);
     } else {
@@ -679,6 +702,8 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
     vf_allocator_cleanup(&a);
   }
   free(x.b.ev);
+  free(x.sv);
+  free(x.grads.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);

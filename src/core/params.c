@@ -101,6 +101,36 @@ static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf
   return 0;
 }
 
+/* A stable counting sort by layer (-1 first): layers are small integers, and the blocks
+ * keep their model order. */
+static int order_by_layer(struct vf_params *ps, uint64_t layers) {
+  size_t *start = calloc(layers + 2, sizeof *start);
+  struct vf_param *sorted = malloc(ps->n * sizeof *sorted);
+  if (!start || !sorted) {
+    free(start);
+    free(sorted);
+    return VF_ENOMEM;
+  }
+  for (size_t i = 0; i < ps->n; i++) start[ps->v[i].layer + 2]++;
+  for (uint64_t l = 1; l < layers + 2; l++) start[l] += start[l - 1];
+  for (size_t i = 0; i < ps->n; i++) sorted[start[ps->v[i].layer + 1]++] = ps->v[i];
+  free(ps->v);
+  free(start);
+  ps->v = sorted;
+  ps->cap = ps->n;
+  return 0;
+}
+
+static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
+  size_t lo = 0, hi = ps->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ps->v[mid].layer < layer) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /* Frameworks that copy a tied embedding into a separate lm_head train and store both. */
 static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
                            const struct vf_profile *pr, enum vf_quant q, uint32_t adapter_wb) {
@@ -133,7 +163,9 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     uint64_t n = vf_tensor_numel(t);
     /* A classification head replaces a decoder's lm_head. */
     if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
-    struct vf_param p = {.layer = t->layer, .numel = n, .trainable = full};
+    /* A checkpoint may name layers its config does not have: count them outside the blocks. */
+    int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
+    struct vf_param p = {.layer = layer, .numel = n, .trainable = full};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
     bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
                                   t->kind == VF_KIND_EMBEDDING);
@@ -151,12 +183,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (rc || full || !lora_like(s->method) || !p.linear) continue;
     uint64_t out = targeted_out(&m->arch, t->kind, p.out, s->lora_targets);
     if (!out || (t->kind == VF_KIND_HEAD && !(s->lora_targets & (1u << VF_KIND_HEAD)))) continue;
-    if (t->layer == 0 && t->expert <= 0) {
-      ps->adapted_inputs_per_layer += p.in;
-      ps->adapted_count_per_layer++;
-      ps->adapted_r_per_layer += s->lora_r;
-    }
-    rc = add_adapter(ps, s, t->layer, p.in, out / s->tp, adapter_wb);
+    rc = add_adapter(ps, s, layer, p.in, out / s->tp, adapter_wb);
   }
   if (!rc && pr->untie_embeddings && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
     rc = add_untied_head(ps, m, s, pr, q, adapter_wb);
@@ -171,7 +198,13 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     }
   }
   if (!rc) rc = add_task_head(ps, m, task, full ? wb : adapter_wb);
+  if (!rc && ps->n) rc = order_by_layer(ps, m->arch.layers);
   return rc;
+}
+
+void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end) {
+  *begin = first_at_least(ps, layer);
+  *end = first_at_least(ps, layer + 1);
 }
 
 void vf_params_cleanup(struct vf_params *ps) {

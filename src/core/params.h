@@ -21,16 +21,17 @@ struct vf_params {
   struct vf_param *v;
   size_t n, cap;
   uint64_t total, trainable;          /* whole-model counts (before any split) */
-  uint64_t adapted_inputs_per_layer;  /* sum of 'in' over LoRA-adapted linears of a layer */
-  uint64_t adapted_count_per_layer;   /* adapted linears per layer */
-  uint64_t adapted_r_per_layer;       /* sum of rank outputs over adapted linears */
   uint64_t max_linear_elems;          /* largest dequantized weight */
 };
 
-/* Builds the per-GPU parameter list. w_bytes: bytes per element of 16/32-bit weights. */
+/* Builds the per-GPU parameter list, ordered by layer (-1, the parts outside the blocks,
+ * first). */
 int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
                     const struct vf_profile *p, enum vf_task task);
 void vf_params_cleanup(struct vf_params *ps);
+
+/* The index range [*begin, *end) of a layer's parameters. */
+void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end);
 
 uint32_t vf_precision_bytes(enum vf_precision p);
 
