@@ -79,7 +79,9 @@ struct vf_allocator {
 };
 
 /* capacity_bytes: what the allocator may reserve; 0 is unlimited (above 1 PiB counts as
- * 1 PiB). VF_ENOMEM. */
+ * 1 PiB). Hand-filled values the parser would refuse (a large segment size outside 2 MiB
+ * to 1 PiB, a fraction or threshold outside its range) fall back to the defaults.
+ * VF_ENOMEM. */
 int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
                       uint64_t capacity_bytes);
 /* Empties the allocator for a new replay, keeping its buffers (no host allocation). */

@@ -101,8 +101,8 @@ struct parse {
   struct lex lx;
   struct vf_alloc_conf *c;
   struct vf_diag *d;
-  uint64_t split_mb, rounding_mb, large_mb; /* UINT64_MAX: not given */
-  uint64_t split_off, rounding_off;
+  uint64_t split_mb, rounding_mb, large_mb;
+  uint64_t split_off, rounding_off, large_off; /* where the value is; UINT64_MAX: not given */
 };
 
 #define FAIL(p, off, ...) vf_diag_at((p)->d, VF_EINVAL, NULL, (off), __VA_ARGS__)
@@ -303,7 +303,7 @@ static int parse_register_threads(struct parse *p, const char *key) {
 }
 
 static int parse_large_segment(struct parse *p, const char *key) {
-  uint64_t off = p->lx.off;
+  uint64_t off = p->large_off = p->lx.off;
   int rc = take_uint(p, key, &p->large_mb);
   if (!rc && p->large_mb <= VF_ALLOC_MIN_LARGE_ALLOC / VF_MIB)
     rc = FAIL(p, off, "CachingAllocator option large_segment_size_mb must be > %llu MB",
@@ -360,37 +360,39 @@ static int parse_pair(struct parse *p) {
   return rc ? rc : parse_value(p, keys[k].kind, keys[k].name);
 }
 
+/* A size in MB given at byte off (UINT64_MAX: not given), at least floor_mb; PyTorch
+ * clamps what would overflow, and so do we, at 1 PiB. */
+static int mb_option(struct parse *p, const char *key, uint64_t mb, uint64_t off,
+                     uint64_t floor_mb, uint64_t *bytes) {
+  if (off == UINT64_MAX) return 0;
+  if (mb < floor_mb)
+    return FAIL(p, off, "CachingAllocator option %s too small, must be >= %llu", key,
+                (unsigned long long)floor_mb);
+  uint64_t cap_mb = VF_ALLOC_MAX_REQUEST / VF_MIB;
+  *bytes = (mb < cap_mb ? mb : cap_mb) * VF_MIB;
+  return 0;
+}
+
 /* The MB options checked once the whole text is read, because large_segment_size_mb sets
  * their floor and the rounding default wherever it appears (c10 reads it first). */
 static int apply_mb_options(struct parse *p) {
-  uint64_t large_mb = p->large_mb != UINT64_MAX ? p->large_mb : VF_ALLOC_LARGE_BUFFER / VF_MIB;
-  uint64_t cap_mb = UINT64_MAX / VF_MIB;
   struct vf_alloc_conf *c = p->c;
-  c->large_segment_size = (large_mb < cap_mb ? large_mb : cap_mb) * VF_MIB;
+  uint64_t cap_mb = VF_ALLOC_MAX_REQUEST / VF_MIB;
+  if (p->large_off != UINT64_MAX)
+    c->large_segment_size = (p->large_mb < cap_mb ? p->large_mb : cap_mb) * VF_MIB;
   c->max_non_split_rounding = c->large_segment_size;
-  if (p->split_off != UINT64_MAX) {
-    if (p->split_mb < large_mb)
-      return FAIL(p, p->split_off,
-                  "CachingAllocator option max_split_size_mb too small, must be >= %llu",
-                  (unsigned long long)large_mb);
-    c->max_split_size = (p->split_mb < cap_mb ? p->split_mb : cap_mb) * VF_MIB;
-  }
-  if (p->rounding_off != UINT64_MAX) {
-    if (p->rounding_mb < large_mb)
-      return FAIL(p, p->rounding_off,
-                  "CachingAllocator option max_non_split_rounding_mb too small, must be >= %llu",
-                  (unsigned long long)large_mb);
-    c->max_non_split_rounding = (p->rounding_mb < cap_mb ? p->rounding_mb : cap_mb) * VF_MIB;
-  }
-  return 0;
+  uint64_t floor_mb = c->large_segment_size / VF_MIB;
+  int rc = mb_option(p, "max_split_size_mb", p->split_mb, p->split_off, floor_mb,
+                     &c->max_split_size);
+  return rc ? rc : mb_option(p, "max_non_split_rounding_mb", p->rounding_mb, p->rounding_off,
+                             floor_mb, &c->max_non_split_rounding);
 }
 
 int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d) {
   if (!text || !c) return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "no configuration text");
   vf_alloc_conf_default(c);
-  struct parse p = {.lx = {.s = text}, .c = c, .d = d, .split_mb = UINT64_MAX,
-                    .rounding_mb = UINT64_MAX, .large_mb = UINT64_MAX,
-                    .split_off = UINT64_MAX, .rounding_off = UINT64_MAX};
+  struct parse p = {.lx = {.s = text}, .c = c, .d = d, .split_off = UINT64_MAX,
+                    .rounding_off = UINT64_MAX, .large_off = UINT64_MAX};
   lex_next(&p.lx);
   while (p.lx.kind != TOK_END) {
     int rc = parse_pair(&p);

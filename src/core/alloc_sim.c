@@ -675,10 +675,22 @@ int vf_allocator_empty_cache(struct vf_allocator *a) { return release_cached_blo
 
 /* ---- lifetime and stats ---- */
 
+/* A configuration filled by hand may hold values the parser refuses: keep them from
+ * dividing by zero or overflowing. */
+static void sanitize(struct vf_alloc_conf *c) {
+  if (c->large_segment_size < VF_ALLOC_SMALL_BUFFER || c->large_segment_size > MAX_CAPACITY)
+    c->large_segment_size = VF_ALLOC_LARGE_BUFFER;
+  if (!(c->per_process_memory_fraction >= 0.0 && c->per_process_memory_fraction <= 1.0))
+    c->per_process_memory_fraction = 1.0;
+  if (!(c->garbage_collection_threshold > 0.0 && c->garbage_collection_threshold < 1.0))
+    c->garbage_collection_threshold = 0;
+}
+
 void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
                         uint64_t capacity_bytes) {
   struct vf_alloc_state *s = a->state;
   s->conf = *c;
+  sanitize(&s->conf);
   if (c->backend_async) {
     /* cudaMallocAsync grows its pool on demand and ignores the native splitting options. */
     s->conf.max_split_size = UINT64_MAX;
@@ -690,7 +702,7 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
     if (s->conf.roundup_power2_divisions[i] > 1 && !c->backend_async) s->plain_rounding = false;
   if (capacity_bytes > MAX_CAPACITY) capacity_bytes = MAX_CAPACITY;
   s->capacity = capacity_bytes ? capacity_bytes : UINT64_MAX;
-  double fraction = c->per_process_memory_fraction;
+  double fraction = s->conf.per_process_memory_fraction;
   s->set_fraction = capacity_bytes && fraction < 1.0;
   s->allowed = s->set_fraction ? (uint64_t)(fraction * (double)capacity_bytes) : s->capacity;
   s->nblk = 0;

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vramfit.h"
@@ -487,6 +488,30 @@ static void caching_disabled_returns_memory_on_free(void **state) {
   vf_allocator_cleanup(&a);
 }
 
+static void hand_filled_conf_is_sanitized(void **state) {
+  (void)state;
+  struct vf_alloc_conf c;
+  vf_alloc_conf_default(&c);
+  c.large_segment_size = 0;
+  c.per_process_memory_fraction = -3;
+  c.garbage_collection_threshold = 1e300;
+  c.expandable_segments = true;
+  c.roundup_power2_divisions[0] = 3;
+  struct vf_allocator a;
+  assert_int_equal(vf_allocator_init(&a, &c, 100 * MiB), 0);
+  must_malloc(&a, 2 * MiB, 0);
+  must_malloc(&a, 1000, 0);
+  struct vf_alloc_stats s = stats_of(&a);
+  assert_int_equal(s.reserved, 20 * MiB + 2 * MiB);
+  assert_int_equal(vf_allocator_check(&a), 0);
+  vf_allocator_cleanup(&a);
+
+  /* The parser clamps a huge size at 1 PiB, as PyTorch clamps at SIZE_MAX / 1 MiB. */
+  c = conf_of("large_segment_size_mb:99999999999,max_split_size_mb:99999999999");
+  assert_int_equal(c.large_segment_size, 1ull << 50);
+  assert_int_equal(c.max_split_size, 1ull << 50);
+}
+
 static void many_events_stay_consistent(void **state) {
   (void)state;
   const char *confs[] = {"", "expandable_segments:True", "max_split_size_mb:64",
@@ -628,6 +653,30 @@ static void conf_errors_and_positions(void **state) {
                "Expected a single True/False argument for pinned_use_background_threads");
 }
 
+/* Mutated configurations parse or fail cleanly, with the fault inside the text. */
+static void conf_survives_mutations(void **state) {
+  (void)state;
+  const char *base = "max_split_size_mb:128,roundup_power2_divisions:[256:1,>:8],"
+                     "expandable_segments:True,garbage_collection_threshold:0.6";
+  const char alphabet[] = ":,[]> 0123456789abTrueFalsx.-";
+  uint64_t seed = 99;
+  for (int round = 0; round < 20000; round++) {
+    char text[128];
+    snprintf(text, sizeof text, "%s", base);
+    size_t len = strlen(text);
+    for (int m = 0; m < 3; m++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      text[(seed >> 33) % len] = alphabet[(seed >> 13) % (sizeof alphabet - 1)];
+    }
+    if (round % 7 == 0) text[(seed >> 40) % len] = '\0';
+    struct vf_alloc_conf c;
+    struct vf_diag d;
+    int rc = vf_alloc_conf_parse(text, &c, &d);
+    assert_true(rc == 0 || rc == VF_EINVAL);
+    if (rc) assert_true(d.offset <= strlen(text) && d.msg[0]);
+  }
+}
+
 static void conf_from_env_precedence(void **state) {
   (void)state;
   struct vf_alloc_conf c;
@@ -674,9 +723,11 @@ int main(void) {
       cmocka_unit_test(peaks_and_reset),
       cmocka_unit_test(ids_and_zero_bytes),
       cmocka_unit_test(caching_disabled_returns_memory_on_free),
+      cmocka_unit_test(hand_filled_conf_is_sanitized),
       cmocka_unit_test(many_events_stay_consistent),
       cmocka_unit_test(conf_parses_valid_strings),
       cmocka_unit_test(conf_errors_and_positions),
+      cmocka_unit_test(conf_survives_mutations),
       cmocka_unit_test(conf_from_env_precedence),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
