@@ -11,7 +11,13 @@
  *  - backend:cudaMallocAsync is approximated by expandable segments without the options that
  *    backend ignores (max_split_size_mb, roundup_power2_divisions, garbage collection);
  *  - caching disabled (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor gets its own segment of
- *    its 512-byte-rounded size, released on free. */
+ *    its 512-byte-rounded size, released on free;
+ *  - device addresses are synthetic and increase with each new segment, so among free
+ *    blocks of equal size (best fit's last tie-break) the oldest segment wins;
+ *  - an expandable segment whose pages are all unmapped is kept and regrown rather than
+ *    destroyed and recreated: the same memory either way.
+ * Statistics follow memory_stats(): inactive_split_bytes leaves out expandable segments as
+ * PyTorch does; "segments" also counts expandable segments with mapped pages. */
 #ifndef VRAMFIT_ALLOC_H
 #define VRAMFIT_ALLOC_H
 
@@ -28,7 +34,8 @@ struct vf_alloc_conf {
   uint32_t roundup_power2_divisions[VF_ALLOC_DIVISION_INTERVALS]; /* 0 or 1: off */
   uint64_t large_segment_size;     /* segment for 1-10 MiB requests; expandable page */
   double garbage_collection_threshold; /* 0: off; needs a fraction below 1 */
-  double per_process_memory_fraction;  /* share of capacity the process may reserve */
+  double per_process_memory_fraction;  /* share of capacity the process may reserve;
+                                          below 1 it also lets garbage collection run */
   bool expandable_segments;
   bool backend_async;    /* backend:cudaMallocAsync */
   bool caching_disabled; /* PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
@@ -41,7 +48,9 @@ void vf_alloc_conf_default(struct vf_alloc_conf *c);
 /* Parses a PYTORCH_ALLOC_CONF value ("k:v,k2:[a:b,>:c]") over the defaults into *c, with
  * PyTorch's checks and messages; d->offset is the byte where the fault lies. Every key
  * PyTorch accepts is accepted, even those that do not change device memory. An empty
- * string is the default configuration. VF_EINVAL on any fault (c is then unspecified). */
+ * string is the default configuration. Stricter than c10 in one way: an integer value
+ * must be all digits (std::stoull would read "20.5" as 20 and wrap "-1").
+ * VF_EINVAL on any fault (c is then unspecified). */
 int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d);
 
 /* The configuration a PyTorch process gets from its environment, the values passed in
@@ -89,8 +98,9 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
                         uint64_t capacity_bytes);
 void vf_allocator_cleanup(struct vf_allocator *a);
 
-/* Allocates bytes on a stream as PyTorch would, setting *block_id (never 0; 0 for a
- * 0-byte request, which takes no memory). When nothing fits it retries as PyTorch does
+/* Allocates bytes on a stream (any id; cached blocks serve only their own stream) as
+ * PyTorch would, setting *block_id (never 0; 0 for a 0-byte request, which takes no
+ * memory). When nothing fits it retries as PyTorch does
  * (free oversize cached blocks, then every unsplit cached block) and then returns
  * VF_ERANGE, counting an OOM and leaving live blocks untouched; so does a request above
  * 1 PiB. VF_ERANGE also when a 1025th distinct stream is used. VF_ENOMEM: host memory. */

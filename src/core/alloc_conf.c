@@ -251,6 +251,7 @@ static int parse_divisions(struct parse *p) {
 enum key_kind {
   K_MAX_SPLIT, K_NON_SPLIT_ROUNDING, K_LARGE_SEGMENT, K_GC_THRESHOLD, K_DIVISIONS,
   K_EXPANDABLE, K_BACKEND, K_FRACTION, K_REGISTER_THREADS, K_RESERVE_SEGMENT, K_BOOL, K_UINT,
+  K_SKIP,
 };
 
 static const struct {
@@ -277,6 +278,9 @@ static const struct {
     {"pinned_free_catch_all", K_BOOL},
     {"pinned_max_round_threshold_mb", K_UINT},
     {"pinned_max_cached_size_mb", K_UINT},
+    /* Address-space reservations of newer releases ("0.5", "40G", [name:value,...]). */
+    {"expandable_segments_reserve", K_SKIP},
+    {"expandable_segments_reserve_by_class", K_SKIP},
 };
 
 static int parse_backend(struct parse *p) {
@@ -343,6 +347,7 @@ static int parse_value(struct parse *p, enum key_kind kind, const char *key) {
     return rc;
   case K_BOOL: return take_bool(p, key, NULL);
   case K_UINT: return take_uint(p, key, &v);
+  case K_SKIP: break;
   }
   return skip_value(p);
 }

@@ -592,7 +592,8 @@ static void conf_parses_valid_strings(void **state) {
               "release_lock_on_cudamalloc:False,pinned_use_background_threads:True,"
               "graph_capture_record_stream_reuse:True,throw_on_cudamalloc_oom:False,"
               "pinned_reserve_segment_size_mb:64,pinned_max_round_threshold_mb:16,"
-              "pinned_max_cached_size_mb:1024");
+              "pinned_max_cached_size_mb:1024,expandable_segments_reserve:40G,"
+              "expandable_segments_reserve_by_class:[comm:0.1,compute:0.5]");
   assert_int_equal(c.max_split_size, UINT64_MAX);
 }
 
@@ -649,6 +650,8 @@ static void conf_errors_and_positions(void **state) {
                "Number of register threads should be less than or equal to 128, got 256");
   expect_error("pinned_reserve_segment_size_mb:0", 31,
                "Pinned reserve segment size has to be greater than 0");
+  expect_error("expandable_segments_reserve_by_class:[a:1", 37, "Expected closing bracket ']'");
+  expect_error("expandable_segments_reserve:,", 28, "expected [, got ','");
   expect_error("pinned_use_background_threads:[True]", 30,
                "Expected a single True/False argument for pinned_use_background_threads");
 }
