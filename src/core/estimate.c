@@ -393,54 +393,79 @@ static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
 }
 
 /* Optimizer state bytes per trainable element on this GPU (before sharding). */
-static uint64_t state_bytes(const struct ctx *x) {
-  uint32_t w = x->d.w;
-  switch (x->s->optimizer) {
-  case VF_OPT_ADAMW:
-    return 2 * (uint64_t)(x->p->master_weights && w < 4 ? 4 : w);
-  case VF_OPT_ADAMW_8BIT:
-    return 2;
-  case VF_OPT_SGD_MOMENTUM:
-  case VF_OPT_LION:
-    return w;
-  default:
-    return 0;
-  }
+/* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
+static uint32_t state_elem_bytes(const struct ctx *x) {
+  return x->p->master_weights && x->d.w < 4 ? 4 : x->d.w;
 }
 
-/* Adafactor keeps a row and a column statistic per matrix, in fp32. */
-static uint64_t adafactor_bytes(const struct ctx *x, uint64_t layers) {
-  uint64_t n = 0;
-  size_t end, unused;
-  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
-  for (size_t i = 0; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
-    if (!p->trainable) continue;
-    n += (p->linear && p->in && p->out ? p->in + p->out : p->numel) * 4;
+/* The state tensors the optimizer creates for one trainable tensor, as PyTorch creates them
+ * at the first step: zeros_like(param) per moment. bitsandbytes keeps tensors under 4096
+ * elements in 32 bits and adds an fp32 absmax per 2048-element block. Returns the count
+ * written to sizes (at most 3). */
+static int tensor_states(const struct ctx *x, const struct vf_param *p, uint64_t sizes[3]) {
+  uint64_t n = p->numel, sb = state_elem_bytes(x);
+  int k = 0;
+  switch (x->s->optimizer) {
+  case VF_OPT_ADAMW:
+    sizes[k++] = n * sb;
+    sizes[k++] = n * sb;
+    break;
+  case VF_OPT_ADAMW_8BIT:
+    sizes[k++] = n < 4096 ? n * 4 : n + (n + 2047) / 2048 * 4;
+    sizes[k++] = sizes[0];
+    break;
+  case VF_OPT_SGD_MOMENTUM:
+  case VF_OPT_LION:
+    sizes[k++] = n * sb;
+    break;
+  case VF_OPT_ADAFACTOR: /* factored second moment: a row and a column statistic */
+    if (p->linear && p->in && p->out) {
+      sizes[k++] = p->out * 4;
+      sizes[k++] = p->in * 4;
+    } else {
+      sizes[k++] = n * 4;
+    }
+    break;
+  default:
+    break;
   }
-  return n;
+  if (x->p->master_weights && x->d.w < 4) sizes[k++] = n * 4;
+  return k;
 }
 
 static bool states_on_gpu(const struct vf_setup *s) {
-  return !(s->offload & VF_OFFLOAD_OPTIMIZER) && s->optimizer != VF_OPT_PAGED_ADAMW_8BIT;
+  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER) &&
+         s->optimizer != VF_OPT_PAGED_ADAMW_8BIT;
 }
 
-static uint64_t optimizer_total(const struct ctx *x) {
-  uint64_t elems = trainable_elems(x, x->layers);
-  uint64_t bytes = x->s->optimizer == VF_OPT_ADAFACTOR ? adafactor_bytes(x, x->layers)
-                                                       : elems * state_bytes(x);
-  if (x->p->master_weights && x->d.w < 4) bytes += elems * 4;
-  if (x->s->shard != VF_SHARD_NONE) bytes /= x->d.dsize;
-  return states_on_gpu(x->s) ? bytes : 0;
+/* Created once, in the first step, and kept: per tensor, or per layer's shard when the
+ * states are partitioned (ZeRO, FSDP flat parameters). */
+static void create_states(struct ctx *x) {
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    uint64_t shard = 0;
+    for (size_t i = begin; i < end; i++) {
+      const struct vf_param *p = &x->ps->v[i];
+      uint64_t sizes[3];
+      int k = p->trainable ? tensor_states(x, p, sizes) : 0;
+      for (int j = 0; j < k; j++) {
+        if (x->s->shard == VF_SHARD_NONE) take(x, sizes[j], VF_CAT_OPTIMIZER);
+        else shard += sizes[j];
+      }
+    }
+    take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
+  }
 }
 
-static void optimizer_step(struct ctx *x, uint32_t *state_id) {
-  if (x->s->optimizer == VF_OPT_NONE) return;
-  if (!*state_id) *state_id = take(x, optimizer_total(x), VF_CAT_OPTIMIZER);
+static void optimizer_step(struct ctx *x, bool first) {
+  if (!states_on_gpu(x->s)) return;
+  if (first) create_states(x);
   uint64_t elems = trainable_elems(x, x->layers);
   if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
-  if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW && states_on_gpu(x->s))
-    transient(x, elems * (state_bytes(x) / 2), VF_CAT_TEMPORARIES);
+  /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
+  if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
+    transient(x, elems * state_elem_bytes(x), VF_CAT_TEMPORARIES);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
     transient(x, x->ps->max_linear_elems * 4 * 2, VF_CAT_TEMPORARIES);
 }
@@ -484,7 +509,7 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   }
 }
 
-static void one_step(struct ctx *x, uint32_t *state_id) {
+static void one_step(struct ctx *x, bool first) {
   struct saved *sv = x->sv;
   struct grads *g = &x->grads;
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
@@ -524,7 +549,7 @@ static void one_step(struct ctx *x, uint32_t *state_id) {
   give(x, root_grads);
   give(x, root);
   phase(x, VF_PHASE_OPTIMIZER);
-  optimizer_step(x, state_id);
+  optimizer_step(x, first);
   for (size_t i = 0; i < g->n; i++) give(x, g->id[i]); /* zero_grad(set_to_none=True) */
 }
 
@@ -569,7 +594,10 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
     const struct ev *e = &b->ev[i];
     struct live *l = &lv[e->id];
     if (e->op == OP_PHASE) {
+      /* What is live when a phase begins counts for it, even if it allocates nothing. */
       ph = (enum vf_phase)e->phase;
+      vf_allocator_stats(a, &st);
+      observe(&r->ph[ph], &st, cat);
     } else if (e->op == OP_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
@@ -614,12 +642,11 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.n = 0;
   x->b.next_id = 0;
   x->b.rc = 0;
-  uint32_t state_id = 0;
   phase(x, VF_PHASE_SETUP);
   persistent(x, x->s->gpu_cc_major);
   /* Two steps: optimizer states appear in the first, the second has everything. */
-  one_step(x, &state_id);
-  one_step(x, &state_id);
+  one_step(x, true);
+  one_step(x, false);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);
   return replay(&x->b, conf, a, r);
@@ -655,12 +682,14 @@ static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
   return m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
 }
 
+/* Reserved memory never shrinks during a step, so later phases tie with the one that set
+ * the peak: the earliest phase reaching the maximum is where the peak falls. */
 static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
   enum vf_phase top = VF_PHASE_SETUP;
   for (int p = 0; p < VF_PHASE_COUNT; p++) {
     const struct phase_peak *pk = &r->ph[p];
     if (pk->allocated > out->allocated_peak) out->allocated_peak = pk->allocated;
-    if (pk->reserved >= r->ph[top].reserved) top = (enum vf_phase)p;
+    if (pk->reserved > r->ph[top].reserved) top = (enum vf_phase)p;
     out->phase_allocated[p] = pk->allocated;
     out->phase_reserved[p] = pk->reserved;
   }

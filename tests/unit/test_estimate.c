@@ -1,0 +1,215 @@
+/* The estimator against hand-computed bytes: optimizer states, quantized storage, ZeRO
+ * model states (the ZeRO paper's formulas), a toy model's replay, and bad setups. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "core/params.h"
+#include "vramfit.h"
+
+/* hidden 64, 2 layers, 4 heads, MLP 128, vocab 256, untied, fp32: 115,008 parameters. */
+static const char toy_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+#define TOY_PARAMS 115008ull
+/* Per-tensor 512-byte blocks: embedding and head 65,536 each, per layer two norms (512
+ * each), q/k/v/o 16,384 each and gate/up/down 32,768 each (x4 bytes), final norm 512. */
+#define TOY_WEIGHT_BLOCKS 461312ull
+/* Two cuBLAS workspaces (forward and autograd threads) of 8,519,680 bytes off Hopper. */
+#define CUBLAS_WORKSPACES 17039360ull
+
+static void load(struct vf_model *m, const char *name) {
+  struct vf_diag d;
+  vf_model_init(m);
+  int rc = name ? vf_model_load(m, name, &d)
+                : vf_model_from_config_json(m, toy_config, strlen(toy_config), "toy.json", &d);
+  assert_int_equal(rc, 0);
+}
+
+static struct vf_estimate run(const struct vf_model *m, const struct vf_setup *s, const char *framework) {
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load(framework, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(m, s, &p, &c, &e, &d), 0);
+  return e;
+}
+
+/* At the start of the second optimizer step everything persistent is live and no
+ * activation is: weights, gradients, states and the cuBLAS workspaces. */
+static uint64_t optimizer_phase(const struct vf_model *m, enum vf_optimizer o) {
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.optimizer = o;
+  return run(m, &s, "hf").phase_allocated[VF_PHASE_OPTIMIZER];
+}
+
+static void test_toy_params(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  assert_int_equal(vf_model_params(&m), TOY_PARAMS);
+  vf_model_cleanup(&m);
+}
+
+static void test_optimizer_state_sizes(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  uint64_t base = 2 * TOY_WEIGHT_BLOCKS + CUBLAS_WORKSPACES; /* weights + gradients */
+  assert_int_equal(optimizer_phase(&m, VF_OPT_SGD), base);
+  assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), base); /* unified memory */
+  /* States are created per tensor, like the weights: 461,312 bytes of blocks per fp32 copy. */
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW), base + 2 * TOY_WEIGHT_BLOCKS);
+  assert_int_equal(optimizer_phase(&m, VF_OPT_SGD_MOMENTUM), base + TOY_WEIGHT_BLOCKS);
+  assert_int_equal(optimizer_phase(&m, VF_OPT_LION), base + TOY_WEIGHT_BLOCKS);
+  /* 8-bit: norms (64 < 4096 elements) stay fp32 (512-byte blocks); others one byte per
+   * element plus an fp32 absmax per 2048: embedding and head 16,416 -> 16,896, q/k/v/o
+   * 4,104 -> 4,608, gate/up/down 8,208 -> 8,704; two states. */
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT),
+                   base + 2 * (2 * 16896 + 5 * 512 + 8 * 4608 + 6 * 8704));
+  /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the head's
+   * 256 rows: 1,024), the embedding and norms whole; plus the step's temporary: the largest
+   * matrix (the head, 16,384) squared and updated in fp32. */
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR),
+                   base + 65536 + 5 * 512 + 14 * 1024 + 1024 + 512 + 16384 * 8);
+  vf_model_cleanup(&m);
+}
+
+static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
+  struct vf_model m;
+  struct vf_setup s;
+  struct vf_profile p;
+  struct vf_params ps;
+  struct vf_diag d;
+  load(&m, model);
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.method = VF_METHOD_QLORA;
+  s.quant = q;
+  assert_int_equal(vf_profile_load("hf", &p, &d), 0);
+  assert_int_equal(vf_params_build(&ps, &m, &s, &p, VF_TASK_CAUSAL_LM), 0);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < ps.n; i++)
+    if (!ps.v[i].trainable) bytes += ps.v[i].bytes;
+  vf_params_cleanup(&ps);
+  vf_model_cleanup(&m);
+  return bytes;
+}
+
+static void test_qlora_storage(void **state) {
+  (void)state;
+  /* llama-2-7b: per layer four 4096x4096 and three 11008x4096 projections; embedding,
+   * head and norms (262,410,240 parameters) stay bf16: 524,820,480 bytes.
+   * NF4: n/2 + an fp32 absmax per 64 = 9,437,184 and 25,362,432 bytes (0.5625 B/param). */
+  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4), 32ull * (4 * 9437184 + 3 * 25362432) + 524820480);
+  /* Double quantization: an 8-bit absmax per 64, an fp32 scale per 16,384 and a 256-entry
+   * fp32 code: 8,655,872 and 23,260,928 bytes (about 0.516 B/param). */
+  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4_DQ), 32ull * (4 * 8655872 + 3 * 23260928) + 524820480);
+}
+
+/* Per-GPU weights + gradients + optimizer states at the optimizer step. */
+static uint64_t model_states(const struct vf_model *m, enum vf_shard shard, uint64_t gpus) {
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 16;
+  s.weights = VF_PREC_BF16;
+  s.shard = shard;
+  s.gpus = gpus;
+  return run(m, &s, "deepspeed").phase_allocated[VF_PHASE_OPTIMIZER] - CUBLAS_WORKSPACES;
+}
+
+static void assert_close(uint64_t got, double want, double tolerance) {
+  double diff = (double)got - want;
+  if (diff < 0) diff = -diff;
+  if (diff > tolerance) fail_msg("got %llu, want %.0f", (unsigned long long)got, want);
+}
+
+static void test_zero_model_states(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, "llama-2-7b");
+  double psi = (double)vf_model_params(&m), n = 64, k = 12; /* fp32 master + Adam: 12 B */
+  /* Blocks are 512-byte rounded, and a cached block reused unsplit counts whole (up to
+   * 1 MiB over the request), as in PyTorch's allocated figure. */
+  double blocks = 4 * 1024 * 1024;
+  assert_close(model_states(&m, VF_SHARD_ZERO1, 64), 4 * psi + k * psi / n, blocks);
+  assert_close(model_states(&m, VF_SHARD_ZERO2, 64), 2 * psi + (2 + k) * psi / n, blocks);
+  assert_close(model_states(&m, VF_SHARD_ZERO3, 64), (2 + 2 + k) * psi / n, blocks);
+  vf_model_cleanup(&m);
+}
+
+static void test_peaks_are_ordered(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, "llama-3.1-8b");
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.method = VF_METHOD_LORA;
+  struct vf_estimate e = run(&m, &s, "hf");
+  assert_true(e.allocated_peak <= e.reserved_peak);
+  assert_true(e.reserved_peak <= e.device_peak);
+  uint64_t sum = e.allocator_slack + e.context;
+  for (int c = 0; c < VF_CAT_COUNT; c++) sum += e.by_category[c];
+  assert_int_equal(sum, e.device_peak);
+  /* LoRA r=8 on q (4096 -> 4096) and v (4096 -> 1024) in each of 32 layers. */
+  assert_int_equal(e.trainable_params, 32ull * (8 * (4096 + 4096) + 8 * (4096 + 1024)));
+  vf_model_cleanup(&m);
+}
+
+static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  load(&m, model);
+  assert_int_equal(vf_profile_load("hf", &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  vf_diag_clear(&d);
+  assert_int_equal(vf_estimate(&m, s, &p, &c, &e, &d), VF_EINVAL);
+  if (!strstr(d.msg, why)) fail_msg("message '%s' lacks '%s'", d.msg, why);
+  vf_model_cleanup(&m);
+}
+
+static void test_impossible_setups(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.method = VF_METHOD_QLORA;
+  s.quant = VF_QUANT_NONE;
+  expect_invalid(&s, "llama-2-7b", "contradicts --quant none");
+  vf_setup_default(&s);
+  s.tp = 3;
+  s.gpus = 3;
+  expect_invalid(&s, "llama-2-7b", "does not divide the 32 attention heads");
+  vf_setup_default(&s);
+  s.seq = 0;
+  expect_invalid(&s, "gpt2", "--seq");
+  vf_setup_default(&s);
+  s.gpus = 0;
+  expect_invalid(&s, "gpt2", "--gpus");
+  vf_setup_default(&s);
+  s.shard = VF_SHARD_ZERO3;
+  s.tp = 8;
+  s.gpus = 4;
+  expect_invalid(&s, "llama-2-7b", "--tp larger than --gpus");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_toy_params),       cmocka_unit_test(test_optimizer_state_sizes),
+      cmocka_unit_test(test_qlora_storage),    cmocka_unit_test(test_zero_model_states),
+      cmocka_unit_test(test_peaks_are_ordered), cmocka_unit_test(test_impossible_setups),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
