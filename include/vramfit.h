@@ -9,6 +9,7 @@
 #define VRAMFIT_H
 
 #include "vramfit/error.h"
+#include "vramfit/edit.h"
 #include "vramfit/alloc.h"
 #include "vramfit/gpu.h"
 #include "vramfit/model.h"

@@ -1,0 +1,137 @@
+/* Ecosystem maps (data/formats/NAME.json): where each logical key lives and how its values
+ * are spelled. A map holds:
+ *   "name", "title", "priority" (lower wins a detection tie), "syntax" ("json" to claim
+ *   JSON files only), "keep_auto" (leave "auto" values to the HF Trainer),
+ *   "detect": {path: weight} (a file is claimed at a score of 3 or more),
+ *   "defaults": {path: value the loader uses when the key is absent},
+ *   "keys": {logical: {"paths": [candidates, first present wins],
+ *                      "values": {logical value: spelling}}
+ *           | {logical: {"set": {logical value: {path: spelling}}}}
+ * A spelling is a JSON value or an array of equivalent ones (the first is written). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "io/data.h"
+#include "io/edit_internal.h"
+#include "io/json_util.h"
+
+enum { CLAIM_SCORE = 3 };
+
+struct loader {
+  struct vf_formats *fs;
+  struct vf_diag *d;
+};
+
+static int load_one(const char *path, void *arg) {
+  struct loader *l = arg;
+  const char *bytes;
+  size_t len;
+  int rc = vf_data_get(path, &bytes, &len);
+  if (rc) return vf_diag_at(l->d, rc, path, UINT64_MAX, "cannot read the format map");
+  json_t *map = NULL;
+  rc = vf_json_parse(bytes, len, path, &map, l->d);
+  vf_data_release(bytes);
+  if (rc) return rc;
+  const char *name = json_string_value(json_object_get(map, "name"));
+  struct vf_format *grown = realloc(l->fs->v, (l->fs->n + 1) * sizeof *grown);
+  char *copy = name ? strdup(name) : NULL;
+  if (!grown || !copy || !json_is_object(json_object_get(map, "keys"))) {
+    if (grown) l->fs->v = grown;
+    free(copy);
+    json_decref(map);
+    return name ? VF_ENOMEM : vf_diag_at(l->d, VF_EFORMAT, path, UINT64_MAX, "no \"name\"");
+  }
+  l->fs->v = grown;
+  l->fs->v[l->fs->n++] = (struct vf_format){copy, map};
+  return 0;
+}
+
+int vf_formats_load(struct vf_formats *fs, struct vf_diag *d) {
+  memset(fs, 0, sizeof *fs);
+  struct loader l = {fs, d};
+  int rc = vf_data_each("formats/", load_one, &l);
+  if (rc) vf_formats_free(fs);
+  return rc;
+}
+
+void vf_formats_free(struct vf_formats *fs) {
+  for (size_t i = 0; i < fs->n; i++) {
+    free(fs->v[i].name);
+    json_decref(fs->v[i].map);
+  }
+  free(fs->v);
+  memset(fs, 0, sizeof *fs);
+}
+
+const struct vf_format *vf_formats_find(const struct vf_formats *fs, const char *name,
+                                        struct vf_diag *d) {
+  struct sbuf names = {0};
+  for (size_t i = 0; i < fs->n; i++) {
+    if (strcmp(fs->v[i].name, name) == 0) {
+      sb_free(&names);
+      return &fs->v[i];
+    }
+    sb_printf(&names, "%s%s", i ? ", " : "", fs->v[i].name);
+  }
+  vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown format '%s' (auto, %s)", name,
+             names.p ? names.p : "");
+  sb_free(&names);
+  return NULL;
+}
+
+static int score(const struct vf_format *f, const struct vf_doc *doc) {
+  const char *syntax = json_string_value(json_object_get(f->map, "syntax"));
+  if (syntax && strcmp(syntax, "json") == 0 && !doc->t.json) return 0;
+  const char *path;
+  json_t *w;
+  int total = 0;
+  json_object_foreach(json_object_get(f->map, "detect"), path, w) {
+    struct yfind found;
+    if (ytree_find(&doc->t, path, &found, NULL) == 0 && found.node) total += (int)json_integer_value(w);
+  }
+  return total;
+}
+
+const struct vf_format *vf_formats_detect(const struct vf_formats *fs, const struct vf_doc *doc) {
+  const struct vf_format *best = NULL;
+  int best_score = CLAIM_SCORE - 1;
+  json_int_t best_prio = 0;
+  for (size_t i = 0; i < fs->n; i++) {
+    int s = score(&fs->v[i], doc);
+    json_int_t prio = json_integer_value(json_object_get(fs->v[i].map, "priority"));
+    if (s > best_score || (s == best_score && best && prio < best_prio)) {
+      best = &fs->v[i];
+      best_score = s;
+      best_prio = prio;
+    }
+  }
+  return best;
+}
+
+const json_t *vf_format_key(const struct vf_format *f, const char *key) {
+  return f ? json_object_get(json_object_get(f->map, "keys"), key) : NULL;
+}
+
+const json_t *vf_format_default(const struct vf_format *f, const char *path) {
+  return f ? json_object_get(json_object_get(f->map, "defaults"), path) : NULL;
+}
+
+bool vf_format_keeps_auto(const struct vf_format *f) {
+  return f && json_is_true(json_object_get(f->map, "keep_auto"));
+}
+
+bool vf_spelling_matches(const json_t *spelling, const struct ynode *node) {
+  if (json_is_array(spelling)) {
+    size_t i;
+    const json_t *one;
+    json_array_foreach(spelling, i, one) if (vf_spelling_matches(one, node)) return true;
+    return false;
+  }
+  struct vf_value v;
+  return vf_value_from_json(spelling, &v) == 0 && ynode_equals(node, &v);
+}
+
+const json_t *vf_spelling_first(const json_t *spelling) {
+  return json_is_array(spelling) ? json_array_get(spelling, 0) : spelling;
+}

@@ -1,0 +1,501 @@
+/* From settings (logical keys or dotted paths) to the values each file gets. A logical
+ * key is looked up in the file's format map; a group of files (those given the same
+ * settings) must between them take every setting, so the DeepSpeed JSON may hold the
+ * micro batch while the TrainingArguments file holds the optimizer. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/diag.h"
+#include "io/edit_internal.h"
+
+enum ltype { L_INT, L_ENUM, L_LIST };
+
+struct logical {
+  const char *name;
+  enum ltype type;
+  long long min, max;
+  const char *values;  /* enums and lists: the accepted values, space-separated */
+  const char *neutral; /* asks for nothing: skipped quietly where it has no place */
+};
+
+static const struct logical logicals[] = {
+    {"batch", L_INT, 1, 1 << 24, NULL, NULL},
+    {"accumulation", L_INT, 1, 1 << 24, NULL, "1"},
+    {"seq", L_INT, 1, 1 << 30, NULL, NULL},
+    {"zero_stage", L_INT, 0, 3, NULL, "0"},
+    {"grad_ckpt", L_ENUM, 0, 0, "none full selective", "none"},
+    {"precision", L_ENUM, 0, 0, "bf16 fp16 fp32", NULL},
+    {"optimizer", L_ENUM, 0, 0, "adamw adamw-8bit paged-adamw-8bit adafactor sgd sgd-momentum lion",
+     NULL},
+    {"offload", L_LIST, 0, 0, "none optimizer params activations", "none"},
+};
+
+/* Other spellings users type, as "key:spelling" -> value. */
+static const char *const aliases[][2] = {
+    {"grad_ckpt:true", "full"},        {"grad_ckpt:on", "full"},
+    {"grad_ckpt:false", "none"},       {"grad_ckpt:off", "none"},
+    {"precision:bf16-mixed", "bf16"},  {"precision:bfloat16", "bf16"},
+    {"precision:16-mixed", "fp16"},    {"precision:16", "fp16"},
+    {"precision:float16", "fp16"},     {"precision:32", "fp32"},
+    {"precision:32-true", "fp32"},     {"precision:float32", "fp32"},
+    {"precision:none", "fp32"},        {"offload:param", "params"},
+    {"offload:parameters", "params"},  {"offload:optim", "optimizer"},
+};
+
+enum { MAX_ELEM = 4 };
+
+/* A checked logical value; lists are split into elements. */
+struct lvalue {
+  const struct logical *l;
+  long long i;
+  char text[128];
+  const char *elem[MAX_ELEM];
+  size_t nelem;
+  char buf[128];
+};
+
+enum outcome { O_LANDED, O_AUTO, O_MISSING_DIFFERS, O_MISSING_NODEFAULT, O_UNMAPPED };
+
+/* What one setting did in one file, per element, with what a message needs. */
+struct result {
+  enum outcome o[MAX_ELEM];
+  char path[256];
+  size_t at;
+  const json_t *def;
+};
+
+static const struct logical *logical_of(const char *key) {
+  for (size_t i = 0; i < sizeof logicals / sizeof *logicals; i++)
+    if (strcmp(logicals[i].name, key) == 0) return &logicals[i];
+  return NULL;
+}
+
+static bool in_list(const char *word, const char *list) {
+  size_t n = strlen(word);
+  for (const char *p = list; *p;) {
+    size_t k = strcspn(p, " ");
+    if (k == n && strncmp(p, word, n) == 0) return true;
+    p += k + (p[k] == ' ');
+  }
+  return false;
+}
+
+static const char *canonical(const struct logical *l, char *word) {
+  for (char *p = word; *p; p++) *p = (char)(l->type == L_ENUM && *p == '_' ? '-' : tolower((unsigned char)*p));
+  char probe[160];
+  snprintf(probe, sizeof probe, "%s:%s", l->name, word);
+  for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+    if (strcmp(aliases[i][0], probe) == 0) return aliases[i][1];
+  return word;
+}
+
+static int bad_value(const struct lvalue *v, const char *text, struct vf_diag *d) {
+  if (v->l->type == L_INT)
+    return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects a whole number from %lld to %lld",
+                      v->l->name, text, v->l->min, v->l->max);
+  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects %s%s", v->l->name, text,
+                    v->l->type == L_LIST ? "a comma list of " : "one of ", v->l->values);
+}
+
+static int parse_list(struct lvalue *v, const char *text, struct vf_diag *d) {
+  snprintf(v->buf, sizeof v->buf, "%s", text);
+  v->text[0] = '\0';
+  for (char *save = NULL, *w = strtok_r(v->buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+    const char *c = canonical(v->l, w);
+    if (!in_list(c, v->l->values) || v->nelem == MAX_ELEM) return bad_value(v, text, d);
+    v->elem[v->nelem++] = c;
+    snprintf(v->text + strlen(v->text), sizeof v->text - strlen(v->text), "%s%s",
+             v->nelem > 1 ? "," : "", c);
+  }
+  bool has_none = false;
+  for (size_t i = 0; i < v->nelem; i++) has_none |= strcmp(v->elem[i], "none") == 0;
+  return v->nelem == 0 || (has_none && v->nelem > 1) ? bad_value(v, text, d) : 0;
+}
+
+static int parse_logical(struct lvalue *v, const struct logical *l, const char *text,
+                         struct vf_diag *d) {
+  memset(v, 0, sizeof *v);
+  v->l = l;
+  if (l->type == L_LIST) return parse_list(v, text, d);
+  if (l->type == L_INT) {
+    struct vf_value pv;
+    if (vf_value_parse(text, &pv) || pv.kind != VF_VALUE_INT || pv.i < l->min || pv.i > l->max)
+      return bad_value(v, text, d);
+    v->i = pv.i;
+    snprintf(v->text, sizeof v->text, "%lld", pv.i);
+  } else {
+    snprintf(v->buf, sizeof v->buf, "%s", text);
+    const char *c = canonical(l, v->buf);
+    if (!in_list(c, l->values)) return bad_value(v, text, d);
+    snprintf(v->text, sizeof v->text, "%s", c);
+  }
+  v->elem[0] = v->text;
+  v->nelem = 1;
+  return 0;
+}
+
+/* ---- one place a value may go ---- */
+
+struct slot {
+  const char *const *cands; /* candidate paths, first present wins */
+  size_t ncand;
+  const json_t *spelling;   /* from the map, or NULL: write direct */
+  struct vf_value direct;
+  bool keep_auto, keep_type, check_interp;
+};
+
+struct sres {
+  enum outcome o;
+  const char *path;
+  size_t at;
+  const json_t *def;
+  bool edit, create;
+  struct vf_value value;
+};
+
+static bool wanted_equals_json(const struct slot *sl, const json_t *j) {
+  if (sl->spelling) {
+    if (!json_is_array(sl->spelling)) return json_equal((json_t *)sl->spelling, (json_t *)j);
+    size_t i;
+    const json_t *one;
+    json_array_foreach(sl->spelling, i, one) if (json_equal((json_t *)one, (json_t *)j)) return true;
+    return false;
+  }
+  struct vf_value v;
+  return vf_value_from_json(j, &v) == 0 && vf_value_same(&v, &sl->direct);
+}
+
+static int wanted_value(const struct slot *sl, struct vf_value *v) {
+  if (!sl->spelling) {
+    *v = sl->direct;
+    return 0;
+  }
+  return vf_value_from_json(vf_spelling_first(sl->spelling), v);
+}
+
+static int found_node(const struct afile *f, const struct slot *sl, const struct ynode *n,
+                      const char *path, struct sres *r, struct vf_diag *d) {
+  r->path = path;
+  r->at = n->start;
+  r->o = O_LANDED;
+  if (n->kind == YN_SCALAR && sl->keep_auto && ynode_type(n) == VF_VALUE_STRING &&
+      strcmp(n->value, "auto") == 0) {
+    r->o = O_AUTO;
+    return 0;
+  }
+  if (n->kind == YN_SCALAR && sl->check_interp && strstr(n->value, "${"))
+    return ytree_diag(&f->doc.t, d, VF_EINVAL, n->start,
+                      "%s is the interpolation %s: set the key it points to, or --set %s=VALUE "
+                      "to replace it",
+                      path, n->value, path);
+  bool same = n->kind == YN_SCALAR &&
+              (sl->spelling ? vf_spelling_matches(sl->spelling, n) : ynode_equals(n, &sl->direct));
+  if (same) return 0;
+  r->edit = true;
+  return wanted_value(sl, &r->value);
+}
+
+/* How many segments of the candidate are missing (fewer: a better place to create). */
+static size_t missing_depth(const struct yfind *fd) {
+  size_t n = 1;
+  for (const char *p = fd->rest; *p; p++) n += *p == '.';
+  return n;
+}
+
+static int resolve_slot(const struct afile *f, const struct slot *sl, struct sres *r, bool create,
+                        struct vf_diag *d) {
+  memset(r, 0, sizeof *r);
+  const char *best = NULL;
+  size_t best_depth = SIZE_MAX, best_at = 0;
+  for (size_t i = 0; i < sl->ncand; i++) {
+    struct yfind fd;
+    int rc = ytree_find(&f->doc.t, sl->cands[i], &fd, d);
+    if (rc == VF_ENOTFOUND) continue;
+    if (rc) return rc;
+    if (fd.node) return found_node(f, sl, fd.node, sl->cands[i], r, d);
+    if (missing_depth(&fd) < best_depth) {
+      best = sl->cands[i];
+      best_depth = missing_depth(&fd);
+      best_at = fd.parent ? fd.parent->start : 0;
+    }
+    if (!r->def) r->def = vf_format_default(f->fmt, sl->cands[i]);
+  }
+  r->path = best ? best : sl->cands[0];
+  r->at = best_at;
+  if (r->def && wanted_equals_json(sl, r->def)) return 0;
+  if (create && best) {
+    r->edit = r->create = true;
+    return wanted_value(sl, &r->value);
+  }
+  r->o = r->def ? O_MISSING_DIFFERS : O_MISSING_NODEFAULT;
+  return 0;
+}
+
+/* ---- one setting in one file ---- */
+
+struct job {
+  struct astate *s;
+  struct afile *f;
+  const struct vf_setting *set;
+  struct result *res;
+  struct vf_diag *d;
+};
+
+static void set_all(struct result *res, size_t n, enum outcome o) {
+  for (size_t i = 0; i < n; i++) res->o[i] = o;
+}
+
+/* Runs slots and queues their edits only when all of them can be written. */
+static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *which,
+                     size_t nelem) {
+  struct sres r[16];
+  enum outcome worst = O_LANDED;
+  size_t autos = 0, worst_at = 0;
+  if (n > 16) n = 16;
+  for (size_t i = 0; i < n; i++) {
+    int rc = resolve_slot(j->f, &slots[i], &r[i], j->s->o->create, j->d);
+    if (rc) return rc;
+    autos += r[i].o == O_AUTO;
+    if (r[i].o > worst && r[i].o != O_AUTO) worst = r[i].o, worst_at = i;
+  }
+  if (worst == O_LANDED && n && autos == n) worst = O_AUTO;
+  const struct sres *m = &r[worst == O_LANDED || worst == O_AUTO ? 0 : worst_at];
+  snprintf(j->res->path, sizeof j->res->path, "%s", m->path ? m->path : "");
+  j->res->at = m->at;
+  j->res->def = m->def;
+  for (size_t e = 0; e < nelem; e++)
+    if (which[e]) j->res->o[e] = worst;
+  for (size_t i = 0; i < n && worst == O_LANDED; i++) {
+    if (r[i].o == O_AUTO) vf_apply_note(j->s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
+                                        j->f->pub->path, r[i].path);
+    if (!r[i].edit) continue;
+    int rc = afile_add(j->f, j->set->key, r[i].path, &r[i].value, r[i].create,
+                       slots[i].keep_type, NULL, j->d);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static const char *override_of(const struct astate *s, const char *key) {
+  for (size_t i = 0; i < s->o->n_maps; i++)
+    if (strcmp(s->o->maps[i].key, key) == 0) return s->o->maps[i].value;
+  return NULL;
+}
+
+/* "paths" form: one slot; the value's spelling comes from "values" when the map has it. */
+static int run_paths(struct job *j, const json_t *entry, const struct lvalue *v, const char *over) {
+  const json_t *paths = json_object_get(entry, "paths"), *values = json_object_get(entry, "values");
+  const char *cands[16];
+  size_t n = 0;
+  if (over) cands[n++] = over;
+  for (size_t i = 0; !over && i < json_array_size(paths) && n < 16; i++)
+    cands[n++] = json_string_value(json_array_get(paths, i));
+  struct slot sl = {cands, n, NULL, {0}, vf_format_keeps_auto(j->f->fmt), false, true};
+  if (values) {
+    sl.spelling = json_object_get(values, v->text);
+    if (!sl.spelling) {
+      set_all(j->res, v->nelem, O_UNMAPPED);
+      return 0;
+    }
+  } else if (v->l->type == L_INT) {
+    sl.direct = (struct vf_value){.kind = VF_VALUE_INT, .i = v->i};
+  } else {
+    sl.direct = (struct vf_value){.kind = VF_VALUE_STRING, .s = v->text};
+  }
+  bool all[MAX_ELEM] = {true, true, true, true};
+  return n ? run_slots(j, &sl, 1, all, v->nelem) : (set_all(j->res, v->nelem, O_UNMAPPED), 0);
+}
+
+/* "set" form: each value names several paths; a list's elements are laid over "none". */
+static int run_set(struct job *j, const json_t *set, const struct lvalue *v) {
+  json_t *merged = json_object();
+  if (!merged) return VF_ENOMEM;
+  bool which[MAX_ELEM] = {false};
+  if (v->l->type == L_LIST && json_object_get(set, "none"))
+    json_object_update(merged, json_object_get(set, "none"));
+  for (size_t e = 0; e < v->nelem; e++) {
+    const json_t *one = json_object_get(set, v->elem[e]);
+    which[e] = one != NULL;
+    j->res->o[e] = O_UNMAPPED;
+    if (one) json_object_update(merged, (json_t *)one);
+  }
+  struct slot slots[16];
+  const char *paths[16];
+  size_t n = 0;
+  const char *path;
+  json_t *sp;
+  json_object_foreach(merged, path, sp) {
+    if (n == 16) break;
+    paths[n] = path;
+    slots[n] = (struct slot){&paths[n], 1, sp, {0}, vf_format_keeps_auto(j->f->fmt), false, true};
+    n++;
+  }
+  bool any = false;
+  for (size_t e = 0; e < v->nelem; e++) any |= which[e];
+  int rc = any ? run_slots(j, slots, n, which, v->nelem) : 0;
+  json_decref(merged);
+  return rc;
+}
+
+static int run_logical(struct job *j, const struct logical *l) {
+  struct lvalue v;
+  int rc = parse_logical(&v, l, j->set->value, j->d);
+  if (rc) return rc;
+  const char *over = override_of(j->s, l->name);
+  const json_t *entry = vf_format_key(j->f->fmt, l->name);
+  if (over || json_object_get(entry, "paths")) return run_paths(j, entry, &v, over);
+  if (json_object_get(entry, "set")) return run_set(j, json_object_get(entry, "set"), &v);
+  set_all(j->res, v.nelem, O_UNMAPPED);
+  return 0;
+}
+
+/* A dotted path: the value as typed (a "quoted" value is a string), in the type it has. */
+static int run_dotted(struct job *j) {
+  const char *text = j->set->value;
+  size_t n = strlen(text);
+  char *inner = NULL;
+  struct vf_value v;
+  int rc;
+  if (n >= 2 && text[0] == '"' && text[n - 1] == '"') {
+    inner = vf_strndup0(text + 1, n - 2);
+    if (!inner) return VF_ENOMEM;
+    v = (struct vf_value){.kind = VF_VALUE_STRING, .s = inner};
+    rc = 0;
+  } else if ((rc = vf_value_parse(text, &v)) != 0) {
+    return vf_diag_at(j->d, rc, NULL, UINT64_MAX, "%s=%s: not a value", j->set->key, text);
+  }
+  const char *cands[1] = {j->set->key};
+  struct slot sl = {cands, 1, NULL, v, false, true, false};
+  bool all[MAX_ELEM] = {true};
+  rc = run_slots(j, &sl, 1, all, 1);
+  free(inner);
+  return rc;
+}
+
+/* ---- groups ---- */
+
+static void value_text(const struct vf_setting *set, size_t e, char *buf, size_t size) {
+  const struct logical *l = logical_of(set->key);
+  struct lvalue v;
+  if (l && l->type == L_LIST && parse_logical(&v, l, set->value, NULL) == 0 && e < v.nelem)
+    snprintf(buf, size, "%s", v.elem[e]);
+  else
+    snprintf(buf, size, "%s", set->value);
+}
+
+static bool neutral(const struct vf_setting *set, const char *val) {
+  const struct logical *l = logical_of(set->key);
+  return l && l->neutral && strcmp(l->neutral, val) == 0;
+}
+
+/* Nothing in the group took this element: an error, or a note for a plan's field. */
+static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, struct afile *f,
+                      const struct result *r, bool several, struct vf_diag *d) {
+  char val[128];
+  value_text(set, e, val, sizeof val);
+  const struct ytree *t = &f->doc.t;
+  bool required = !set->from_plan;
+  char def[96] = "";
+  if (r->def) {
+    char *dt = json_dumps(r->def, JSON_ENCODE_ANY);
+    snprintf(def, sizeof def, "%s", dt ? dt : "?");
+    free(dt);
+  }
+  switch (r->o[e]) {
+  case O_MISSING_DIFFERS:
+    return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s (the default, %s, differs); --create adds it",
+                      r->path, set->key, val, def);
+  case O_MISSING_NODEFAULT:
+    if (!required) return vf_apply_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
+    return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s; --create adds it", r->path, set->key, val);
+  case O_AUTO:
+    if (!required) return vf_apply_note(s->a, "%s: %s stays \"auto\"; not written", f->pub->path, r->path);
+    return ytree_diag(t, d, VF_EINVAL, r->at,
+                      "%s is \"auto\" (the HF Trainer fills it from TrainingArguments): give that "
+                      "file too, or --set %s=VALUE to replace it",
+                      r->path, r->path);
+  default:
+    if (!required && neutral(set, val)) return 0;
+    if (several)
+      return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
+                          "none of the files given has a place for %s=%s%s", set->key, val,
+                          f->fmt ? "" : " (use --format or --map KEY=PATH)");
+    if (!f->fmt)
+      return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
+                          "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
+                          set->key, val, set->key);
+    return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s",
+                        set->key, val, f->fmt->name,
+                        required ? "" : " (from the plan: set it by hand, or --map it)");
+  }
+}
+
+/* The file whose outcome explains best why an element did not land. */
+static size_t explain(const size_t *members, size_t nm, struct result **res, size_t k, size_t e) {
+  size_t pick = members[0];
+  for (size_t m = 0; m < nm; m++)
+    if (res[members[m]][k].o[e] < res[pick][k].o[e]) pick = members[m];
+  return pick;
+}
+
+static size_t elements_of(const struct vf_setting *set) {
+  const struct logical *l = logical_of(set->key);
+  struct lvalue v;
+  return l && l->type == L_LIST && parse_logical(&v, l, set->value, NULL) == 0 ? v.nelem : 1;
+}
+
+static int settle_group(struct astate *s, size_t first, struct result **res, struct vf_diag *d) {
+  size_t members[256], nm = 0;
+  for (size_t i = first; i < s->n && nm < 256; i++)
+    if (s->f[i].group == s->f[first].group) members[nm++] = i;
+  for (size_t k = 0; k < s->f[first].n_group; k++) {
+    const struct vf_setting *set = &s->f[first].group[k];
+    for (size_t e = 0; e < elements_of(set); e++) {
+      bool landed = false;
+      for (size_t m = 0; m < nm; m++) landed |= res[members[m]][k].o[e] == O_LANDED;
+      for (size_t m = 0; landed && e == 0 && m < nm; m++) {
+        const struct result *r = &res[members[m]][k];
+        int rc = r->o[e] != O_AUTO ? 0
+                 : vf_apply_note(s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
+                                 s->f[members[m]].pub->path, r->path);
+        if (rc) return rc;
+      }
+      if (landed) continue;
+      size_t who = explain(members, nm, res, k, e);
+      int rc = not_landed(s, set, e, &s->f[who], &res[who][k], nm > 1, d);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+static int resolve_file(struct astate *s, struct afile *f, struct result *res, struct vf_diag *d) {
+  for (size_t k = 0; k < f->n_group; k++) {
+    struct job j = {s, f, &f->group[k], &res[k], d};
+    const struct logical *l = logical_of(f->group[k].key);
+    int rc = l ? run_logical(&j, l) : run_dotted(&j);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int vf_resolve_settings(struct astate *s, struct vf_diag *d) {
+  struct result **res = calloc(s->n ? s->n : 1, sizeof *res);
+  if (!res) return VF_ENOMEM;
+  int rc = 0;
+  for (size_t i = 0; i < s->n && !rc; i++) {
+    res[i] = calloc(s->f[i].n_group ? s->f[i].n_group : 1, sizeof **res);
+    rc = res[i] ? resolve_file(s, &s->f[i], res[i], d) : VF_ENOMEM;
+  }
+  for (size_t i = 0; i < s->n && !rc; i++) {
+    bool seen = false;
+    for (size_t j = 0; j < i; j++) seen |= s->f[j].group == s->f[i].group;
+    if (!seen) rc = settle_group(s, i, res, d);
+  }
+  for (size_t i = 0; i < s->n; i++) free(res[i]);
+  free(res);
+  return rc;
+}

@@ -1,0 +1,322 @@
+/* Scalar typing (what the loaders read) and rendering (what every loader of the
+ * ecosystem reads back the same). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "io/edit_internal.h"
+
+static const char *const bool_words[] = {"yes", "no", "true", "false", "on", "off"};
+
+static int bool_word(const char *s) {
+  for (size_t i = 0; i < sizeof bool_words / sizeof *bool_words; i++)
+    if (strcasecmp(s, bool_words[i]) == 0) return (int)(i % 2 == 0);
+  return -1;
+}
+
+/* PyYAML's bool resolver takes yes/true/on in lower, Capitalised or UPPER case only. */
+static bool yaml11_bool(const char *s) {
+  if (bool_word(s) < 0) return false;
+  bool upper = true, lower = true;
+  for (const char *p = s + 1; *p; p++) {
+    upper &= *p >= 'A' && *p <= 'Z';
+    lower &= *p >= 'a' && *p <= 'z';
+  }
+  return upper || lower;
+}
+
+static bool is_null_word(const char *s) {
+  return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+         strcmp(s, "NULL") == 0;
+}
+
+static bool is_int_text(const char *s) {
+  if (*s == '-' || *s == '+') s++;
+  if (*s < '0' || *s > '9') return false;
+  for (; *s; s++)
+    if ((*s < '0' || *s > '9') && *s != '_') return false;
+  return true;
+}
+
+static bool is_float_text(const char *s) {
+  const char *t = s;
+  if (*t == '-' || *t == '+') t++;
+  if (strcmp(t, ".inf") == 0 || strcmp(t, ".Inf") == 0 || strcmp(t, ".INF") == 0) return true;
+  if (strcmp(s, ".nan") == 0 || strcmp(s, ".NaN") == 0 || strcmp(s, ".NAN") == 0) return true;
+  if (strspn(s, "0123456789.eE+-_") != strlen(s) || !strpbrk(s, "0123456789")) return false;
+  char *end;
+  errno = 0;
+  strtod(s, &end);
+  return *end == '\0' && end != s;
+}
+
+/* A whole number written the one way every loader reads alike (no underscores, no leading
+ * zeros that YAML 1.1 takes as octal). */
+static bool clean_int(const char *s, long long *out) {
+  const char *d = *s == '-' || *s == '+' ? s + 1 : s;
+  if (!*d || strspn(d, "0123456789") != strlen(d) || (d[0] == '0' && d[1])) return false;
+  errno = 0;
+  *out = strtoll(s, NULL, 10);
+  return errno == 0;
+}
+
+static enum vf_value_kind tagged_type(const char *tag) {
+  static const char prefix[] = "tag:yaml.org,2002:";
+  if (strncmp(tag, prefix, sizeof prefix - 1) != 0) return VF_VALUE_STRING;
+  const char *t = tag + sizeof prefix - 1;
+  if (strcmp(t, "int") == 0) return VF_VALUE_INT;
+  if (strcmp(t, "float") == 0) return VF_VALUE_FLOAT;
+  if (strcmp(t, "bool") == 0) return VF_VALUE_BOOL;
+  if (strcmp(t, "null") == 0) return VF_VALUE_NULL;
+  return VF_VALUE_STRING;
+}
+
+enum vf_value_kind ynode_type(const struct ynode *n) {
+  if (n->kind != YN_SCALAR) return VF_VALUE_STRING;
+  if (n->tag) return tagged_type(n->tag);
+  if (n->style != YAML_PLAIN_SCALAR_STYLE) return VF_VALUE_STRING;
+  if (is_null_word(n->value)) return VF_VALUE_NULL;
+  if (yaml11_bool(n->value)) return VF_VALUE_BOOL;
+  if (is_int_text(n->value)) return VF_VALUE_INT;
+  if (is_float_text(n->value)) return VF_VALUE_FLOAT;
+  return VF_VALUE_STRING;
+}
+
+bool ynode_value(const struct ynode *n, struct vf_value *out) {
+  memset(out, 0, sizeof *out);
+  if (n->kind != YN_SCALAR) return false;
+  out->kind = ynode_type(n);
+  switch (out->kind) {
+  case VF_VALUE_BOOL:
+    out->b = bool_word(n->value) == 1;
+    return true;
+  case VF_VALUE_INT:
+    if (clean_int(n->value, &out->i)) return true;
+    out->kind = VF_VALUE_STRING;
+    out->s = n->value;
+    return true;
+  case VF_VALUE_FLOAT:
+    out->f = strtod(n->value, NULL);
+    return true;
+  case VF_VALUE_STRING:
+    out->s = n->value;
+    return true;
+  case VF_VALUE_NULL:
+    return true;
+  }
+  return false;
+}
+
+bool ynode_equals(const struct ynode *n, const struct vf_value *v) {
+  if (n->kind != YN_SCALAR) return false;
+  enum vf_value_kind t = ynode_type(n);
+  long long i;
+  switch (v->kind) {
+  case VF_VALUE_NULL:
+    return t == VF_VALUE_NULL;
+  case VF_VALUE_BOOL:
+    return t == VF_VALUE_BOOL && bool_word(n->value) == !!v->b;
+  case VF_VALUE_INT:
+    return t == VF_VALUE_INT && clean_int(n->value, &i) && i == v->i;
+  case VF_VALUE_FLOAT:
+    if (t == VF_VALUE_INT) return clean_int(n->value, &i) && (double)i == v->f;
+    return t == VF_VALUE_FLOAT && !strchr(n->value, '_') && strtod(n->value, NULL) == v->f;
+  case VF_VALUE_STRING:
+    return t == VF_VALUE_STRING && n->vlen == strlen(v->s) && memcmp(n->value, v->s, n->vlen) == 0;
+  }
+  return false;
+}
+
+int vf_value_parse(const char *text, struct vf_value *out) {
+  memset(out, 0, sizeof *out);
+  if (!text || !*text) return VF_EINVAL;
+  const char *digits = text + (*text == '-');
+  size_t len = strlen(text);
+  if (*digits && strspn(digits, "0123456789") == strlen(digits)) {
+    errno = 0;
+    long long i = strtoll(text, NULL, 10);
+    if (errno) return VF_ERANGE;
+    *out = (struct vf_value){.kind = VF_VALUE_INT, .i = i};
+  } else if (strspn(text, "0123456789.eE+-") == len && strpbrk(text, "0123456789") &&
+             is_float_text(text)) {
+    double f = strtod(text, NULL);
+    if (!isfinite(f)) return VF_ERANGE;
+    *out = (struct vf_value){.kind = VF_VALUE_FLOAT, .f = f};
+  } else if (strcasecmp(text, "true") == 0 || strcasecmp(text, "false") == 0) {
+    *out = (struct vf_value){.kind = VF_VALUE_BOOL, .b = strcasecmp(text, "true") == 0};
+  } else if (strcasecmp(text, "null") == 0) {
+    out->kind = VF_VALUE_NULL;
+  } else {
+    *out = (struct vf_value){.kind = VF_VALUE_STRING, .s = text};
+  }
+  return 0;
+}
+
+/* The shortest decimal that reads back as f, always with a dot and, when it has an
+ * exponent, a signed one: PyYAML reads 1e-4 and 1.0e4 as strings, 1.0e-04 as a float. */
+static void format_float(char *buf, size_t size, double f) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, size, "%.*g", p, f);
+    if (strtod(buf, NULL) == f) break;
+  }
+  if (strchr(buf, '.')) return;
+  char tail[32] = "";
+  char *e = strchr(buf, 'e');
+  if (e) {
+    snprintf(tail, sizeof tail, "%s", e);
+    *e = '\0';
+  }
+  size_t n = strlen(buf);
+  snprintf(buf + n, size - n, ".0%s", tail);
+}
+
+/* A string a YAML loader reads back as that same string when written bare: no indicator,
+ * nothing that resolves to a bool, null or number in YAML 1.1 or 1.2. */
+static bool plain_safe(const char *s) {
+  static const char first[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_/";
+  static const char rest[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+@-";
+  if (!*s || !strchr(first, *s) || strspn(s, rest) != strlen(s)) return false;
+  return bool_word(s) < 0 && strcasecmp(s, "null") != 0 && strcasecmp(s, "y") != 0 &&
+         strcasecmp(s, "n") != 0;
+}
+
+/* JSON string escapes, which YAML double-quoted scalars read the same. */
+static void quote_double(struct sbuf *out, const char *s) {
+  sb_puts(out, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      char esc[2] = {'\\', (char)*p};
+      sb_add(out, esc, 2);
+    } else if (*p == '\n') {
+      sb_puts(out, "\\n");
+    } else if (*p == '\t') {
+      sb_puts(out, "\\t");
+    } else if (*p < 0x20 || *p == 0x7F) {
+      sb_printf(out, "\\u%04x", *p);
+    } else {
+      sb_add(out, (const char *)p, 1);
+    }
+  }
+  sb_puts(out, "\"");
+}
+
+static void quote_single(struct sbuf *out, const char *s) {
+  sb_puts(out, "'");
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'')
+      sb_puts(out, "''");
+    else
+      sb_add(out, p, 1);
+  }
+  sb_puts(out, "'");
+}
+
+static bool has_control(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p == 0x7F) return true;
+  return false;
+}
+
+static void render_string(struct sbuf *out, const char *s, bool json, const struct ynode *old) {
+  int style = old && old->kind == YN_SCALAR ? old->style : YAML_PLAIN_SCALAR_STYLE;
+  if (json || style == YAML_DOUBLE_QUOTED_SCALAR_STYLE)
+    quote_double(out, s);
+  else if (style == YAML_SINGLE_QUOTED_SCALAR_STYLE && !has_control(s))
+    quote_single(out, s);
+  else if (plain_safe(s))
+    sb_puts(out, s);
+  else
+    quote_double(out, s);
+}
+
+static const char *bool_spelling(bool v, bool json, const struct ynode *old,
+                                 const struct ynode *style) {
+  const struct ynode *t = old && ynode_type(old) == VF_VALUE_BOOL && !old->tag ? old : NULL;
+  if (!t && style && ynode_type(style) == VF_VALUE_BOOL && !style->tag) t = style;
+  if (json || !t || (t->value[0] >= 'a' && t->value[0] <= 'z')) return v ? "true" : "false";
+  if (t->value[1] >= 'A' && t->value[1] <= 'Z') return v ? "TRUE" : "FALSE";
+  return v ? "True" : "False";
+}
+
+int vf_render_value(struct sbuf *out, const struct vf_value *v, bool json, const struct ynode *old,
+                    const struct ynode *bool_style) {
+  char num[64];
+  switch (v->kind) {
+  case VF_VALUE_NULL:
+    sb_puts(out, "null");
+    break;
+  case VF_VALUE_BOOL:
+    sb_puts(out, bool_spelling(v->b, json, old, bool_style));
+    break;
+  case VF_VALUE_INT:
+    sb_printf(out, "%lld", v->i);
+    break;
+  case VF_VALUE_FLOAT:
+    if (!isfinite(v->f)) return VF_EINVAL;
+    format_float(num, sizeof num, v->f);
+    sb_puts(out, num);
+    break;
+  case VF_VALUE_STRING:
+    render_string(out, v->s, json, old);
+    break;
+  }
+  return out->oom ? VF_ENOMEM : 0;
+}
+
+void vf_render_key(struct sbuf *out, const char *key, bool json) {
+  if (!json && plain_safe(key))
+    sb_puts(out, key);
+  else
+    quote_double(out, key);
+}
+
+char *vf_value_text(const struct vf_value *v) {
+  char buf[64];
+  switch (v->kind) {
+  case VF_VALUE_NULL:
+    return strdup("null");
+  case VF_VALUE_BOOL:
+    return strdup(v->b ? "true" : "false");
+  case VF_VALUE_INT:
+    snprintf(buf, sizeof buf, "%lld", v->i);
+    return strdup(buf);
+  case VF_VALUE_FLOAT:
+    format_float(buf, sizeof buf, v->f);
+    return strdup(buf);
+  case VF_VALUE_STRING:
+    return strdup(v->s);
+  }
+  return NULL;
+}
+
+int vf_value_from_json(const json_t *j, struct vf_value *out) {
+  memset(out, 0, sizeof *out);
+  if (json_is_boolean(j)) *out = (struct vf_value){.kind = VF_VALUE_BOOL, .b = json_is_true(j)};
+  else if (json_is_integer(j)) *out = (struct vf_value){.kind = VF_VALUE_INT, .i = json_integer_value(j)};
+  else if (json_is_real(j)) *out = (struct vf_value){.kind = VF_VALUE_FLOAT, .f = json_real_value(j)};
+  else if (json_is_string(j)) *out = (struct vf_value){.kind = VF_VALUE_STRING, .s = json_string_value(j)};
+  else if (json_is_null(j)) out->kind = VF_VALUE_NULL;
+  else return VF_EINVAL;
+  return 0;
+}
+
+bool vf_value_same(const struct vf_value *a, const struct vf_value *b) {
+  if (a->kind != b->kind) return false;
+  switch (a->kind) {
+  case VF_VALUE_NULL:
+    return true;
+  case VF_VALUE_BOOL:
+    return !a->b == !b->b;
+  case VF_VALUE_INT:
+    return a->i == b->i;
+  case VF_VALUE_FLOAT:
+    return a->f == b->f;
+  case VF_VALUE_STRING:
+    return strcmp(a->s, b->s) == 0;
+  }
+  return false;
+}

@@ -1,0 +1,470 @@
+/* Surgical YAML/JSON editing: locate a value with libyaml, replace only its bytes (or
+ * append a key to its mapping), then re-parse and check that nothing else changed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "io/edit_internal.h"
+#include "io/fileio.h"
+#include "io/json_util.h"
+
+static bool looks_json(const char *file, const char *text, size_t len) {
+  size_t i = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+  while (i < len && strchr(" \t\r\n", text[i])) i++;
+  return vf_ends_with(file, ".json") || (i < len && (text[i] == '{' || text[i] == '['));
+}
+
+int vf_doc_open(struct vf_doc *doc, const char *file, const char *text, size_t len,
+                struct vf_diag *d) {
+  memset(doc, 0, sizeof *doc);
+  doc->file = strdup(file);
+  if (!doc->file) return VF_ENOMEM;
+  bool json = false;
+  if (looks_json(file, text, len)) {
+    size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    json_t *j = NULL;
+    struct vf_diag jd;
+    vf_diag_clear(&jd);
+    int rc = vf_json_parse(text + bom, len - bom, file, &j, &jd);
+    json_decref(j);
+    /* A flow-style YAML file also starts with '{': only a .json name insists on JSON. */
+    if (rc && vf_ends_with(file, ".json")) {
+      if (d) *d = jd;
+      vf_doc_close(doc);
+      return rc;
+    }
+    json = rc == 0;
+  }
+  int rc = ytree_parse(&doc->t, doc->file, text, len, json, d);
+  if (rc) vf_doc_close(doc);
+  return rc;
+}
+
+void vf_doc_close(struct vf_doc *doc) {
+  ytree_free(&doc->t);
+  free(doc->file);
+  doc->file = NULL;
+}
+
+void vf_edited_cleanup(struct vf_edited *e) {
+  for (size_t i = 0; i < e->n_changes; i++) {
+    struct vf_change *c = &e->changes[i];
+    free(c->key);
+    free(c->path);
+    free(c->old_text);
+    free(c->new_text);
+    free(c->note);
+  }
+  free(e->changes);
+  free(e->text);
+  memset(e, 0, sizeof *e);
+}
+
+/* ---- replacing a value ---- */
+
+static const struct ynode *first_bool(const struct ynode *n) {
+  if (!n) return NULL;
+  if (n->kind == YN_SCALAR) return ynode_type(n) == VF_VALUE_BOOL && !n->tag ? n : NULL;
+  for (size_t i = 0; i < n->nkid; i++) {
+    const struct ynode *b = first_bool(n->kid[i]);
+    if (b) return b;
+  }
+  return NULL;
+}
+
+static int check_target(const struct ytree *t, const struct ynode *n, const struct vf_path_edit *e,
+                        struct vf_diag *d) {
+  if (n->kind == YN_ALIAS)
+    return ytree_diag(t, d, VF_EINVAL, n->start, "%s is the alias *%s; edit the anchor &%s instead",
+                      e->path, n->value, n->value);
+  if (n->kind != YN_SCALAR)
+    return ytree_diag(t, d, VF_EINVAL, n->start, "%s holds a %s, not a single value", e->path,
+                      n->kind == YN_MAP ? "mapping" : "list");
+  if (n->style == YAML_LITERAL_SCALAR_STYLE || n->style == YAML_FOLDED_SCALAR_STYLE)
+    return ytree_diag(t, d, VF_EINVAL, n->vstart, "%s is a block scalar (| or >); edit it by hand",
+                      e->path);
+  if (n->tag)
+    return ytree_diag(t, d, VF_EINVAL, n->start, "%s has an explicit tag (%s); edit it by hand",
+                      e->path, n->tag);
+  if (!e->keep_type) return 0;
+  enum vf_value_kind was = ynode_type(n), now = e->value.kind;
+  bool was_num = was == VF_VALUE_INT || was == VF_VALUE_FLOAT;
+  bool now_num = now == VF_VALUE_INT || now == VF_VALUE_FLOAT;
+  if (was_num && !now_num)
+    return ytree_diag(t, d, VF_EINVAL, n->vstart, "%s holds a number, not %s", e->path,
+                      now == VF_VALUE_STRING ? "a string" : "this value");
+  if (was == VF_VALUE_BOOL && now != VF_VALUE_BOOL)
+    return ytree_diag(t, d, VF_EINVAL, n->vstart, "%s holds true or false, not this value",
+                      e->path);
+  return 0;
+}
+
+static int fill_change(struct vf_change *ch, const struct ytree *t, const char *path, size_t at,
+                       const char *old, size_t old_len, const char *new_text, size_t new_len) {
+  ytree_linecol(t, at, &ch->line, &ch->col);
+  ch->key = strdup(path);
+  ch->path = strdup(path);
+  ch->old_text = vf_strndup0(old, old_len);
+  ch->new_text = vf_strndup0(new_text, new_len);
+  return ch->key && ch->path && ch->old_text && ch->new_text ? 0 : VF_ENOMEM;
+}
+
+static int splice(struct sbuf *out, const struct ytree *t, size_t from, size_t to, const char *mid,
+                  size_t mid_len) {
+  sb_add(out, t->text, from);
+  sb_add(out, mid, mid_len);
+  sb_add(out, t->text + to, t->len - to);
+  return out->oom ? VF_ENOMEM : 0;
+}
+
+static int replace_value(const struct ytree *t, const struct vf_path_edit *e, const struct ynode *n,
+                         struct sbuf *out, struct vf_change *ch, struct vf_diag *d) {
+  int rc = check_target(t, n, e, d);
+  if (rc) return rc;
+  struct sbuf val = {0};
+  /* An empty value (`key:`) needs the space YAML wants after the colon. */
+  if (n->vstart == n->end && n->vstart > 0 && t->text[n->vstart - 1] == ':') sb_puts(&val, " ");
+  rc = vf_render_value(&val, &e->value, t->json, n, first_bool(t->root));
+  if (!rc) rc = splice(out, t, n->vstart, n->end, val.p, val.len);
+  if (!rc)
+    rc = fill_change(ch, t, e->path, n->vstart, t->text + n->vstart, n->end - n->vstart,
+                     val.p + (val.p[0] == ' '), val.len - (val.p[0] == ' '));
+  sb_free(&val);
+  return rc;
+}
+
+/* ---- adding a key ---- */
+
+static size_t column_of(const struct ytree *t, size_t off) {
+  int line, col;
+  ytree_linecol(t, off, &line, &col);
+  return (size_t)col - 1;
+}
+
+/* The file's indentation unit: how far a nested block mapping sits right of its parent. */
+static size_t indent_step(const struct ytree *t, const struct ynode *n) {
+  if (!n || n->kind != YN_MAP || ynode_flow(n)) return 0;
+  for (size_t i = 1; i < n->nkid; i += 2) {
+    const struct ynode *v = n->kid[i];
+    if (v->kind == YN_MAP && !ynode_flow(v) && v->nkid) {
+      size_t outer = column_of(t, n->kid[0]->start), inner = column_of(t, v->kid[0]->start);
+      if (inner > outer) return inner - outer;
+    }
+    size_t s = indent_step(t, v);
+    if (s) return s;
+  }
+  return 0;
+}
+
+/* Renders the missing segments of rest as nested block lines, or as one flow value. */
+static int render_block(struct sbuf *out, const struct ytree *t, const char *rest,
+                        const struct vf_value *v, size_t indent, bool final_eol) {
+  size_t step = indent_step(t, t->root);
+  if (!step) step = 2;
+  for (size_t depth = 0;; depth++) {
+    size_t n = strcspn(rest, ".");
+    char *key = vf_strndup0(rest, n);
+    if (!key) return VF_ENOMEM;
+    sb_printf(out, "%*s", (int)(indent + depth * step), "");
+    vf_render_key(out, key, false);
+    free(key);
+    sb_puts(out, ":");
+    if (!rest[n]) {
+      sb_puts(out, " ");
+      int rc = vf_render_value(out, v, false, NULL, first_bool(t->root));
+      if (rc) return rc;
+      if (final_eol) sb_puts(out, t->eol);
+      return out->oom ? VF_ENOMEM : 0;
+    }
+    sb_puts(out, t->eol);
+    rest += n + 1;
+  }
+}
+
+static int render_flow(struct sbuf *out, const struct ytree *t, const char *rest,
+                       const struct vf_value *v, const struct ynode *bool_style) {
+  size_t n = strcspn(rest, ".");
+  char *key = vf_strndup0(rest, n);
+  if (!key) return VF_ENOMEM;
+  vf_render_key(out, key, t->json);
+  free(key);
+  sb_puts(out, ": ");
+  if (!rest[n]) return vf_render_value(out, v, t->json, NULL, bool_style);
+  sb_puts(out, "{");
+  int rc = render_flow(out, t, rest + n + 1, v, bool_style);
+  sb_puts(out, "}");
+  return rc ? rc : out->oom ? VF_ENOMEM : 0;
+}
+
+static size_t line_start(const struct ytree *t, size_t off) {
+  while (off > t->bom && t->text[off - 1] != '\n') off--;
+  return off;
+}
+
+/* Inserts after the last entry of a block mapping, on a line of its own. */
+static int add_block(const struct ytree *t, const struct ynode *m, const char *rest,
+                     const struct vf_value *v, struct sbuf *ins, size_t *at) {
+  size_t pos = m ? m->end : t->len, indent = m ? column_of(t, m->kid[0]->start) : 0;
+  if (!(pos > t->bom && t->text[pos - 1] == '\n')) {
+    const char *lf = memchr(t->text + pos, '\n', t->len - pos);
+    pos = lf ? (size_t)(lf - t->text) + 1 : t->len;
+  }
+  *at = pos;
+  bool at_eof_no_eol = pos == t->len && pos > t->bom && t->text[pos - 1] != '\n';
+  if (at_eof_no_eol) sb_puts(ins, t->eol);
+  return render_block(ins, t, rest, v, indent, !at_eof_no_eol);
+}
+
+/* Inserts into a flow mapping ({...} or a JSON object) after its last entry. */
+static int add_flow(const struct ytree *t, const struct ynode *m, const char *rest,
+                    const struct vf_value *v, struct sbuf *ins, size_t *at) {
+  const struct ynode *style = first_bool(t->root);
+  if (m->nkid == 0) {
+    *at = m->close;
+    return render_flow(ins, t, rest, v, style);
+  }
+  const struct ynode *key = m->kid[m->nkid - 2];
+  *at = m->kid[m->nkid - 1]->end;
+  size_t ls = line_start(t, key->start);
+  if (ls <= m->start) {
+    sb_puts(ins, ", ");
+  } else {
+    size_t ws = ls;
+    while (ws < key->start && (t->text[ws] == ' ' || t->text[ws] == '\t')) ws++;
+    sb_puts(ins, ",");
+    sb_puts(ins, t->eol);
+    sb_add(ins, t->text + ls, ws - ls);
+  }
+  return render_flow(ins, t, rest, v, style);
+}
+
+static int create_value(const struct ytree *t, const struct vf_path_edit *e, const struct yfind *f,
+                        struct sbuf *out, struct vf_change *ch, struct vf_diag *d) {
+  if (!f->parent && (t->json || t->root))
+    return ytree_diag(t, d, VF_EINVAL, 0, "cannot add %s: the document is not a mapping", e->path);
+  struct sbuf ins = {0};
+  size_t at = 0;
+  int rc = f->parent && ynode_flow(f->parent) ? add_flow(t, f->parent, f->rest, &e->value, &ins, &at)
+                                              : add_block(t, f->parent, f->rest, &e->value, &ins, &at);
+  if (!rc) rc = splice(out, t, at, at, ins.p, ins.len);
+  if (!rc) {
+    struct sbuf val = {0};
+    rc = vf_render_value(&val, &e->value, t->json, NULL, first_bool(t->root));
+    if (!rc) rc = fill_change(ch, t, e->path, f->parent ? f->parent->start : 0, "", 0, val.p, val.len);
+    ch->created = 1;
+    sb_free(&val);
+  }
+  sb_free(&ins);
+  return rc;
+}
+
+/* ---- verification ---- */
+
+struct target {
+  const struct ynode *old, *now;
+};
+
+struct verify {
+  const struct ytree *o, *n;
+  struct target *tg;
+  size_t ntg;
+  struct vf_diag *d;
+};
+
+static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
+
+static const struct target *target_of(const struct verify *v, const struct ynode *now) {
+  for (size_t i = 0; i < v->ntg; i++)
+    if (v->tg[i].now == now) return &v->tg[i];
+  return NULL;
+}
+
+static int differs(const struct verify *v, const struct ynode *now, const char *what) {
+  return ytree_diag(v->n, v->d, VF_EFORMAT, now ? now->start : 0,
+                    "cannot edit safely: the result would also change %s here", what);
+}
+
+static bool key_repeated(const struct ynode *m, size_t i) {
+  const struct ynode *k = m->kid[i];
+  for (size_t j = 0; j < m->nkid; j += 2)
+    if (j != i && m->kid[j]->kind == YN_SCALAR && m->kid[j]->vlen == k->vlen &&
+        memcmp(m->kid[j]->value, k->value, k->vlen) == 0)
+      return true;
+  return false;
+}
+
+/* Appended entries must be exactly the keys the edits created. */
+static int check_created(const struct verify *v, const struct ynode *m, size_t from) {
+  for (size_t i = from; i + 1 < m->nkid; i += 2) {
+    const struct ynode *k = m->kid[i], *val = m->kid[i + 1];
+    if (k->kind != YN_SCALAR || k->tag || k->anchor || key_repeated(m, i))
+      return differs(v, k, "a key");
+    if (val->tag || val->anchor) return differs(v, val, "a value");
+    if (val->kind == YN_MAP) {
+      int rc = check_created(v, val, 0);
+      if (rc) return rc;
+      continue;
+    }
+    const struct target *t = target_of(v, val);
+    if (val->kind != YN_SCALAR || !t || t->old) return differs(v, val, "a value");
+  }
+  return 0;
+}
+
+static int compare(const struct verify *v, const struct ynode *o, const struct ynode *n) {
+  const struct target *t = target_of(v, n);
+  if (t && t->old == o) return 0;
+  if (o->kind != n->kind || o->style != n->style || !same_str(o->tag, n->tag) ||
+      !same_str(o->anchor, n->anchor))
+    return differs(v, n, "the style, tag or anchor");
+  if (o->kind == YN_SCALAR || o->kind == YN_ALIAS) {
+    if (o->vlen != n->vlen || memcmp(o->value, n->value, o->vlen) != 0) return differs(v, n, "a value");
+    return 0;
+  }
+  if (n->nkid < o->nkid || (o->kind == YN_SEQ && n->nkid != o->nkid))
+    return differs(v, n, "the number of entries");
+  for (size_t i = 0; i < o->nkid; i++) {
+    int rc = compare(v, o->kid[i], n->kid[i]);
+    if (rc) return rc;
+  }
+  return o->kind == YN_MAP ? check_created(v, n, o->nkid) : 0;
+}
+
+static int find_targets(struct verify *v, const struct vf_path_edit *edits, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    struct yfind fo, fn;
+    int rc = ytree_find(v->n, edits[i].path, &fn, v->d);
+    if (rc) return rc;
+    if (!fn.node || !ynode_equals(fn.node, &edits[i].value))
+      return ytree_diag(v->n, v->d, VF_EFORMAT, fn.node ? fn.node->start : 0,
+                        "cannot edit safely: %s does not read back as the value written",
+                        edits[i].path);
+    rc = ytree_find(v->o, edits[i].path, &fo, v->d);
+    if (rc) return rc;
+    if (!fo.node && !edits[i].create)
+      return ytree_diag(v->o, v->d, VF_EFORMAT, 0, "cannot edit safely: %s was not there",
+                        edits[i].path);
+    v->tg[i] = (struct target){fo.node, fn.node};
+  }
+  return 0;
+}
+
+static int verify_docs(const struct vf_doc *o, const struct vf_doc *n,
+                       const struct vf_path_edit *edits, size_t ne, struct vf_diag *d) {
+  if (o->t.json != n->t.json)
+    return vf_diag_line(d, VF_EFORMAT, o->file, 1, 1, "cannot edit safely: the result is not JSON");
+  struct verify v = {&o->t, &n->t, calloc(ne ? ne : 1, sizeof *v.tg), ne, d};
+  if (!v.tg) return VF_ENOMEM;
+  int rc = find_targets(&v, edits, ne);
+  if (!rc && o->t.root && n->t.root) rc = compare(&v, o->t.root, n->t.root);
+  else if (!rc && n->t.root) rc = n->t.root->kind == YN_MAP ? check_created(&v, n->t.root, 0)
+                                                            : differs(&v, n->t.root, "the document");
+  else if (!rc && o->t.root) rc = differs(&v, NULL, "the document");
+  free(v.tg);
+  return rc;
+}
+
+int vf_edit_verify(const char *file, const char *old, size_t old_len, const char *new_text,
+                   size_t new_len, const struct vf_path_edit *edits, size_t n, struct vf_diag *d) {
+  struct vf_doc o, nd;
+  int rc = vf_doc_open(&o, file, old, old_len, d);
+  if (rc) return rc;
+  rc = vf_doc_open(&nd, file, new_text, new_len, d);
+  if (rc) {
+    vf_doc_close(&o);
+    return rc == VF_ENOMEM ? rc : VF_EFORMAT;
+  }
+  rc = verify_docs(&o, &nd, edits, n, d);
+  vf_doc_close(&nd);
+  vf_doc_close(&o);
+  return rc;
+}
+
+/* ---- driver ---- */
+
+static int check_paths(const char *file, const struct vf_path_edit *edits, size_t n,
+                       struct vf_diag *d) {
+  for (size_t i = 0; i < n; i++) {
+    const char *p = edits[i].path;
+    if (!p || !*p || *p == '.' || p[strlen(p) - 1] == '.' || strstr(p, ".."))
+      return vf_diag_line(d, VF_EINVAL, file, 1, 1, "'%s' is not a dotted path", p ? p : "");
+  }
+  return 0;
+}
+
+/* One edit on the current text; *out stays empty when the value is already there. */
+static int edit_step(const struct ytree *t, const struct vf_path_edit *e, bool create_pass,
+                     struct sbuf *out, struct vf_change *ch, struct vf_diag *d) {
+  struct yfind f;
+  int rc = ytree_find(t, e->path, &f, d);
+  if (rc) return rc;
+  if (f.node) {
+    if (create_pass || ynode_equals(f.node, &e->value)) return 0;
+    return replace_value(t, e, f.node, out, ch, d);
+  }
+  if (!create_pass) return 0;
+  if (!e->create)
+    return ytree_diag(t, d, VF_ENOTFOUND, f.parent ? f.parent->start : 0, "no key %s%s", e->path,
+                      f.merged ? " (it may come from a << merge)" : "");
+  return create_value(t, e, &f, out, ch, d);
+}
+
+/* Edits run one at a time on the text the previous one produced, values first and new
+ * keys last, so that every step sees real positions. */
+static int run_edits(const char *file, struct vf_doc *doc, char **cur, size_t *cur_len,
+                     const struct vf_path_edit *edits, size_t n, struct vf_edited *out,
+                     struct vf_diag *d) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      struct sbuf next = {0};
+      struct vf_change *ch = &out->changes[out->n_changes];
+      int rc = edit_step(&doc->t, &edits[i], pass == 1, &next, ch, d);
+      if (!rc && next.len) {
+        out->n_changes++;
+        vf_doc_close(doc);
+        free(*cur);
+        *cur = sb_take(&next, cur_len);
+        rc = *cur ? vf_doc_open(doc, file, *cur, *cur_len, d) : VF_ENOMEM;
+      }
+      sb_free(&next);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+/* Reports every change where it sits in the result: new keys shift the lines below them. */
+static void locate_changes(const struct ytree *t, struct vf_edited *out) {
+  for (size_t i = 0; i < out->n_changes; i++) {
+    struct yfind f;
+    if (ytree_find(t, out->changes[i].path, &f, NULL) == 0 && f.node)
+      ytree_linecol(t, f.node->vstart, &out->changes[i].line, &out->changes[i].col);
+  }
+}
+
+int vf_edit_buffer(const char *file, const char *text, size_t len, const struct vf_path_edit *edits,
+                   size_t n, struct vf_edited *out, struct vf_diag *d) {
+  memset(out, 0, sizeof *out);
+  int rc = check_paths(file, edits, n, d);
+  if (rc) return rc;
+  out->changes = calloc(n ? n : 1, sizeof *out->changes);
+  char *cur = vf_strndup0(text, len);
+  size_t cur_len = len;
+  struct vf_doc doc;
+  if (!out->changes || !cur) rc = VF_ENOMEM;
+  if (!rc) rc = vf_doc_open(&doc, file, cur, cur_len, d);
+  if (!rc) {
+    rc = run_edits(file, &doc, &cur, &cur_len, edits, n, out, d);
+    if (!rc) locate_changes(&doc.t, out);
+    vf_doc_close(&doc);
+  }
+  if (!rc) rc = vf_edit_verify(file, text, len, cur, cur_len, edits, n, d);
+  if (rc) {
+    free(cur);
+    vf_edited_cleanup(out);
+    return rc;
+  }
+  out->text = cur;
+  out->len = cur_len;
+  return 0;
+}
