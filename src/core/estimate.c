@@ -682,23 +682,24 @@ static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
   return m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
 }
 
-/* Reserved memory never shrinks during a step, so later phases tie with the one that set
- * the peak: the earliest phase reaching the maximum is where the peak falls. */
+/* The peak falls where live memory is highest: that is where an allocation fails. Reserved
+ * memory never shrinks within a step, so its maximum is carried into later phases; the
+ * slack is what the allocator holds beyond the live bytes at that point. */
 static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
   enum vf_phase top = VF_PHASE_SETUP;
   for (int p = 0; p < VF_PHASE_COUNT; p++) {
     const struct phase_peak *pk = &r->ph[p];
-    if (pk->allocated > out->allocated_peak) out->allocated_peak = pk->allocated;
-    if (pk->reserved > r->ph[top].reserved) top = (enum vf_phase)p;
+    if (pk->reserved > out->reserved_peak) out->reserved_peak = pk->reserved;
+    if (pk->allocated > r->ph[top].allocated) top = (enum vf_phase)p;
     out->phase_allocated[p] = pk->allocated;
     out->phase_reserved[p] = pk->reserved;
   }
   const struct phase_peak *pk = &r->ph[top];
-  out->reserved_peak = pk->reserved;
+  out->allocated_peak = pk->allocated;
   out->peak_phase = top;
   uint64_t live = 0;
   for (int c = 0; c < VF_CAT_COUNT; c++) live += out->by_category[c] = pk->cat[c];
-  out->allocator_slack = pk->reserved > live ? pk->reserved - live : 0;
+  out->allocator_slack = out->reserved_peak > live ? out->reserved_peak - live : 0;
   out->context = s->context_bytes;
   out->device_peak = live + out->allocator_slack + out->context;
 }

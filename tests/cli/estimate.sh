@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# vramfit estimate: golden output of the demo scenario, the contract's JSON, the fit
+# verdict's exit codes, and one-line errors for impossible setups and bad flags.
+NAME=estimate
+source "$(dirname "$0")/lib/harness.sh"
+
+DEMO=(estimate qwen2.5-7b --weights bf16 --method lora --lora-r 128 --lora-targets all-linear
+      --batch 1 --seq 1536 --grad-ckpt full --gpu 24GiB)
+
+# ---- golden output -------------------------------------------------------------------------
+golden estimate-demo.txt "${DEMO[@]}"
+golden estimate-demo.json "${DEMO[@]}" --json
+
+# ---- the contract's JSON -------------------------------------------------------------------
+# Every field the contract names is there, and the breakdown sums to device_bytes.
+run estimate llama-3.1-8b --weights bf16 --method lora --gpu a100-40gb --json
+json_ok=$(python3 - "$TMP/out" <<'PY' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert set(d["model"]) >= {"name", "params", "trainable_params"}
+assert set(d["peak"]) >= {"allocated_bytes", "reserved_bytes", "device_bytes", "phase"}
+keys = {"weights", "gradients", "optimizer", "activations", "temporaries", "allocator_slack", "runtime"}
+assert set(d["breakdown"]) >= keys
+assert sum(d["breakdown"][k] for k in keys) == d["peak"]["device_bytes"]
+assert d["peak"]["allocated_bytes"] <= d["peak"]["reserved_bytes"] <= d["peak"]["device_bytes"]
+assert d["capacity_bytes"] == 40960 * 2**20 and d["fits"] is True
+assert d["peak"]["phase"] in ("forward", "loss", "backward", "optimizer")
+print("ok")
+PY
+)
+if [ "$rc" -eq 0 ] && [ "$json_ok" = ok ]; then ok; else bad "estimate --json: $json_ok"; fi
+# Without --gpu there is no verdict.
+succeeds '"capacity_bytes": null' estimate gpt2 --json
+succeeds '"fits": null' estimate gpt2 --json
+
+# ---- the verdict --------------------------------------------------------------------------
+# Full fp32 AdamW of a 7B model (16 B/param = 100 GiB) does not fit a 24 GiB card: exit 1.
+exits 1 estimate llama-2-7b --gpu rtx-4090
+grep -q 'does not fit on rtx-4090' "$TMP/out" && ok || bad "no 'does not fit' verdict: $(tail -1 "$TMP/out")"
+exits 0 estimate gpt2 --gpu rtx-4090
+grep -q '^fits on rtx-4090' "$TMP/out" && ok || bad "no 'fits' verdict: $(tail -1 "$TMP/out")"
+# More memory never makes a setup need less: batch 8 peaks above batch 1.
+run estimate llama-3.2-1b --weights bf16 --batch 1 --json
+one=$(grep -o '"device_bytes": [0-9]*' "$TMP/out" | grep -o '[0-9]*$')
+run estimate llama-3.2-1b --weights bf16 --batch 8 --json
+eight=$(grep -o '"device_bytes": [0-9]*' "$TMP/out" | grep -o '[0-9]*$')
+[ "$eight" -gt "$one" ] && ok || bad "batch 8 ($eight) not above batch 1 ($one)"
+
+# ---- impossible or contradictory setups: exit 2 with the reason ---------------------------
+fails 2 'contradicts --quant none' estimate llama-2-7b --method qlora --quant none
+fails 2 '--tp 3 does not divide the 32 attention heads' estimate llama-2-7b --tp 3 --gpus 3
+fails 2 '--seq must be at least 1' estimate llama-2-7b --seq 0
+fails 2 '--gpus must be at least 1' estimate llama-2-7b --gpus 0
+fails 2 '--tp larger than --gpus' estimate llama-2-7b --shard zero3 --tp 8 --gpus 4
+fails 2 '--offload params needs --shard zero3 or fsdp' estimate llama-2-7b --offload params
+fails 2 '--task causal-lm does not apply to an encoder' estimate bert-base-uncased --task causal-lm
+
+# ---- bad flags and values -----------------------------------------------------------------
+fails 2 "^vramfit estimate: --batch expects a whole number, got 'x'$" estimate gpt2 --batch x
+fails 2 "^vramfit estimate: --optimizer: 'adam' is not one of" estimate gpt2 --optimizer adam
+fails 2 "^vramfit estimate: --lora-targets: 'q,zz'" estimate gpt2 --method lora --lora-targets q,zz
+fails 2 "^vramfit estimate: --weights: 'int4' is not one of fp32, bf16, fp16$" estimate gpt2 --weights int4
+fails 2 "^vramfit estimate: --gpu: unknown GPU 'nope'" estimate gpt2 --gpu nope
+fails 2 "^vramfit estimate: --alloc-conf: byte 0: Unrecognized key 'foo'" estimate gpt2 --alloc-conf foo:1
+fails 2 "^vramfit estimate: unknown framework 'jax'" estimate gpt2 --framework jax
+fails 2 "^vramfit estimate: unknown model 'nosuchmodel'" estimate nosuchmodel
+fails 2 '^vramfit estimate: MODEL is missing' estimate
+# --gpu auto without a driver: the environment lacks something, exit 3.
+VRAMFIT_NVML=$TMP/no-such-libnvidia-ml.so fails 3 'cannot load the NVML library' estimate gpt2 --gpu auto
+
+# ---- the allocator configuration is read from the environment -----------------------------
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run estimate llama-3.2-1b --weights bf16 --json
+exp=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+PYTORCH_CUDA_ALLOC_CONF= run estimate llama-3.2-1b --weights bf16 --json
+def=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+[ "$exp" -le "$def" ] && ok || bad "expandable segments reserve more ($exp) than the default ($def)"
+PYTORCH_ALLOC_CONF=bogus:1 fails 2 "PYTORCH_ALLOC_CONF.*Unrecognized key 'bogus'" estimate gpt2
+
+succeeds '^usage: vramfit estimate MODEL \[options\]' estimate --help
+finish
