@@ -1,95 +1,10 @@
 #!/usr/bin/env bash
 # vramfit models / inspect: golden output, MODEL forms, exit codes and one-line errors.
 #
-# Run by CTest with VRAMFIT (the binary), VF_SOURCE_DIR and VF_TEST_TMP set.
-# UPDATE_GOLDEN=1 rewrites the golden files from the current output instead of comparing;
-# look at the diff (git diff tests/data/golden) before committing it.
-set -u
-
-VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
-SRC=${VF_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-GOLDEN=$SRC/tests/data/golden
-TMP=${VF_TEST_TMP:-/tmp}/models_inspect.$$
-rm -rf "$TMP" && mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-# Goldens are of the embedded catalogue, uncoloured.
-unset VRAMFIT_DATA_DIR
-export NO_COLOR=1
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
-
-# run ARGS...: runs vramfit, leaving stdout in $TMP/out, stderr in $TMP/err, exit code in $rc.
-run() {
-  "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err"
-  rc=$?
-}
-
-# golden NAME ARGS...: stdout must equal tests/data/golden/NAME byte for byte, exit 0,
-# nothing on stderr.
-golden() {
-  local name=$1
-  shift
-  run "$@"
-  if [ "${UPDATE_GOLDEN:-}" = 1 ]; then
-    mkdir -p "$GOLDEN"
-    cp "$TMP/out" "$GOLDEN/$name"
-    echo "updated $GOLDEN/$name"
-  fi
-  if [ "$rc" -ne 0 ]; then
-    bad "vramfit $*: exit $rc, want 0 ($(head -c 300 "$TMP/err"))"
-  elif [ -s "$TMP/err" ]; then
-    bad "vramfit $*: unexpected stderr: $(head -c 300 "$TMP/err")"
-  elif ! cmp -s "$TMP/out" "$GOLDEN/$name"; then
-    bad "vramfit $*: output differs from golden/$name:"
-    diff -u "$GOLDEN/$name" "$TMP/out" | head -40 >&2
-  else
-    ok
-  fi
-}
-
-# fails CODE PATTERN ARGS...: exit CODE, nothing on stdout, exactly one line on stderr
-# matching the extended regex PATTERN.
-fails() {
-  local want=$1 pattern=$2
-  shift 2
-  run "$@"
-  local lines
-  lines=$(wc -l <"$TMP/err")
-  if [ "$rc" -ne "$want" ]; then
-    bad "vramfit $*: exit $rc, want $want ($(head -c 300 "$TMP/err"))"
-  elif [ -s "$TMP/out" ]; then
-    bad "vramfit $*: unexpected stdout: $(head -c 300 "$TMP/out")"
-  elif [ "$lines" -ne 1 ]; then
-    bad "vramfit $*: $lines lines on stderr, want 1:"
-    cat "$TMP/err" >&2
-  elif ! grep -Eq -- "$pattern" "$TMP/err"; then
-    bad "vramfit $*: stderr '$(cat "$TMP/err")' does not match '$pattern'"
-  else
-    ok
-  fi
-}
-
-# succeeds PATTERN ARGS...: exit 0, stdout matches PATTERN, nothing on stderr.
-succeeds() {
-  local pattern=$1
-  shift
-  run "$@"
-  if [ "$rc" -ne 0 ]; then
-    bad "vramfit $*: exit $rc, want 0 ($(head -c 300 "$TMP/err"))"
-  elif [ -s "$TMP/err" ]; then
-    bad "vramfit $*: unexpected stderr: $(head -c 300 "$TMP/err")"
-  elif ! grep -Eq -- "$pattern" "$TMP/out"; then
-    bad "vramfit $*: stdout does not match '$pattern': $(head -c 300 "$TMP/out")"
-  else
-    ok
-  fi
-}
+# Run by CTest with VRAMFIT (the binary), VF_SOURCE_DIR and VF_TEST_TMP set; the checks
+# come from lib/harness.sh.
+NAME=models_inspect
+source "$(dirname "$0")/lib/harness.sh"
 
 # same_json A B: two inspect --json outputs describe the same model (all but name and source).
 same_json() {
@@ -189,5 +104,4 @@ succeeds '^usage: vramfit inspect' inspect gpt2 --help
 succeeds '^vramfit [0-9]+\.[0-9]+\.[0-9]+$' --version
 succeeds '^  inspect ' --help
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
