@@ -1,0 +1,104 @@
+/* bench/speed: how fast estimates are.
+ *  - library: vf_estimate() calls per second for a 7B model on one core (target: 20,000);
+ *  - CLI: whole-process wall time of `vramfit estimate llama-3.1-405b` with FSDP on 512
+ *    GPUs, and of every catalogue model (target: under 20 ms each).
+ *
+ * usage: bench_speed VRAMFIT */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vramfit.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The fastest of several batches: the machine is shared, the best batch is the code's. */
+static double library_rate(const char *model, const struct vf_setup *s) {
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  vf_model_init(&m);
+  if (vf_model_load(&m, model, &d) || vf_profile_load("hf", &p, &d)) return 0;
+  vf_alloc_conf_default(&c);
+  double best = 0;
+  for (int batch = 0; batch < 7; batch++) {
+    int n = 1000;
+    double t0 = now();
+    for (int i = 0; i < n; i++)
+      if (vf_estimate(&m, s, &p, &c, &e, &d)) return 0;
+    double rate = n / (now() - t0);
+    if (rate > best) best = rate;
+  }
+  vf_model_cleanup(&m);
+  return best;
+}
+
+/* Median wall milliseconds of running argv (stdout discarded) `runs` times. */
+static double process_ms(char *const argv[], int runs) {
+  double t[64];
+  fflush(stdout); /* or each child inherits and prints the buffer again */
+  for (int i = 0; i < runs && i < 64; i++) {
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (!freopen("/dev/null", "w", stdout)) _exit(127);
+      execv(argv[0], argv);
+      _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    t[i] = (now() - t0) * 1000;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) > 1) return -1;
+  }
+  qsort(t, (size_t)runs, sizeof *t, cmp_double);
+  return t[runs / 2];
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s VRAMFIT\n", argv[0]);
+    return 2;
+  }
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.method = VF_METHOD_LORA;
+  s.seq = 2048;
+  printf("library, llama-2-7b LoRA bf16 seq 2048: %.0f estimates/s on one core\n", library_rate("llama-2-7b", &s));
+  s.method = VF_METHOD_FULL;
+  printf("library, llama-2-7b full bf16 seq 2048: %.0f estimates/s on one core\n", library_rate("llama-2-7b", &s));
+
+  char *big[] = {argv[1], "estimate", "llama-3.1-405b", "--weights", "bf16", "--shard", "fsdp",
+                 "--gpus", "512", "--grad-ckpt", "full", "--json", NULL};
+  printf("CLI, llama-3.1-405b FSDP on 512 GPUs: %.1f ms per process (median of 15)\n", process_ms(big, 15));
+
+  size_t n = vf_catalog_count();
+  double worst = 0;
+  char worst_name[64] = "";
+  for (size_t i = 0; i < n; i++) {
+    char name[64];
+    if (vf_catalog_name(i, name, sizeof name)) continue;
+    char *one[] = {argv[1], "estimate", name, "--json", NULL};
+    double ms = process_ms(one, 5);
+    if (ms > worst) {
+      worst = ms;
+      snprintf(worst_name, sizeof worst_name, "%s", name);
+    }
+  }
+  printf("CLI, every catalogue model (%zu): slowest %.1f ms (%s), median of 5 each\n", n, worst, worst_name);
+  return 0;
+}
