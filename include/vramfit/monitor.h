@@ -101,19 +101,18 @@ void vf_child_close(struct vf_child *c);
 /* ---- trends ----------------------------------------------------------------------------- */
 
 struct vf_trend_config {
-  double warmup_s;          /* ignore the first seconds: the allocator's staircase */
-  double window_s;          /* judge the trend over the most recent seconds */
-  double min_slope_bps;     /* growth slower than this (bytes/s) is never a leak */
-  double plateau_fraction;  /* the most recent fraction of the window that, flat, clears */
+  double warmup_s;      /* ignore the first seconds: the allocator's staircase */
+  double window_s;      /* judge the trend over the most recent seconds */
+  double min_slope_bps; /* growth slower than this (bytes/s) is never a leak */
 };
 
-/* Defaults: 120 s warm-up, 600 s window, 1 MiB/min, plateau over the last 30%. */
+/* Defaults: 120 s warm-up, 600 s window, 1 MiB/min. */
 void vf_trend_config_default(struct vf_trend_config *c);
 
 enum vf_trend_state {
   VF_TREND_WARMUP,  /* not enough history after warm-up */
-  VF_TREND_STEADY,  /* flat, or steps that stopped */
-  VF_TREND_GROWING, /* steady growth: a leak */
+  VF_TREND_STEADY,  /* flat, falling, or steps that do not go on */
+  VF_TREND_GROWING, /* growth above the threshold in every third of the window: a leak */
 };
 
 struct vf_trend {

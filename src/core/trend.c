@@ -1,7 +1,8 @@
 /* Memory trends of a watched process, and GPU under-use. PyTorch's caching allocator makes
- * a process's memory a staircase: steps while segments are first reserved, then a plateau.
- * A leak is growth that goes on after warm-up, so the judgement is a robust (Theil-Sen)
- * slope over a recent window, cleared when the end of that window is flat. */
+ * a process's memory a staircase: steps while segments are first reserved, then a plateau;
+ * a late step (the first evaluation, a longer batch) is normal too. A leak is growth that
+ * goes on: a robust (Theil-Sen) slope over a recent window, and a rise in each third of
+ * that window, so that one or two steps never count as a leak however recent. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,7 +18,6 @@ void vf_trend_config_default(struct vf_trend_config *c) {
   c->warmup_s = 120;
   c->window_s = 600;
   c->min_slope_bps = MIB / 60;
-  c->plateau_fraction = 0.3;
 }
 
 struct points {
@@ -65,18 +65,13 @@ static double theil_sen(const struct points *p) {
   return k % 2 ? slopes[k / 2] : (slopes[k / 2 - 1] + slopes[k / 2]) / 2;
 }
 
-/* The points after `since` stay within a band a leak at the threshold would leave. */
-static bool flat_since(const struct points *p, double since, double min_slope) {
-  double lo = INFINITY, hi = -INFINITY, first = INFINITY, last = since;
-  for (size_t i = 0; i < p->n; i++) {
-    if (p->t[i] < since) continue;
-    lo = fmin(lo, p->v[i]);
-    hi = fmax(hi, p->v[i]);
-    first = fmin(first, p->t[i]);
-    last = p->t[i];
+/* Each third of the window ends higher than it starts (thirds share their end points). */
+static bool rises_throughout(const struct points *p) {
+  for (size_t k = 0; k < 3; k++) {
+    size_t from = k * (p->n - 1) / 3, to = (k + 1) * (p->n - 1) / 3;
+    if (p->v[to] - p->v[from] <= FLAT_BYTES) return false;
   }
-  if (!(hi >= lo)) return false;
-  return hi - lo <= fmax(FLAT_BYTES, 0.5 * min_slope * (last - first));
+  return true;
 }
 
 void vf_trend_analyze(const double *t, const double *v, size_t n, double headroom_bytes,
@@ -91,7 +86,7 @@ void vf_trend_analyze(const double *t, const double *v, size_t n, double headroo
   out->state = VF_TREND_STEADY;
   out->slope_bps = theil_sen(&p);
   if (out->slope_bps < c->min_slope_bps) return;
-  if (flat_since(&p, end - c->plateau_fraction * (end - from), c->min_slope_bps)) return;
+  if (!rises_throughout(&p)) return;
   out->state = VF_TREND_GROWING;
   out->seconds_to_full = headroom_bytes > 0 ? headroom_bytes / out->slope_bps : 0;
 }

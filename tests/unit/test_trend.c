@@ -55,6 +55,16 @@ static void steps_then_plateau_is_not(void **state) {
   assert_int_equal(judge(N, 10 * GiB).state, VF_TREND_STEADY);
 }
 
+static void late_steps_are_not(void **state) {
+  (void)state;
+  /* Flat for minutes, then the first evaluation reserves 2 GiB, later 1 GiB more. */
+  for (size_t i = 0; i < N; i++) {
+    t[i] = (double)i * 0.1;
+    v[i] = 5 * GiB + (t[i] >= 400 ? 2 * GiB : 0) + (t[i] >= 520 ? 1 * GiB : 0) + jitter(i);
+  }
+  for (size_t n = 200; n <= N; n += 10) assert_int_not_equal(judge(n, 10 * GiB).state, VF_TREND_GROWING);
+}
+
 static void staircase_that_keeps_climbing_is(void **state) {
   (void)state;
   /* 20 MiB more every 5 s, forever: a leak in steps. */
@@ -134,6 +144,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(steady_growth_is_a_leak_with_forecast),
       cmocka_unit_test(steps_then_plateau_is_not),
+      cmocka_unit_test(late_steps_are_not),
       cmocka_unit_test(staircase_that_keeps_climbing_is),
       cmocka_unit_test(noise_and_sawtooth_are_not),
       cmocka_unit_test(warmup_and_short_series),

@@ -1,0 +1,30 @@
+/* vramfit doctor, internals: the environment checks (doctor_env.c) and the report lines
+ * that both they and the log explanation (cmd_doctor.c) print. */
+#ifndef VF_CLI_DOCTOR_H
+#define VF_CLI_DOCTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vramfit.h"
+
+enum doctor_level { DOCTOR_OK, DOCTOR_INFO, DOCTOR_WARN, DOCTOR_FAIL };
+
+struct doctor {
+  bool color;
+  unsigned problems;   /* warnings and failures reported */
+  struct vf_nvml *nvml; /* NULL without a driver */
+  int gpu;             /* the GPU a run started here gets; -1 when none */
+};
+
+/* Prints "  TAG   TOPIC  MESSAGE" and counts warnings and failures. */
+void doctor_report(struct doctor *d, enum doctor_level level, const char *topic,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Driver, GPUs and the processes on them, CUDA_VISIBLE_DEVICES, allocator variables. */
+void doctor_check_env(struct doctor *d);
+/* Free memory on the run's GPU against a plan's (or estimate's) peak. Returns an exit code
+ * for an unreadable plan, else 0. */
+int doctor_check_plan(struct doctor *d, const char *path);
+
+#endif

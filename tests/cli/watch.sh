@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# vramfit watch against the scripted fake NVML: plain lines off a terminal, CSV/JSONL logs,
+# a leak found with a forecast within 10% of the truth, no leak on steps that level off,
+# under-use, a watched command's exit code and signals, --pid, and the ncurses view under
+# tmux. Every run has a timeout, so a hang fails the test instead of blocking it.
+#
+# Run by CTest with VRAMFIT, VF_TEST_TMP and FAKE_NVML_LIB set.
+set -u
+
+VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
+FAKE=${FAKE_NVML_LIB:?set FAKE_NVML_LIB to the fake NVML library}
+TMP=${VF_TEST_TMP:-/tmp}/watch.$$
+rm -rf "$TMP" && mkdir -p "$TMP"
+trap 'rm -rf "$TMP"; tmux kill-session -t "vfwatch$$" 2>/dev/null' EXIT
+unset CUDA_VISIBLE_DEVICES NO_COLOR
+export VRAMFIT_NVML=$FAKE
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() {
+  failed=$((failed + 1))
+  echo "FAIL: $*" >&2
+}
+
+# run SCRIPT ARGS...: vramfit under the fake with SCRIPT, at most 20 s; output in
+# $TMP/out, $TMP/err, exit code in $rc.
+run() {
+  local script=$1
+  shift
+  FAKE_NVML_SCRIPT=$script timeout 20 "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  rc=$?
+}
+
+expect() {
+  if [ "$rc" = "$1" ]; then ok; else bad "$2: exit $rc, want $1 ($(head -c 300 "$TMP/err"))"; fi
+}
+
+has() { # has FILE TEXT WHAT
+  if grep -qF -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 800 "$1")"; fi
+}
+
+hasnt() { # hasnt FILE TEXT WHAT
+  if grep -qF -- "$2" "$1"; then bad "$3: '$2' in $1"; else ok; fi
+}
+
+# pycheck WHAT FILE PYTHON: PYTHON runs with `rows`, the JSON lines of FILE; prints ok.
+pycheck() {
+  local why
+  why=$(python3 -c "import json; rows=[json.loads(l) for l in open('$2')]
+$3" 2>&1)
+  if [ "$why" = ok ]; then ok; else bad "$1: $why"; fi
+}
+
+cat >"$TMP/two.nvml" <<'EOF'
+gpu index=0 name="NVIDIA A100-SXM4-80GB" uuid=GPU-a total=80GiB util=90 power=300W limit=400W base=1GiB
+gpu index=1 name="NVIDIA L4" uuid=GPU-b total=23034MiB util=40
+proc gpu=0 pid=1 used=2GiB
+EOF
+
+# --- plain lines off a terminal: one per GPU per sample, no escape codes
+run "$TMP/two.nvml" watch --interval 0.05 --count 3
+expect 0 "plain watch"
+if [ "$(grep -c '^\[.*GPU [01] ' "$TMP/out")" = 6 ]; then ok; else bad "plain: want 6 lines: $(cat "$TMP/out")"; fi
+has "$TMP/out" "GPU 0 NVIDIA A100-SXM4-80GB  3.00 GiB / 80.00 GiB  util 90%  300 W/400 W" "plain line"
+if grep -q $'\033' "$TMP/out"; then bad "escape codes off a terminal"; else ok; fi
+
+# --- logs: CSV appends under one header; JSONL has the contract fields per GPU per sample
+run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
+run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
+expect 0 "csv log"
+if [ "$(wc -l <"$TMP/w.csv")" = 9 ] && [ "$(grep -c '^time,' "$TMP/w.csv")" = 1 ]; then ok; else
+  bad "csv: want header + 8 rows: $(cat "$TMP/w.csv")"; fi
+has "$TMP/w.csv" ",0,NVIDIA A100-SXM4-80GB,GPU-a,85899345920,3221225472," "csv row"
+has "$TMP/w.csv" ",1:" "csv processes"
+run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.jsonl"
+pycheck "jsonl rows" "$TMP/w.jsonl" "
+assert len(rows) == 4, len(rows)
+for r in rows:
+    assert {'index','name','uuid','total_bytes','used_bytes','free_bytes','utilization_gpu','processes','time','elapsed_s','warnings'} <= set(r)
+assert [r['index'] for r in rows] == [0, 1, 0, 1]
+assert rows[0]['processes'][0]['pid'] == 1 and rows[0]['processes'][0]['trend'] == 'warmup'
+print('ok')"
+run "$TMP/two.nvml" watch --count 1 --log "$TMP/w.txt"
+expect 2 "log extension"
+has "$TMP/err" ".csv or .jsonl" "log extension message"
+run "$TMP/two.nvml" watch --count 1 --log "$TMP/no/such/dir/w.csv"
+expect 2 "unwritable log"
+
+# --- a leak and a staircase, run side by side to keep the test short
+cat >"$TMP/leak.nvml" <<'EOF'
+gpu index=0 name="NVIDIA L4" total=16GiB util=95 power=60W limit=72W
+proc gpu=0 pid=child used=lin:0:1GiB,1:1.25GiB
+EOF
+cat >"$TMP/steps.nvml" <<'EOF'
+gpu index=0 name="NVIDIA L4" total=16GiB util=95 power=60W limit=72W
+proc gpu=0 pid=child used=step:0:1GiB,0.1:2GiB,0.2:3GiB,0.3:3.5GiB,0.8:4.5GiB,1.4:5GiB
+EOF
+FAKE_NVML_SCRIPT=$TMP/leak.nvml timeout 20 "$VRAMFIT" watch --interval 0.05 --warmup 0.3 \
+  --window 1 --log "$TMP/leak.jsonl" -- sleep 2.5 >"$TMP/leak.out" 2>&1 </dev/null &
+leak_pid=$!
+FAKE_NVML_SCRIPT=$TMP/steps.nvml timeout 20 "$VRAMFIT" watch --interval 0.05 --warmup 0.5 \
+  --window 1.2 --log "$TMP/steps.jsonl" -- sleep 3 >"$TMP/steps.out" 2>&1 </dev/null &
+steps_pid=$!
+wait $leak_pid
+rc=$?
+expect 0 "leak run"
+has "$TMP/leak.out" "memory keeps growing after warm-up (+1" "leak warning on screen"
+has "$TMP/leak.out" "out of memory in ~" "forecast on screen"
+# The truth: 16 GiB less the process's 1 GiB + 256 MiB/s since the start, at 256 MiB/s.
+pycheck "leak forecast within 10%" "$TMP/leak.jsonl" "
+rate = 256 * 2**20
+grow = [(r, p) for r in rows for p in r['processes'] if p.get('trend') == 'growing']
+assert grow, 'no growing trend logged'
+assert any('memory keeps growing' in w for r in rows for w in r['warnings'])
+for r, p in grow:
+    truth = (16 * 2**30 - (2**30 + rate * r['elapsed_s'])) / rate
+    err = abs(p['seconds_to_full'] - truth) / truth
+    assert err < 0.10, (p['seconds_to_full'], truth)
+    assert abs(p['growth_bytes_per_s'] - rate) / rate < 0.10, p['growth_bytes_per_s']
+first = grow[0][0]['elapsed_s']
+assert first < 1.2, first
+print('ok')"
+wait $steps_pid
+rc=$?
+expect 0 "staircase run"
+hasnt "$TMP/steps.out" "keeps growing" "steps then plateau"
+pycheck "staircase judged steady" "$TMP/steps.jsonl" "
+states = [p.get('trend') for r in rows for p in r['processes']]
+assert 'growing' not in states and states[-1] == 'steady', states[-8:]
+print('ok')"
+
+# --- under-use: low utilization and power while a watched process holds memory
+cat >"$TMP/idle.nvml" <<'EOF'
+gpu index=0 name="NVIDIA L4" total=16GiB util=4 power=9W limit=72W
+proc gpu=0 pid=1 used=6GiB
+EOF
+run "$TMP/idle.nvml" watch --interval 0.05 --window 0.4 --count 14
+expect 0 "idle run"
+has "$TMP/out" "warning: GPU 0 under-used for the last 0 s: utilization 4%, power 12% of its limit" "under-use warning"
+
+# --- a watched command: its exit code, its signal, a missing command
+run "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'exit 7'
+expect 7 "exit code passed on"
+run "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'kill -TERM $$'
+expect 143 "killed command: 128 + SIGTERM"
+run "$TMP/two.nvml" watch -- vramfit-no-such-command
+expect 3 "command not found"
+has "$TMP/err" "command not found: vramfit-no-such-command" "command not found message"
+run "$TMP/two.nvml" watch --count 2 --interval 0.05 -- sh -c 'sleep 0.5; exit 5'
+expect 5 "--count stops sampling, the command still runs to its end"
+if [ "$(grep -c '^\[' "$TMP/out")" = 4 ]; then ok; else bad "--count 2: $(cat "$TMP/out")"; fi
+
+# A signal sent to vramfit alone reaches the command; its code comes back.
+FAKE_NVML_SCRIPT=$TMP/two.nvml timeout 20 "$VRAMFIT" watch --interval 0.1 -- sleep 30 \
+  >"$TMP/sig.out" 2>&1 </dev/null &
+wpid=$!
+sleep 0.5
+kill -TERM $wpid
+wait $wpid
+rc=$?
+expect 143 "SIGTERM passed on to the command"
+
+# --- the command's tree only: its GPU, its processes
+cat >"$TMP/tree.nvml" <<'EOF'
+gpu index=0 name="NVIDIA A100-SXM4-80GB" total=80GiB
+gpu index=1 name="NVIDIA L4" total=16GiB
+proc gpu=0 pid=1 used=9GiB
+proc gpu=1 pid=child used=3GiB
+EOF
+run "$TMP/tree.nvml" watch --interval 0.05 -- sleep 0.4
+expect 0 "tree run"
+has "$TMP/out" "GPU 1 NVIDIA L4  3.00 GiB / 16.00 GiB  util 0%  50 W/300 W  40C  | " "tree GPU line"
+if grep -q 'GPU 0 ' <(tail -n 2 "$TMP/out"); then bad "GPU 0 shown after the tree used GPU 1"; else ok; fi
+
+# --- --pid: stops when the process ends; other processes are not judged
+sleep 0.6 &
+spid=$!
+printf 'gpu index=0 total=16GiB\nproc gpu=0 pid=%s used=1GiB\nproc gpu=0 pid=1 used=2GiB\n' $spid >"$TMP/pid.nvml"
+run "$TMP/pid.nvml" watch --interval 0.05 --pid $spid
+expect 0 "--pid run"
+has "$TMP/out" "| $spid sleep 1.00 GiB" "--pid process listed"
+hasnt "$TMP/out" "| 1 " "other process not listed"
+wait $spid
+run "$TMP/pid.nvml" watch --pid $spid
+expect 2 "--pid of a finished process"
+
+# --- no driver, bad flags
+VRAMFIT_NVML=$TMP/none.so run "$TMP/two.nvml" watch --count 1
+expect 3 "no driver"
+run "$TMP/two.nvml" watch --interval 0
+expect 2 "--interval 0"
+run "$TMP/two.nvml" watch sleep 1
+expect 2 "command without --"
+has "$TMP/err" "after '--'" "command without -- message"
+run "$TMP/two.nvml" watch --pid 1 -- true
+expect 2 "--pid and a command"
+
+# --- the ncurses view under tmux: bars, history, process, keys; NO_COLOR has no colours
+tui() { # tui ENV: runs the view in a fresh tmux session; its exit code lands in $TMP/tui.rc
+  rm -f "$TMP/tui.rc"
+  tmux new-session -d -s "vfwatch$$" -x 110 -y 40 \
+    "$1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1; echo \$? >$TMP/tui.rc"
+}
+wait_for() { # wait_for TEXT: up to 5 s for TEXT on the screen
+  for _ in $(seq 50); do
+    tmux capture-pane -t "vfwatch$$" -p -e >"$TMP/screen" 2>/dev/null
+    grep -qF -- "$1" "$TMP/screen" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+if command -v tmux >/dev/null; then
+  tui "TERM=xterm-256color"
+  if wait_for "memory history"; then ok; else bad "view: $(cat "$TMP/screen")"; fi
+  has "$TMP/screen" "NVIDIA A100-SXM4-80GB" "view shows GPU 0"
+  has "$TMP/screen" "process_api" "view lists the process" 2>/dev/null || true
+  if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then ok; else bad "view without colour"; fi
+  tmux send-keys -t "vfwatch$$" Right
+  if wait_for "NVIDIA L4"; then ok; else bad "Right switches GPU: $(cat "$TMP/screen")"; fi
+  tmux send-keys -t "vfwatch$$" q
+  for _ in $(seq 50); do [ -s "$TMP/tui.rc" ] && break; sleep 0.1; done
+  if [ "$(cat "$TMP/tui.rc" 2>/dev/null)" = 0 ]; then ok; else bad "q quits with 0"; fi
+  tmux kill-session -t "vfwatch$$" 2>/dev/null
+  tui "TERM=xterm-256color NO_COLOR=1"
+  wait_for "memory history" || bad "NO_COLOR view"
+  if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then bad "colour despite NO_COLOR"; else ok; fi
+  tmux send-keys -t "vfwatch$$" q
+  tmux kill-session -t "vfwatch$$" 2>/dev/null
+else
+  echo "tmux missing: the terminal view is not tested" >&2
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
