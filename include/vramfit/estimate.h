@@ -57,10 +57,12 @@ struct vf_profile {
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   bool quantize_head;      /* the output head is quantized along with the blocks */
+  uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
 };
 
 struct vf_setup {
   uint64_t batch, seq;
+  uint64_t accumulation; /* micro batches per optimizer step; 0: the framework's default */
   enum vf_task task;
   enum vf_precision weights, amp;
   enum vf_optimizer optimizer;

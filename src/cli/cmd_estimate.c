@@ -12,6 +12,8 @@ static const char usage[] =
     "with a breakdown at the peak.\n\n"
     "  --batch N            micro batch per GPU (1)\n"
     "  --seq N              tokens per sample, the longest in the batch (2048)\n"
+    "  --accumulation N     micro batches per optimizer step; gradients persist between them\n"
+    "                       (the framework's stock recipes: litgpt accumulates, the others 1)\n"
     "  --task T             causal-lm | seq-classification | masked-lm\n"
     "  --framework F        hf | litgpt | torchtune | lightning | deepspeed | megatron | torchtitan (hf)\n"
     "  --weights D          dtype the weights are stored in: fp32 | bf16 | fp16 (fp32)\n"
@@ -34,13 +36,14 @@ static const char usage[] =
     "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
 
 enum {
-  O_BATCH = 256, O_SEQ, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER, O_METHOD, O_LORA_R,
+  O_BATCH = 256, O_SEQ, O_ACCUMULATION, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER, O_METHOD, O_LORA_R,
   O_LORA_TARGETS, O_QUANT, O_GRAD_CKPT, O_ATTENTION, O_GPUS, O_SHARD, O_OFFLOAD, O_TP, O_PP,
   O_CP, O_GPU, O_ALLOC_CONF, O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
     {"batch", required_argument, NULL, O_BATCH},       {"seq", required_argument, NULL, O_SEQ},
+    {"accumulation", required_argument, NULL, O_ACCUMULATION},
     {"task", required_argument, NULL, O_TASK},         {"framework", required_argument, NULL, O_FRAMEWORK},
     {"weights", required_argument, NULL, O_WEIGHTS},   {"amp", required_argument, NULL, O_AMP},
     {"optimizer", required_argument, NULL, O_OPTIMIZER}, {"method", required_argument, NULL, O_METHOD},
@@ -106,6 +109,11 @@ static int parse_option(int c, const char *arg, struct request *r) {
   switch (c) {
   case O_BATCH: return cli_parse_u64("estimate", "--batch", arg, &s->batch);
   case O_SEQ: return cli_parse_u64("estimate", "--seq", arg, &s->seq);
+  case O_ACCUMULATION:
+    if (cli_parse_u64("estimate", "--accumulation", arg, &s->accumulation)) return VF_EINVAL;
+    if (s->accumulation) return 0;
+    cli_usage_error("estimate", "--accumulation must be at least 1");
+    return VF_EINVAL;
   case O_LORA_R: return cli_parse_u64("estimate", "--lora-r", arg, &s->lora_r);
   case O_GPUS: return cli_parse_u64("estimate", "--gpus", arg, &s->gpus);
   case O_TP: return cli_parse_u64("estimate", "--tp", arg, &s->tp);

@@ -56,6 +56,9 @@ struct ctx {
   struct builder b;
   struct saved *sv; /* per replayed layer, plus the head */
   struct grads grads;
+  bool grads_kept; /* gradients of the previous micro batch are still there */
+  bool states_made; /* the optimizer has created its states */
+  uint64_t accumulation; /* micro batches per optimizer step */
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
@@ -139,6 +142,8 @@ static void norm_saves(struct ctx *x, struct saved *sv) {
   if (x->base_trainable) keep(x, sv, elems * x->d.c);
 }
 
+#define BIT(k) (1u << (k))
+
 static bool lora_method(enum vf_method m) {
   return m == VF_METHOD_LORA || m == VF_METHOD_QLORA || m == VF_METHOD_DORA;
 }
@@ -154,7 +159,8 @@ static bool quantized(const struct vf_setup *s) {
 static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
-  if (quantized(s)) {
+  bool head = kind_bits == BIT(VF_KIND_HEAD);
+  if (quantized(s) && (!head || x->p->quantize_head)) {
     transient(x, in * out * d->c, VF_CAT_TEMPORARIES);
     if (x->p->quant_input_bytes) keep(x, sv, d->T * in * x->p->quant_input_bytes);
   }
@@ -167,8 +173,6 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   keep(x, sv, d->T * s->lora_r * (uint64_t)__builtin_popcount(hit) * d->c);
   if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, VF_CAT_TEMPORARIES);
 }
-
-#define BIT(k) (1u << (k))
 
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
@@ -291,6 +295,7 @@ static bool sharded_grads(const struct vf_setup *s) {
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool hold) {
+  if (x->grads_kept) return 0; /* accumulating into last micro batch's gradients */
   if (!sharded_grads(x->s)) {
     layer_params(x, layer, g);
     return 0;
@@ -340,13 +345,6 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
 
 /* The loss: logits in the compute dtype plus what the loss keeps (fp32 up-cast,
  * log-softmax), and at its backward the gradient buffers of the logits. */
-/* A quantized output head is dequantized whole for each matmul, and keeps its input. */
-static void quantized_head(struct ctx *x, struct saved *sv) {
-  if (!quantized(x->s) || !x->p->quantize_head || x->task != VF_TASK_CAUSAL_LM) return;
-  transient(x, x->d.h * x->d.vocab * x->d.c, VF_CAT_TEMPORARIES);
-  if (sv && x->p->quant_input_bytes) keep(x, sv, x->d.T * x->d.h * x->p->quant_input_bytes);
-}
-
 static uint64_t loss_outputs(const struct ctx *x) {
   return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
 }
@@ -359,7 +357,7 @@ static uint32_t loss_chunks(const struct ctx *x) { return x->p->loss_chunks ? x-
 static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t *n_loss) {
   const struct dims *d = &x->d;
   norm_saves(x, sv);
-  quantized_head(x, sv);
+  if (x->task == VF_TASK_CAUSAL_LM) projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
@@ -374,7 +372,9 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_id
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint32_t grad_logits = take(x, loss_outputs(x) * per / loss_chunks(x), VF_CAT_TEMPORARIES);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
-  quantized_head(x, NULL);
+  /* A quantized head is dequantized again for the input gradient. */
+  if (quantized(x->s) && x->p->quantize_head && x->task == VF_TASK_CAUSAL_LM)
+    transient(x, d->h * d->vocab * d->c, VF_CAT_TEMPORARIES);
   uint32_t root_grads = layer_grads(x, -1, g, true);
   give(x, grad_logits);
   for (size_t i = 0; i < n_loss; i++) give(x, loss_ids[i]);
@@ -509,11 +509,13 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   }
 }
 
-static void one_step(struct ctx *x, bool first) {
+/* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
+ * (last_micro) the optimizer step and zero_grad. */
+static void one_step(struct ctx *x, bool last_micro) {
   struct saved *sv = x->sv;
   struct grads *g = &x->grads;
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
-  g->n = 0;
+  if (!x->grads_kept) g->n = 0;
   phase(x, VF_PHASE_FORWARD);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
@@ -549,8 +551,16 @@ static void one_step(struct ctx *x, bool first) {
   give(x, root_grads);
   give(x, root);
   phase(x, VF_PHASE_OPTIMIZER);
-  optimizer_step(x, first);
-  for (size_t i = 0; i < g->n; i++) give(x, g->id[i]); /* zero_grad(set_to_none=True) */
+  /* Accumulating, the next micro batch adds into these gradients: the optimizer runs, and
+   * zero_grad(set_to_none=True) frees them, only after the last one. */
+  if (!last_micro) {
+    x->grads_kept = true;
+    return;
+  }
+  optimizer_step(x, !x->states_made);
+  x->states_made = true;
+  for (size_t i = 0; i < g->n; i++) give(x, g->id[i]);
+  x->grads_kept = false;
 }
 
 /* ---- Replay ---- */
@@ -638,15 +648,18 @@ static void dims_for(struct ctx *x) {
 static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct vf_allocator *a,
                struct result *r) {
   x->layers = layers;
+  x->grads_kept = x->states_made = false;
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
   x->b.next_id = 0;
   x->b.rc = 0;
   phase(x, VF_PHASE_SETUP);
   persistent(x, x->s->gpu_cc_major);
-  /* Two steps: optimizer states appear in the first, the second has everything. */
-  one_step(x, true);
-  one_step(x, false);
+  /* Two optimizer steps: states appear in the first, the second has everything. With
+   * accumulation each step is two micro batches, the second adding into the first's
+   * gradients (all further micro batches look like the second). */
+  int micro = x->accumulation > 1 ? 2 : 1;
+  for (int i = 0; i < 2 * micro; i++) one_step(x, i % micro == micro - 1);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);
   return replay(&x->b, conf, a, r);
@@ -714,6 +727,7 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   x.attn = s->attention != VF_ATTN_DEFAULT ? s->attention : p->default_attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
+  x.accumulation = s->accumulation ? s->accumulation : (p->default_accumulation ? p->default_accumulation : 1);
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;

@@ -43,6 +43,7 @@ void vf_setup_default(struct vf_setup *s) {
   memset(s, 0, sizeof *s);
   s->batch = 1;
   s->seq = 2048;
+  s->accumulation = 0;
   s->task = VF_TASK_AUTO;
   s->weights = VF_PREC_FP32;
   s->amp = VF_PREC_NONE;

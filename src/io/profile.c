@@ -46,6 +46,7 @@ static const struct field fields[] = {
     FIELD("untie_embeddings", F_BOOL, untie_embeddings),
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("quantize_head", F_BOOL, quantize_head),
+    FIELD("default_accumulation", F_U32, default_accumulation),
 };
 
 static int set_field(struct vf_profile *p, const struct field *f, json_t *v, const char *file,
