@@ -156,7 +156,8 @@ int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
 /* Appends the tensors of one safetensors file (headers only are read). */
 int vf_safetensors_read(struct vf_model *m, const char *path, struct vf_diag *d);
 /* Validates a safetensors header held in memory (the first 8 + N bytes of a file of
- * file_size bytes) and appends its tensors. */
+ * file_size bytes; 0 when unknown, which skips the check that the data fills the file) and
+ * appends its tensors in data-offset order. */
 int vf_safetensors_parse(struct vf_model *m, const uint8_t *buf, size_t len,
                          uint64_t file_size, const char *file, struct vf_diag *d);
 /* Reads model.safetensors.index.json and the header of every shard it names. */
@@ -165,7 +166,8 @@ int vf_safetensors_index_read(struct vf_model *m, const char *path, struct vf_di
 /* Reads a GGUF v2/v3 header (and the other parts of a split file): tensors and, from the
  * metadata, the architecture (m->has_arch). */
 int vf_gguf_read(struct vf_model *m, const char *path, struct vf_diag *d);
-/* The same for a header held in memory. */
+/* The same for a file held in memory: buf is taken as the whole file, so tensor data must
+ * lie within its len bytes. Split parts are not followed. */
 int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char *file,
                   struct vf_diag *d);
 

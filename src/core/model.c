@@ -224,6 +224,7 @@ static const struct {
     {"cls.", VF_KIND_HEAD},          {"score.", VF_KIND_HEAD},
     {"embed", VF_KIND_EMBEDDING},    {"wte", VF_KIND_EMBEDDING},
     {"wpe", VF_KIND_EMBEDDING},      {"token_embd", VF_KIND_EMBEDDING},
+    {"position_embd", VF_KIND_EMBEDDING}, {"token_types", VF_KIND_EMBEDDING},
 };
 
 /* The number after the first of the markers in name, or -1. */
@@ -252,10 +253,37 @@ enum vf_kind vf_kind_from_name(const char *name, int32_t *layer, int32_t *expert
   return VF_KIND_OTHER;
 }
 
-static const struct vf_tensor *find_tensor(const struct vf_model *m, const char *name) {
-  for (size_t i = 0; i < m->n_tensors; i++)
-    if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
-  return NULL;
+/* A model's tensors sorted by name, so matching a checkpoint against a layout (over a
+ * thousand tensors each for a 405B model) is binary searches, not a quadratic scan. */
+struct name_index {
+  const struct vf_tensor **v;
+  size_t n;
+};
+
+static int by_name_then_position(const void *pa, const void *pb) {
+  const struct vf_tensor *a = *(const struct vf_tensor *const *)pa;
+  const struct vf_tensor *b = *(const struct vf_tensor *const *)pb;
+  int c = strcmp(a->name, b->name);
+  return c ? c : (a > b) - (a < b);
+}
+
+static int index_build(struct name_index *ix, const struct vf_model *m) {
+  ix->n = m->n_tensors;
+  if (!(ix->v = malloc((ix->n + 1) * sizeof *ix->v))) return VF_ENOMEM;
+  for (size_t i = 0; i < ix->n; i++) ix->v[i] = &m->tensors[i];
+  qsort(ix->v, ix->n, sizeof *ix->v, by_name_then_position);
+  return 0;
+}
+
+/* The first tensor in model order with this name, or NULL. */
+static const struct vf_tensor *index_find(const struct name_index *ix, const char *name) {
+  size_t lo = 0, hi = ix->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(ix->v[mid]->name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < ix->n && strcmp(ix->v[lo]->name, name) == 0 ? ix->v[lo] : NULL;
 }
 
 static void shape_text(const struct vf_tensor *t, char *buf, size_t size) {
@@ -268,12 +296,15 @@ static void shape_text(const struct vf_tensor *t, char *buf, size_t size) {
 /* Notes are capped so a checkpoint of a different model does not print thousands of lines. */
 #define MAX_DISAGREEMENTS 20
 
-int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt) {
-  size_t reported = 0, total = 0;
+/* Notes every tensor missing on either side or shaped differently, at most
+ * MAX_DISAGREEMENTS of them and then a count of the rest. */
+static int note_differences(struct vf_model *m, const struct vf_model *ckpt,
+                            const struct name_index *in_m, const struct name_index *in_ckpt) {
+  size_t total = 0;
   char a[96], b[96];
   for (size_t i = 0; i < m->n_tensors; i++) {
     const struct vf_tensor *want = &m->tensors[i];
-    const struct vf_tensor *got = find_tensor(ckpt, want->name);
+    const struct vf_tensor *got = index_find(in_ckpt, want->name);
     int rc = 0;
     if (!got) {
       if (++total <= MAX_DISAGREEMENTS)
@@ -288,18 +319,27 @@ int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt) {
     if (rc) return rc;
   }
   for (size_t i = 0; i < ckpt->n_tensors; i++) {
-    if (find_tensor(m, ckpt->tensors[i].name)) continue;
+    if (index_find(in_m, ckpt->tensors[i].name)) continue;
     if (++total <= MAX_DISAGREEMENTS) {
       int rc = vf_model_add_note(m, "%s: in the checkpoint, not in the config's layout",
                                  ckpt->tensors[i].name);
       if (rc) return rc;
     }
   }
-  if (total > MAX_DISAGREEMENTS) {
-    reported = total - MAX_DISAGREEMENTS;
-    int rc = vf_model_add_note(m, "... and %zu more differences", reported);
-    if (rc) return rc;
-  }
+  if (total > MAX_DISAGREEMENTS)
+    return vf_model_add_note(m, "... and %zu more differences", total - MAX_DISAGREEMENTS);
+  return 0;
+}
+
+int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt) {
+  struct name_index in_m = {0}, in_ckpt = {0};
+  int rc = index_build(&in_m, m);
+  if (!rc) rc = index_build(&in_ckpt, ckpt);
+  /* Adding notes to m leaves its tensors in place, so the indexes stay valid. */
+  if (!rc) rc = note_differences(m, ckpt, &in_m, &in_ckpt);
+  free(in_m.v);
+  free(in_ckpt.v);
+  if (rc) return rc;
   free_tensors(m);
   m->tensors = ckpt->tensors;
   m->n_tensors = ckpt->n_tensors;
