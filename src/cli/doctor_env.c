@@ -37,8 +37,8 @@ static void check_visible(struct doctor *d) {
   unsigned n = vf_nvml_count(d->nvml);
   d->gpu = n ? 0 : -1;
   if (!env) {
-    doctor_report(d, DOCTOR_INFO, "visible", "CUDA_VISIBLE_DEVICES unset: a run sees all %u "
-                  "GPU%s and starts on GPU 0", n, n == 1 ? "" : "s");
+    doctor_report(d, DOCTOR_INFO, "visible", "CUDA_VISIBLE_DEVICES unset: a run sees %u GPU%s "
+                  "and starts on GPU 0", n, n == 1 ? "" : "s");
     return;
   }
   char copy[512];
