@@ -62,15 +62,26 @@ struct assign {
   int name;          /* index in names */
   size_t vstart, vend; /* the value token, quotes included */
   char quote;        /* '"', '\'' or 0 */
-  bool exported;
 };
 
-static bool find_assign(const char *s, size_t ls, size_t le, struct assign *a) {
+static size_t line_end(const char *s, size_t len, size_t ls) {
+  const char *lf = memchr(s + ls, '\n', len - ls);
+  return lf ? (size_t)(lf - s) : len;
+}
+
+/* Where a line's NAME starts: after blanks and an `export` keyword. */
+static size_t line_body(const char *s, size_t ls, size_t le, bool *exported) {
   size_t p = ls;
   while (p < le && (s[p] == ' ' || s[p] == '\t')) p++;
-  a->exported = le - p > 7 && memcmp(s + p, "export", 6) == 0 && (s[p + 6] == ' ' || s[p + 6] == '\t');
-  if (a->exported)
+  *exported = le - p > 7 && memcmp(s + p, "export", 6) == 0 && (s[p + 6] == ' ' || s[p + 6] == '\t');
+  if (*exported)
     for (p += 6; p < le && (s[p] == ' ' || s[p] == '\t'); p++) {}
+  return p;
+}
+
+static bool find_assign(const char *s, size_t ls, size_t le, struct assign *a) {
+  bool exported;
+  size_t p = line_body(s, ls, le, &exported);
   for (a->name = 0; a->name < N_NAMES; a->name++) {
     size_t n = strlen(names[a->name]);
     if (le - p > n && memcmp(s + p, names[a->name], n) == 0 && s[p + n] == '=') break;
@@ -145,15 +156,12 @@ struct scan {
 /* Calls fn for every assignment of either name, line by line. */
 static int each_assign(const struct scan *sc, int (*fn)(const struct scan *, const struct assign *, void *),
                        void *arg) {
-  for (size_t ls = 0; ls < sc->len;) {
-    const char *lf = memchr(sc->s + ls, '\n', sc->len - ls);
-    size_t le = lf ? (size_t)(lf - sc->s) : sc->len;
+  for (size_t ls = 0, le; ls < sc->len; ls = le + 1) {
+    le = line_end(sc->s, sc->len, ls);
     struct assign a;
-    if (find_assign(sc->s, ls, le, &a)) {
-      int rc = fn(sc, &a, arg);
-      if (rc) return rc;
-    }
-    ls = le + 1;
+    if (!find_assign(sc->s, ls, le, &a)) continue;
+    int rc = fn(sc, &a, arg);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -161,7 +169,7 @@ static int each_assign(const struct scan *sc, int (*fn)(const struct scan *, con
 struct rewrite {
   struct sbuf out;
   size_t cursor;
-  bool seen[N_NAMES], exported;
+  bool seen[N_NAMES];
   char *first; /* the first assignment's new value: a missing name gets the same */
   struct vf_edited *res;
   struct vf_diag *d;
@@ -170,7 +178,6 @@ struct rewrite {
 static int rewrite_one(const struct scan *sc, const struct assign *a, void *arg) {
   struct rewrite *w = arg;
   w->seen[a->name] = true;
-  w->exported |= a->exported;
   char *old = token_value(sc->s, a);
   if (!old) return VF_ENOMEM;
   char *now = NULL;
@@ -199,11 +206,25 @@ static int rewrite_one(const struct scan *sc, const struct assign *a, void *arg)
   return rc;
 }
 
+/* New lines follow the file: `export NAME=V` in a shell script, bare NAME=V in an env file
+ * (docker's --env-file takes no export), export in a new file. */
+static bool prefers_export(const char *s, size_t len) {
+  bool bare = false, exported;
+  for (size_t ls = 0, le; ls < len; ls = le + 1) {
+    le = line_end(s, len, ls);
+    size_t p = line_body(s, ls, le, &exported);
+    if (exported) return true;
+    size_t n = strspn(s + p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    bare |= n > 0 && p + n < le && s[p + n] == '=';
+  }
+  return !bare;
+}
+
 static int append_missing(const struct scan *sc, struct rewrite *w, const char *value) {
   const char *lf = memchr(sc->s, '\n', sc->len);
   const char *eol = lf && lf > sc->s && lf[-1] == '\r' ? "\r\n" : "\n";
   bool ends_open = sc->len && sc->s[sc->len - 1] != '\n';
-  bool exported = w->exported || (!w->seen[0] && !w->seen[1]);
+  bool exported = prefers_export(sc->s, sc->len);
   for (int i = 0; i < N_NAMES; i++) {
     if (w->seen[i]) continue;
     if (ends_open) sb_puts(&w->out, eol);

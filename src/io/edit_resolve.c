@@ -409,7 +409,10 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
     return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s (the default, %s, differs); --create adds it",
                       r->path, set->key, val, def);
   case O_MISSING_NODEFAULT:
-    if (!required) return vf_apply_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
+    if (!required)
+      return vf_apply_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
+    if (strcmp(r->path, set->key) == 0)
+      return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no key %s; --create adds it", r->path);
     return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s; --create adds it", r->path, set->key, val);
   case O_AUTO:
     if (!required) return vf_apply_note(s->a, "%s: %s stays \"auto\"; not written", f->pub->path, r->path);

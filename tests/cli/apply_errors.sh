@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# `vramfit apply` on bad input: exit 2, one line "vramfit apply: FILE[:LINE:COL]: why",
+# the file byte-identical and no backup. Also the safety rules: existing backups are never
+# replaced, symlinks are followed, the mode is kept, consistency rules refuse or fix.
+set -u
+VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
+TMP=${VF_TEST_TMP:-/tmp/vramfit-test}/apply-errors
+pass=0
+fail=0
+rm -rf "$TMP" && mkdir -p "$TMP" && cd "$TMP" || exit 1
+
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# refused NAME PATTERN FILE ARGS...: exit 2, one stderr line matching PATTERN, FILE untouched
+refused() {
+  local name=$1 pattern=$2 file=$3
+  shift 3
+  local before
+  before=$(mktemp "$TMP/before.XXXXXX")
+  [ -d "$file" ] || cp -p "$file" "$before"
+  "$VRAMFIT" apply "$@" >out.txt 2>err.txt
+  local rc=$?
+  local lines
+  lines=$(wc -l <err.txt)
+  if [ $rc -ne 2 ]; then bad "$name: exit $rc, want 2 ($(cat err.txt))"
+  elif [ "$lines" -ne 1 ]; then bad "$name: $lines lines on stderr: $(cat err.txt)"
+  elif ! grep -Eq "^vramfit apply: $pattern" err.txt; then bad "$name: message '$(cat err.txt)' !~ $pattern"
+  elif [ ! -d "$file" ] && ! cmp -s "$before" "$file"; then bad "$name: $file changed"
+  elif ls "$file".backup* >/dev/null 2>&1; then bad "$name: a backup was written"
+  else ok; fi
+  rm -f "$before"
+}
+
+expect() { # expect NAME COMMAND...: one assertion
+  local name=$1
+  shift
+  if "$@"; then ok; else bad "$name"; fi
+}
+
+cat >hf.yaml <<'EOF'
+# TrainingArguments
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 2
+learning_rate: 2.0e-04
+bf16: true
+lora_target_modules:
+- q_proj
+- v_proj
+base: &base
+  warmup_ratio: 0.1
+alias_here: *base
+notes: |
+  a block scalar
+data_dir: ${oc.env:DATA}
+EOF
+
+# ---- unparsable files ----
+printf 'a: [1, 2\nb: 3\n' >broken.yaml
+refused "unparsable YAML" 'broken\.yaml:[0-9]+:[0-9]+: invalid YAML' broken.yaml broken.yaml --set a=1
+printf '{"train_batch_size": 8,,}\n' >broken.json
+refused "unparsable JSON" 'broken\.json:1:[0-9]+: invalid JSON' broken.json broken.json --set batch=1
+printf 'a: 1\n---\na: 2\n' >two.yaml
+refused "two documents" 'two\.yaml:2:1: more than one YAML document' two.yaml two.yaml --set a=5
+printf 'a: 1\na: 2\n' >dup.yaml
+refused "duplicate key" "dup\.yaml:2:1: duplicate key 'a'" dup.yaml dup.yaml --set a=5
+printf '\xff\xfea\x00:\x00' >utf16.yaml
+refused "UTF-16" 'utf16\.yaml:1:1: UTF-16' utf16.yaml utf16.yaml --set a=5
+
+# ---- keys and values ----
+refused "missing key" 'hf\.yaml:2:1: no gradient_checkpointing for grad_ckpt=full .*--create' hf.yaml hf.yaml --set grad_ckpt=full
+refused "missing dotted key" 'hf\.yaml:2:1: no key no_such.key' hf.yaml hf.yaml --set no_such.key=3
+refused "key maps to a list" 'hf\.yaml:7:1: lora_target_modules holds a list' hf.yaml hf.yaml --set lora_target_modules=all
+refused "key maps to a mapping" 'hf\.yaml:9:7: base holds a mapping' hf.yaml hf.yaml --set base=1
+refused "alias" 'hf\.yaml:11:13: alias_here is the alias \*base' hf.yaml hf.yaml --set alias_here=1
+refused "path through alias" 'hf\.yaml:11:13: the path goes through the alias \*base' hf.yaml hf.yaml --set alias_here.warmup_ratio=0.2
+refused "block scalar" 'hf\.yaml:12:8: notes is a block scalar' hf.yaml hf.yaml --set notes=x
+refused "interpolation" 'hf\.yaml:14:11: data_dir is the interpolation \$\{oc\.env:DATA\}' hf.yaml hf.yaml --map seq=data_dir --set seq=128
+refused "logical value of the wrong type" 'batch=four: expects a whole number' hf.yaml hf.yaml --set batch=four
+refused "zero batch" 'batch=0: expects a whole number from 1' hf.yaml hf.yaml --set batch=0
+refused "unknown enum value" 'grad_ckpt=maybe: expects one of none full selective' hf.yaml hf.yaml --set grad_ckpt=maybe
+refused "number replaced by a string" 'hf\.yaml:4:16: learning_rate holds a number, not a string' hf.yaml hf.yaml --set learning_rate=fast
+refused "bool replaced by a number" 'hf\.yaml:5:7: bf16 holds true or false' hf.yaml hf.yaml --set bf16=3
+refused "unknown format" "unknown format 'yolo'" hf.yaml hf.yaml --format yolo --set batch=1
+refused "no place for a key" 'hf\.yaml:1:1: zero_stage=2 has no place in a hf config' hf.yaml hf.yaml --set zero_stage=2
+printf 'a: 1\n' >plain.yaml
+refused "unknown ecosystem" 'plain\.yaml:1:1: cannot tell which tool' plain.yaml plain.yaml --set batch=4
+refused "bad flag" "unknown option '--bogus'" hf.yaml hf.yaml --bogus --set batch=1
+refused "set without =" "--set expects KEY=VALUE" hf.yaml hf.yaml --set batch
+
+# ---- files ----
+cp hf.yaml ro.yaml && chmod 444 ro.yaml
+refused "read-only file" 'ro\.yaml: the file is read-only' ro.yaml ro.yaml --set batch=8
+mkdir -p adir
+refused "directory" 'adir: is a directory' adir adir --set batch=8
+refused "missing file" 'nope\.yaml: cannot open' hf.yaml nope.yaml --set batch=8
+ln -sf hf.yaml same.yaml
+refused "one file twice" 'same\.yaml: is the same file as hf\.yaml' hf.yaml hf.yaml same.yaml --set batch=8
+rm -f same.yaml
+
+# ---- consistency across files ----
+printf '{\n  "train_micro_batch_size_per_gpu": "auto",\n  "gradient_accumulation_steps": "auto"\n}\n' >auto.json
+refused "auto with no TrainingArguments" 'auto\.json:2:37: train_micro_batch_size_per_gpu is "auto"' auto.json auto.json --set batch=8
+printf 'trainer:\n  accumulate_grad_batches: 1\n  strategy:\n    class_path: lightning.pytorch.strategies.DeepSpeedStrategy\n    init_args:\n      config: ds_l.json\ndata:\n  batch_size: 8\nseed_everything: 1\n' >lit.yaml
+printf '{\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 1,\n  "zero_optimization": {"stage": 2}\n}\n' >ds_l.json
+refused "Lightning + DeepSpeed accumulation" 'ds_l\.json:3:34: Lightning refuses gradient_accumulation_steps' lit.yaml lit.yaml ds_l.json --set accumulation=4
+printf 'per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\ndeepspeed: ds_m.json\noutput_dir: out\n' >hfm.yaml
+printf '{\n  "train_batch_size": 64,\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 2,\n  "zero_optimization": {"stage": 2}\n}\n' >ds_m.json
+refused "HF and DeepSpeed disagree" 'ds_m\.json:3:37: train_micro_batch_size_per_gpu is 8 but batch in hfm\.yaml gives 4' hfm.yaml hfm.yaml ds_m.json --set accumulation=2
+refused "offload_param below stage 3" 'ds_m\.json:.*offload_param works only with ZeRO stage 3' ds_m.json ds_m.json --set offload=params --create
+printf '{\n  "train_batch_size": 60,\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 2\n}\n' >ds_odd.json
+refused "unknown GPU count" 'ds_odd\.json:2:23: train_batch_size 60 is not micro 8 x accumulation 2' ds_odd.json ds_odd.json --set batch=4
+printf 'batch_size: 2\ngradient_accumulation_steps: 1\noptimizer_in_bwd: True\nmodel:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_1b\nenable_activation_checkpointing: True\n' >tt.yaml
+refused "torchtune optimizer_in_bwd" 'tt\.yaml:2:30: optimizer_in_bwd: True needs gradient_accumulation_steps 1' tt.yaml tt.yaml --set accumulation=4
+
+# ---- what must work ----
+mkdir -p ok && cp ds_m.json ok/ && cd ok || exit 1
+printf 'per_device_train_batch_size: 8\ngradient_accumulation_steps: 2\ndeepspeed: ds_m.json\noutput_dir: out\n' >hfm.yaml
+"$VRAMFIT" apply hfm.yaml ds_m.json --set batch=2 --set accumulation=4 >out.txt 2>err.txt
+expect "HF + DeepSpeed: exit 0" test $? -eq 0
+expect "train_batch_size fixed to micro x accumulation x GPUs" grep -q '"train_batch_size": 32,' ds_m.json
+expect "the fix is explained" grep -q 'train_batch_size 64 -> 32 (= micro 2 x accumulation 4 x 4 GPUs)' err.txt
+"$VRAMFIT" apply ds_m.json --set batch=4 --gpus 2 >out.txt 2>err.txt
+expect "--gpus sets the world size" grep -q '"train_batch_size": 32,' ds_m.json
+
+printf 'per_device_train_batch_size: 4\n' >keep.yaml
+printf 'first backup\n' >keep.yaml.backup
+chmod 640 keep.yaml
+"$VRAMFIT" apply keep.yaml --set batch=8 >/dev/null 2>&1
+expect "existing backup kept" grep -qx 'first backup' keep.yaml.backup
+expect "next backup holds the old file" grep -qx 'per_device_train_batch_size: 4' keep.yaml.backup.1
+expect "mode kept" test "$(stat -c %a keep.yaml)" = 640
+"$VRAMFIT" apply keep.yaml --set batch=16 >/dev/null 2>&1
+expect "third backup" grep -qx 'per_device_train_batch_size: 8' keep.yaml.backup.2
+
+mkdir -p real && printf 'per_device_train_batch_size: 4\n' >real/target.yaml && ln -sf real/target.yaml link.yaml
+"$VRAMFIT" apply link.yaml --set batch=2 >/dev/null 2>&1
+expect "symlink still a symlink" test -L link.yaml
+expect "symlink target edited" grep -qx 'per_device_train_batch_size: 2' real/target.yaml
+expect "backup next to the target" test -f real/target.yaml.backup
+
+"$VRAMFIT" apply --env new.env >out.txt 2>err.txt
+expect "--env creates the file" grep -qx 'export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True' new.env
+expect "--env sets both names" grep -qx 'export PYTORCH_ALLOC_CONF=expandable_segments:True' new.env
+expect "--env on a new file makes no backup" test ! -e new.env.backup
+
+printf 'per_device_train_batch_size: 4\n' >j.yaml
+"$VRAMFIT" apply j.yaml --set batch=6 --json >out.json 2>err.txt
+expect "--json exit 0" test $? -eq 0
+if python3 -c 'import json' 2>/dev/null; then
+  expect "--json lists the change" python3 -c '
+import json, sys
+r = json.load(open("out.json"))
+c = r["files"][0]["changes"][0]
+sys.exit(0 if (c["key"], c["path"], c["old"], c["new"], c["line"]) == ("batch", "per_device_train_batch_size", "4", "6", 1)
+         and r["files"][0]["backup"].endswith("j.yaml.backup") and r["files"][0]["diff"].startswith("--- j.yaml") else 1)'
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
