@@ -10,6 +10,7 @@ for bin in "$dir"/bench/bench_*; do
   echo "== $name"
   case "$name" in
   bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" ;;
+  bench_speed) "$bin" "$dir/vramfit" ;;
   *) "$bin" ;;
   esac
 done
