@@ -59,6 +59,7 @@ struct ctx {
   bool grads_kept; /* gradients of the previous micro batch are still there */
   bool states_made; /* the optimizer has created its states */
   uint64_t accumulation; /* micro batches per optimizer step */
+  bool has_head;         /* this pipeline stage computes the logits and the loss */
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
@@ -108,20 +109,48 @@ static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
 /* Tensors a layer keeps for backward. */
 #define MAX_SAVED 96
 struct saved {
-  uint32_t id[MAX_SAVED];
+  uint32_t id[MAX_SAVED]; /* 0 while offloaded to the host */
+  uint64_t bytes[MAX_SAVED];
+  uint8_t cat[MAX_SAVED];
   size_t n;
 };
 
+/* Records an allocation a layer keeps for its backward. */
+static void hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, enum vf_category cat) {
+  if (!id) return;
+  if (sv->n == MAX_SAVED) {
+    give(x, id);
+    return;
+  }
+  sv->id[sv->n] = id;
+  sv->bytes[sv->n] = bytes;
+  sv->cat[sv->n++] = (uint8_t)cat;
+}
+
 static void keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
   uint64_t kept = (uint64_t)((double)(bytes * x->d.in_flight) * x->keep_share);
-  uint32_t id = take(x, kept, VF_CAT_ACTIVATIONS);
-  if (id && sv->n < MAX_SAVED) sv->id[sv->n++] = id;
-  else give(x, id);
+  hold(x, sv, take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
 static void release(struct ctx *x, struct saved *sv) {
   for (size_t i = 0; i < sv->n; i++) give(x, sv->id[i]);
   sv->n = 0;
+}
+
+/* Activation offloading moves a layer's saved tensors to the host after its forward and
+ * brings them back for its backward. */
+static void offload(struct ctx *x, struct saved *sv) {
+  if (!(x->s->offload & VF_OFFLOAD_ACTIVATIONS)) return;
+  for (size_t i = 0; i < sv->n; i++)
+    if (sv->cat[i] == VF_CAT_ACTIVATIONS) {
+      give(x, sv->id[i]);
+      sv->id[i] = 0;
+    }
+}
+
+static void reload(struct ctx *x, struct saved *sv) {
+  for (size_t i = 0; i < sv->n; i++)
+    if (!sv->id[i]) sv->id[i] = take(x, sv->bytes[i], (enum vf_category)sv->cat[i]);
 }
 
 static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
@@ -200,9 +229,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, T * d->q * c);
     give(x, k);
     give(x, v);
-  } else if (sv->n + 2 <= MAX_SAVED) {
-    sv->id[sv->n++] = k;
-    sv->id[sv->n++] = v;
+  } else {
+    hold(x, sv, k, T * d->kv * c, VF_CAT_ACTIVATIONS);
+    hold(x, sv, v, T * d->kv * c, VF_CAT_ACTIVATIONS);
   }
   bool dropout = a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2;
   uint32_t out_copies = x->base_trainable ? x->p->attn_out_copies : 1;
@@ -328,6 +357,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   uint32_t gathered = take(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS);
+  reload(x, sv);
   recompute(x, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
@@ -503,9 +533,7 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
     if (!p->linear) continue;
-    uint32_t id = take(x, p->numel * x->d.c, VF_CAT_TEMPORARIES);
-    if (sv->n < MAX_SAVED) sv->id[sv->n++] = id;
-    else give(x, id);
+    hold(x, sv, take(x, p->numel * x->d.c, VF_CAT_TEMPORARIES), p->numel * x->d.c, VF_CAT_TEMPORARIES);
   }
 }
 
@@ -534,20 +562,23 @@ static void one_step(struct ctx *x, bool last_micro) {
       layer_forward(x, &sv[l]);
     }
     give(x, gathered);
+    offload(x, &sv[l]);
     uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
     give(x, input);
     input = out;
   }
   phase(x, VF_PHASE_LOSS);
-  uint32_t loss_ids[4];
+  uint32_t loss_ids[4], root_grads = 0;
   size_t n_loss = 0;
-  head_forward(x, &sv[x->layers], loss_ids, &n_loss);
+  if (x->has_head) head_forward(x, &sv[x->layers], loss_ids, &n_loss);
   give(x, input);
   phase(x, VF_PHASE_BACKWARD);
-  uint32_t root_grads = head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
+  if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
   give(x, grad_stream);
+  /* Without the head, the embedding's gradient is the stage's last. */
+  if (!x->has_head) root_grads = layer_grads(x, -1, g, true);
   give(x, root_grads);
   give(x, root);
   phase(x, VF_PHASE_OPTIMIZER);
@@ -690,6 +721,40 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
 #define REPLAY_A 4
 #define REPLAY_B 8
 
+/* Replays the step with all layers, or with REPLAY_A and REPLAY_B layers extended to all. */
+static int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *alloc, struct result *out) {
+  struct vf_allocator a;
+  int rc = vf_allocator_init(&a, alloc, 0);
+  if (rc) return rc;
+  if (layers <= REPLAY_B) {
+    rc = run(x, layers, alloc, &a, out);
+  } else {
+    struct result ra;
+    rc = run(x, REPLAY_A, alloc, &a, &ra);
+    if (!rc) rc = run(x, REPLAY_B, alloc, &a, out);
+    if (!rc) extend_result(&ra, out, (double)(layers - REPLAY_B) / (REPLAY_B - REPLAY_A));
+  }
+  vf_allocator_cleanup(&a);
+  return rc;
+}
+
+static uint64_t device_of(const struct result *r) {
+  uint64_t top = 0;
+  for (int p = 0; p < VF_PHASE_COUNT; p++)
+    if (r->ph[p].reserved > top) top = r->ph[p].reserved;
+  return top;
+}
+
+/* Paged optimizers keep their states in CUDA unified memory: on the GPU when it has room,
+ * so nvidia-smi counts them, but outside PyTorch's allocator and its counters. */
+static uint64_t paged_state_bytes(const struct ctx *x) {
+  if (x->s->optimizer != VF_OPT_PAGED_ADAMW_8BIT || (x->s->offload & VF_OFFLOAD_OPTIMIZER)) return 0;
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
+  return n * 2;
+}
+
 static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
   if (t != VF_TASK_AUTO) return t;
   return m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
@@ -731,20 +796,19 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
-  struct result ra, rb;
-  struct vf_allocator a;
   x.sv = malloc(((layers < REPLAY_B ? layers : REPLAY_B) + 1) * sizeof *x.sv);
   if (!x.sv) rc = VF_ENOMEM;
-  else if (!(rc = vf_allocator_init(&a, alloc, 0))) {
-    if (layers <= REPLAY_B) {
-      rc = run(&x, layers, alloc, &a, &rb);
-    } else {
-      rc = run(&x, REPLAY_A, alloc, &a, &ra);
-      if (!rc) rc = run(&x, REPLAY_B, alloc, &a, &rb);
-      if (!rc) extend_result(&ra, &rb, (double)(layers - REPLAY_B) / (REPLAY_B - REPLAY_A));
-    }
-    vf_allocator_cleanup(&a);
+  /* A pipeline's first stage holds pp micro batches in flight (1F1B); its last holds one,
+   * and the logits. Without a pipeline the one stage does both. */
+  struct result best = {0};
+  for (int stage = 0; stage < (s->pp > 1 ? 2 : 1) && !rc; stage++) {
+    struct result r;
+    x.has_head = s->pp == 1 || stage == 1;
+    x.d.in_flight = stage == 0 ? s->pp : 1;
+    rc = replay_layers(&x, layers, alloc, &r);
+    if (!rc && device_of(&r) > device_of(&best)) best = r;
   }
+  uint64_t paged = paged_state_bytes(&x);
   free(x.b.ev);
   free(x.sv);
   free(x.grads.id);
@@ -752,7 +816,9 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);
   if (rc) return rc;
-  fill(out, &rb, s);
+  fill(out, &best, s);
+  out->by_category[VF_CAT_OPTIMIZER] += paged;
+  out->device_peak += paged;
   return 0;
 }
 
