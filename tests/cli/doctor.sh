@@ -4,48 +4,12 @@
 # TensorFlow (tests/data/oom).
 #
 # Run by CTest with VRAMFIT, VF_SOURCE_DIR, VF_TEST_TMP and FAKE_NVML_LIB set.
-set -u
-
-VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
-FAKE=${FAKE_NVML_LIB:?set FAKE_NVML_LIB to the fake NVML library}
-SRC=${VF_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+NAME=doctor
+source "$(dirname "$0")/lib/harness.sh"
+source "$(dirname "$0")/lib/nvml.sh"
 LOGS=$SRC/tests/data/oom
-TMP=${VF_TEST_TMP:-/tmp}/doctor.$$
-rm -rf "$TMP" && mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF \
-  PYTORCH_NO_CUDA_MEMORY_CACHING XLA_PYTHON_CLIENT_PREALLOCATE XLA_PYTHON_CLIENT_MEM_FRACTION \
-  TF_FORCE_GPU_ALLOW_GROWTH
-export VRAMFIT_NVML=$FAKE
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
-
-# run SCRIPT ARGS...: vramfit under the fake with SCRIPT; $TMP/out, $TMP/err, $rc.
-run() {
-  local script=$1
-  shift
-  FAKE_NVML_SCRIPT=$script timeout 20 "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
-  rc=$?
-}
-
-expect() {
-  if [ "$rc" = "$1" ]; then ok; else bad "$2: exit $rc, want $1 ($(head -c 300 "$TMP/err"))"; fi
-}
-
-has() { # has TEXT WHAT: in the last stdout
-  if grep -qF -- "$1" "$TMP/out"; then ok; else bad "$2: '$1' not in: $(cat "$TMP/out")"; fi
-}
-
-hasnt() {
-  if grep -qF -- "$1" "$TMP/out"; then bad "$2: '$1' in: $(cat "$TMP/out")"; else ok; fi
-}
-
+unset PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING \
+  XLA_PYTHON_CLIENT_PREALLOCATE XLA_PYTHON_CLIENT_MEM_FRACTION TF_FORCE_GPU_ALLOW_GROWTH
 cat >"$TMP/quiet.nvml" <<'EOF'
 gpu index=0 name="NVIDIA A100-SXM4-80GB" uuid=GPU-a total=81920MiB cc=8.0
 gpu index=1 name="NVIDIA A100-SXM4-80GB" uuid=GPU-b total=81920MiB cc=8.0
@@ -57,7 +21,7 @@ proc gpu=0 pid=3999999 name=/usr/bin/jupyter used=6GiB
 EOF
 
 # --- a healthy machine and a clean log: nothing to report
-run "$TMP/quiet.nvml" doctor --log "$LOGS/no-oom.log"
+under "$TMP/quiet.nvml" doctor --log "$LOGS/no-oom.log"
 expect 0 "healthy"
 has "ok    driver     NVIDIA 555.42.06, CUDA 12.5, 2 GPUs" "driver line"
 has "no process holds memory" "idle GPU"
@@ -67,57 +31,57 @@ hasnt "order" "identical GPUs need no CUDA_DEVICE_ORDER"
 if grep -q $'\033' "$TMP/out"; then bad "escape codes off a terminal"; else ok; fi
 
 # --- another process on the run's GPU; mixed GPUs without CUDA_DEVICE_ORDER
-run "$TMP/busy.nvml" doctor
+under "$TMP/busy.nvml" doctor
 expect 1 "busy GPU"
 has "warn  gpu 0      NVIDIA L4: 16.49 GiB free of 22.49 GiB; 1 other process holds 6.00 GiB: 3999999 jupyter (6.00 GiB)" "other process"
 has "CUDA_DEVICE_ORDER=PCI_BUS_ID" "device order"
-CUDA_DEVICE_ORDER=PCI_BUS_ID run "$TMP/busy.nvml" doctor
+CUDA_DEVICE_ORDER=PCI_BUS_ID under "$TMP/busy.nvml" doctor
 hasnt "warn  order" "device order set"
 
 # --- CUDA_VISIBLE_DEVICES
-CUDA_VISIBLE_DEVICES= run "$TMP/quiet.nvml" doctor
+CUDA_VISIBLE_DEVICES= under "$TMP/quiet.nvml" doctor
 expect 1 "empty CUDA_VISIBLE_DEVICES"
 has "FAIL  visible    CUDA_VISIBLE_DEVICES='' hides every GPU" "hides every GPU"
-CUDA_VISIBLE_DEVICES=GPU-b run "$TMP/quiet.nvml" doctor
+CUDA_VISIBLE_DEVICES=GPU-b under "$TMP/quiet.nvml" doctor
 expect 0 "visible by UUID"
 has "the run starts on GPU 1" "visible by UUID"
-CUDA_VISIBLE_DEVICES=0,7,1 run "$TMP/quiet.nvml" doctor
+CUDA_VISIBLE_DEVICES=0,7,1 under "$TMP/quiet.nvml" doctor
 expect 1 "bad entry"
 has "CUDA stops at '7', so the run sees only 1 GPU" "bad entry"
 
 # --- the allocator variables: which one PyTorch reads, and what it changes
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run "$TMP/quiet.nvml" doctor
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True under "$TMP/quiet.nvml" doctor
 expect 0 "expandable segments"
 has "ok    allocator  PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True': segments grow in place" "effect"
-PYTORCH_ALLOC_CONF=max_split_size_mb:512 run "$TMP/quiet.nvml" doctor
+PYTORCH_ALLOC_CONF=max_split_size_mb:512 under "$TMP/quiet.nvml" doctor
 expect 1 "new name only"
 has "only PYTORCH_ALLOC_CONF is set" "new name only"
 has "blocks over 512 MiB are never split" "max_split effect"
 PYTORCH_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 \
-  run "$TMP/quiet.nvml" doctor
+  under "$TMP/quiet.nvml" doctor
 has "differ: PyTorch >= 2.8 reads only the first" "both names differ"
-PYTORCH_CUDA_ALLOC_CONF=expandable_segment:True run "$TMP/quiet.nvml" doctor
+PYTORCH_CUDA_ALLOC_CONF=expandable_segment:True under "$TMP/quiet.nvml" doctor
 expect 1 "unknown key"
 has "FAIL  allocator  PyTorch will refuse it: PYTORCH_CUDA_ALLOC_CONF" "unknown key"
 
 # --- free memory against a plan
 echo '{"recommended": {"peak_device_bytes": 21474836480}}' >"$TMP/fits.json"
 echo '{"peak": {"device_bytes": 107374182400}}' >"$TMP/huge.json"
-run "$TMP/quiet.nvml" doctor --plan "$TMP/fits.json"
+under "$TMP/quiet.nvml" doctor --plan "$TMP/fits.json"
 expect 0 "plan fits"
 has "ok    plan       the plan needs 20.00 GiB on GPU 0; 80.00 GiB is free" "plan fits"
-run "$TMP/busy.nvml" doctor --plan "$TMP/fits.json"
+under "$TMP/busy.nvml" doctor --plan "$TMP/fits.json"
 expect 1 "plan squeezed"
 has "FAIL  plan       the plan needs 20.00 GiB on GPU 0; 16.49 GiB is free of 22.49 GiB: other processes hold the rest" "plan squeezed"
-run "$TMP/quiet.nvml" doctor --plan "$TMP/huge.json"
+under "$TMP/quiet.nvml" doctor --plan "$TMP/huge.json"
 has "the GPU is too small for it" "estimate too big"
 echo '{"recommended": {}' >"$TMP/broken.json"
-run "$TMP/quiet.nvml" doctor --plan "$TMP/broken.json"
+under "$TMP/quiet.nvml" doctor --plan "$TMP/broken.json"
 expect 2 "malformed plan"
 
 # --- out-of-memory reports and their causes
 check_log() { # check_log FILE SOURCE CAUSE
-  run "$TMP/quiet.nvml" doctor --log "$LOGS/$1"
+  under "$TMP/quiet.nvml" doctor --log "$LOGS/$1"
   expect 1 "$1"
   has "$2 out-of-memory report" "$1: source"
   has "cause: $3" "$1: cause"
@@ -144,7 +108,7 @@ check_log jax-request.log JAX/XLA "the setting needs more memory"
 check_log tensorflow.log TensorFlow "the setting needs more memory"
 has "GPU 0: asked for 196.00 MiB, capacity 13.34 GiB" "TensorFlow numbers"
 check_log host-ram.log "host memory" "host memory (RAM) ran out"
-run "$TMP/quiet.nvml" doctor --log "$LOGS/jax-warning-only.log"
+under "$TMP/quiet.nvml" doctor --log "$LOGS/jax-warning-only.log"
 expect 0 "XLA warning is not an OOM"
 
 # A 'vramfit watch' log that warned about growth, then the OOM.
@@ -152,25 +116,24 @@ expect 0 "XLA warning is not an OOM"
   echo '{"index":0,"warnings":["GPU 0 pid 42 (python3): memory keeps growing after warm-up (+60.0 MiB/min, now 70.00 GiB); out of memory in ~9 min at this rate"]}'
   cat "$LOGS/pytorch-2.5-too-large.log"
 } >"$TMP/watched.log"
-run "$TMP/quiet.nvml" doctor --log "$TMP/watched.log"
+under "$TMP/quiet.nvml" doctor --log "$TMP/watched.log"
 has "cause: a leak: 'vramfit watch' saw" "watch warning names the leak"
 
 # --- no driver: the log is still read; without a log, exit 3
-VRAMFIT_NVML=$TMP/none.so run "$TMP/quiet.nvml" doctor --log "$LOGS/pytorch-1.13-fragmentation.log"
+VRAMFIT_NVML=$TMP/none.so under "$TMP/quiet.nvml" doctor --log "$LOGS/pytorch-1.13-fragmentation.log"
 expect 1 "no driver, log"
 has "FAIL  driver" "no driver reported"
 has "cause: fragmentation" "log read without a driver"
-VRAMFIT_NVML=$TMP/none.so run "$TMP/quiet.nvml" doctor
+VRAMFIT_NVML=$TMP/none.so under "$TMP/quiet.nvml" doctor
 expect 3 "no driver, no log"
 
 # --- bad input
-run "$TMP/quiet.nvml" doctor --log "$TMP/missing.log"
+under "$TMP/quiet.nvml" doctor --log "$TMP/missing.log"
 expect 2 "missing log"
 if [ "$(wc -l <"$TMP/err")" = 1 ]; then ok; else bad "missing log: not one line"; fi
-run "$TMP/quiet.nvml" doctor --bogus
+under "$TMP/quiet.nvml" doctor --bogus
 expect 2 "unknown option"
-run "$TMP/quiet.nvml" doctor --help
+under "$TMP/quiet.nvml" doctor --help
 expect 0 "help"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

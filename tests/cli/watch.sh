@@ -5,53 +5,11 @@
 # tmux. Every run has a timeout, so a hang fails the test instead of blocking it.
 #
 # Run by CTest with VRAMFIT, VF_TEST_TMP and FAKE_NVML_LIB set.
-set -u
-
-VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
-FAKE=${FAKE_NVML_LIB:?set FAKE_NVML_LIB to the fake NVML library}
-TMP=${VF_TEST_TMP:-/tmp}/watch.$$
-rm -rf "$TMP" && mkdir -p "$TMP"
+NAME=watch
+source "$(dirname "$0")/lib/harness.sh"
+source "$(dirname "$0")/lib/nvml.sh"
+unset NO_COLOR # the view's colours are checked; runs off a terminal have none anyway
 trap 'rm -rf "$TMP"; tmux kill-session -t "vfwatch$$" 2>/dev/null' EXIT
-unset CUDA_VISIBLE_DEVICES NO_COLOR
-export VRAMFIT_NVML=$FAKE
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
-
-# run SCRIPT ARGS...: vramfit under the fake with SCRIPT, at most 20 s; output in
-# $TMP/out, $TMP/err, exit code in $rc.
-run() {
-  local script=$1
-  shift
-  FAKE_NVML_SCRIPT=$script timeout 20 "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
-  rc=$?
-}
-
-expect() {
-  if [ "$rc" = "$1" ]; then ok; else bad "$2: exit $rc, want $1 ($(head -c 300 "$TMP/err"))"; fi
-}
-
-has() { # has FILE TEXT WHAT
-  if grep -qF -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 800 "$1")"; fi
-}
-
-hasnt() { # hasnt FILE TEXT WHAT
-  if grep -qF -- "$2" "$1"; then bad "$3: '$2' in $1"; else ok; fi
-}
-
-# pycheck WHAT FILE PYTHON: PYTHON runs with `rows`, the JSON lines of FILE; prints ok.
-pycheck() {
-  local why
-  why=$(python3 -c "import json; rows=[json.loads(l) for l in open('$2')]
-$3" 2>&1)
-  if [ "$why" = ok ]; then ok; else bad "$1: $why"; fi
-}
-
 cat >"$TMP/two.nvml" <<'EOF'
 gpu index=0 name="NVIDIA A100-SXM4-80GB" uuid=GPU-a total=80GiB util=90 power=300W limit=400W base=1GiB
 gpu index=1 name="NVIDIA L4" uuid=GPU-b total=23034MiB util=40
@@ -59,32 +17,32 @@ proc gpu=0 pid=1 used=2GiB
 EOF
 
 # --- plain lines off a terminal: one per GPU per sample, no escape codes
-run "$TMP/two.nvml" watch --interval 0.05 --count 3
+under "$TMP/two.nvml" watch --interval 0.05 --count 3
 expect 0 "plain watch"
 if [ "$(grep -c '^\[.*GPU [01] ' "$TMP/out")" = 6 ]; then ok; else bad "plain: want 6 lines: $(cat "$TMP/out")"; fi
-has "$TMP/out" "GPU 0 NVIDIA A100-SXM4-80GB  3.00 GiB / 80.00 GiB  util 90%  300 W/400 W" "plain line"
+has "GPU 0 NVIDIA A100-SXM4-80GB  3.00 GiB / 80.00 GiB  util 90%  300 W/400 W" "plain line"
 if grep -q $'\033' "$TMP/out"; then bad "escape codes off a terminal"; else ok; fi
 
 # --- logs: CSV appends under one header; JSONL has the contract fields per GPU per sample
-run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
-run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
+under "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
+under "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.csv"
 expect 0 "csv log"
 if [ "$(wc -l <"$TMP/w.csv")" = 9 ] && [ "$(grep -c '^time,' "$TMP/w.csv")" = 1 ]; then ok; else
-  bad "csv: want header + 8 rows: $(cat "$TMP/w.csv")"; fi
-has "$TMP/w.csv" ",0,NVIDIA A100-SXM4-80GB,GPU-a,85899345920,3221225472," "csv row"
-has "$TMP/w.csv" ",1:" "csv processes"
-run "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.jsonl"
+  bad "csv: want header + 8 j: $(cat "$TMP/w.csv")"; fi
+has ",0,NVIDIA A100-SXM4-80GB,GPU-a,85899345920,3221225472," "csv row" "$TMP/w.csv"
+has ",1:" "csv processes" "$TMP/w.csv"
+under "$TMP/two.nvml" watch --interval 0.05 --count 2 --log "$TMP/w.jsonl"
 pycheck "jsonl rows" "$TMP/w.jsonl" "
-assert len(rows) == 4, len(rows)
-for r in rows:
+assert len(j) == 4, len(j)
+for r in j:
     assert {'index','name','uuid','total_bytes','used_bytes','free_bytes','utilization_gpu','processes','time','elapsed_s','warnings'} <= set(r)
-assert [r['index'] for r in rows] == [0, 1, 0, 1]
-assert rows[0]['processes'][0]['pid'] == 1 and rows[0]['processes'][0]['trend'] == 'warmup'
+assert [r['index'] for r in j] == [0, 1, 0, 1]
+assert j[0]['processes'][0]['pid'] == 1 and j[0]['processes'][0]['trend'] == 'warmup'
 print('ok')"
-run "$TMP/two.nvml" watch --count 1 --log "$TMP/w.txt"
+under "$TMP/two.nvml" watch --count 1 --log "$TMP/w.txt"
 expect 2 "log extension"
-has "$TMP/err" ".csv or .jsonl" "log extension message"
-run "$TMP/two.nvml" watch --count 1 --log "$TMP/no/such/dir/w.csv"
+has ".csv or .jsonl" "log extension message" "$TMP/err"
+under "$TMP/two.nvml" watch --count 1 --log "$TMP/no/such/dir/w.csv"
 expect 2 "unwritable log"
 
 # --- a leak and a staircase, run side by side to keep the test short
@@ -105,14 +63,14 @@ steps_pid=$!
 wait $leak_pid
 rc=$?
 expect 0 "leak run"
-has "$TMP/leak.out" "memory keeps growing after warm-up (+1" "leak warning on screen"
-has "$TMP/leak.out" "out of memory in ~" "forecast on screen"
+has "memory keeps growing after warm-up (+1" "leak warning on screen" "$TMP/leak.out"
+has "out of memory in ~" "forecast on screen" "$TMP/leak.out"
 # The truth: 16 GiB less the process's 1 GiB + 256 MiB/s since the start, at 256 MiB/s.
 pycheck "leak forecast within 10%" "$TMP/leak.jsonl" "
 rate = 256 * 2**20
-grow = [(r, p) for r in rows for p in r['processes'] if p.get('trend') == 'growing']
+grow = [(r, p) for r in j for p in r['processes'] if p.get('trend') == 'growing']
 assert grow, 'no growing trend logged'
-assert any('memory keeps growing' in w for r in rows for w in r['warnings'])
+assert any('memory keeps growing' in w for r in j for w in r['warnings'])
 for r, p in grow:
     truth = (16 * 2**30 - (2**30 + rate * r['elapsed_s'])) / rate
     err = abs(p['seconds_to_full'] - truth) / truth
@@ -124,9 +82,9 @@ print('ok')"
 wait $steps_pid
 rc=$?
 expect 0 "staircase run"
-hasnt "$TMP/steps.out" "keeps growing" "steps then plateau"
+hasnt "keeps growing" "steps then plateau" "$TMP/steps.out"
 pycheck "staircase judged steady" "$TMP/steps.jsonl" "
-states = [p.get('trend') for r in rows for p in r['processes']]
+states = [p.get('trend') for r in j for p in r['processes']]
 assert 'growing' not in states and states[-1] == 'steady', states[-8:]
 print('ok')"
 
@@ -135,19 +93,19 @@ cat >"$TMP/idle.nvml" <<'EOF'
 gpu index=0 name="NVIDIA L4" total=16GiB util=4 power=9W limit=72W
 proc gpu=0 pid=1 used=6GiB
 EOF
-run "$TMP/idle.nvml" watch --interval 0.05 --window 0.4 --count 14
+under "$TMP/idle.nvml" watch --interval 0.05 --window 0.4 --count 14
 expect 0 "idle run"
-has "$TMP/out" "warning: GPU 0 under-used for the last 0 s: utilization 4%, power 12% of its limit" "under-use warning"
+has "warning: GPU 0 under-used for the last 0 s: utilization 4%, power 12% of its limit" "under-use warning"
 
 # --- a watched command: its exit code, its signal, a missing command
-run "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'exit 7'
+under "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'exit 7'
 expect 7 "exit code passed on"
-run "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'kill -TERM $$'
+under "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'kill -TERM $$'
 expect 143 "killed command: 128 + SIGTERM"
-run "$TMP/two.nvml" watch -- vramfit-no-such-command
+under "$TMP/two.nvml" watch -- vramfit-no-such-command
 expect 3 "command not found"
-has "$TMP/err" "command not found: vramfit-no-such-command" "command not found message"
-run "$TMP/two.nvml" watch --count 2 --interval 0.05 -- sh -c 'sleep 0.5; exit 5'
+has "command not found: vramfit-no-such-command" "command not found message" "$TMP/err"
+under "$TMP/two.nvml" watch --count 2 --interval 0.05 -- sh -c 'sleep 0.5; exit 5'
 expect 5 "--count stops sampling, the command still runs to its end"
 if [ "$(grep -c '^\[' "$TMP/out")" = 4 ]; then ok; else bad "--count 2: $(cat "$TMP/out")"; fi
 
@@ -168,39 +126,39 @@ gpu index=1 name="NVIDIA L4" total=16GiB
 proc gpu=0 pid=1 used=9GiB
 proc gpu=1 pid=child used=3GiB
 EOF
-run "$TMP/tree.nvml" watch --interval 0.05 -- sleep 0.4
+under "$TMP/tree.nvml" watch --interval 0.05 -- sleep 0.4
 expect 0 "tree run"
-has "$TMP/out" "GPU 1 NVIDIA L4  3.00 GiB / 16.00 GiB  util 0%  50 W/300 W  40C  | " "tree GPU line"
+has "GPU 1 NVIDIA L4  3.00 GiB / 16.00 GiB  util 0%  50 W/300 W  40C  | " "tree GPU line"
 if grep -q 'GPU 0 ' <(tail -n 2 "$TMP/out"); then bad "GPU 0 shown after the tree used GPU 1"; else ok; fi
 
 # --- --pid: stops when the process ends; other processes are not judged
 sleep 0.6 &
 spid=$!
 printf 'gpu index=0 total=16GiB\nproc gpu=0 pid=%s used=1GiB\nproc gpu=0 pid=1 used=2GiB\n' $spid >"$TMP/pid.nvml"
-run "$TMP/pid.nvml" watch --interval 0.05 --pid $spid
+under "$TMP/pid.nvml" watch --interval 0.05 --pid $spid
 expect 0 "--pid run"
-has "$TMP/out" "| $spid sleep 1.00 GiB" "--pid process listed"
-hasnt "$TMP/out" "| 1 " "other process not listed"
+has "| $spid sleep 1.00 GiB" "--pid process listed"
+hasnt "| 1 " "other process not listed"
 wait $spid
-run "$TMP/pid.nvml" watch --pid $spid
+under "$TMP/pid.nvml" watch --pid $spid
 expect 2 "--pid of a finished process"
 
 # --- no driver, bad flags
-VRAMFIT_NVML=$TMP/none.so run "$TMP/two.nvml" watch --count 1
+VRAMFIT_NVML=$TMP/none.so under "$TMP/two.nvml" watch --count 1
 expect 3 "no driver"
-run "$TMP/two.nvml" watch --interval 0
+under "$TMP/two.nvml" watch --interval 0
 expect 2 "--interval 0"
-run "$TMP/two.nvml" watch sleep 1
+under "$TMP/two.nvml" watch sleep 1
 expect 2 "command without --"
-has "$TMP/err" "after '--'" "command without -- message"
-run "$TMP/two.nvml" watch --pid 1 -- true
+has "after '--'" "command without -- message" "$TMP/err"
+under "$TMP/two.nvml" watch --pid 1 -- true
 expect 2 "--pid and a command"
 
 # --- the ncurses view under tmux: bars, history, process, keys; NO_COLOR has no colours
 tui() { # tui ENV: runs the view in a fresh tmux session; its exit code lands in $TMP/tui.rc
   rm -f "$TMP/tui.rc"
   tmux new-session -d -s "vfwatch$$" -x 110 -y 40 \
-    "$1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1; echo \$? >$TMP/tui.rc"
+    "env $1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1; echo \$? >$TMP/tui.rc"
 }
 wait_for() { # wait_for TEXT: up to 5 s for TEXT on the screen
   for _ in $(seq 50); do
@@ -211,10 +169,10 @@ wait_for() { # wait_for TEXT: up to 5 s for TEXT on the screen
   return 1
 }
 if command -v tmux >/dev/null; then
-  tui "TERM=xterm-256color"
+  tui "-u NO_COLOR TERM=xterm-256color"
   if wait_for "memory history"; then ok; else bad "view: $(cat "$TMP/screen")"; fi
-  has "$TMP/screen" "NVIDIA A100-SXM4-80GB" "view shows GPU 0"
-  has "$TMP/screen" "process_api" "view lists the process" 2>/dev/null || true
+  has "NVIDIA A100-SXM4-80GB" "view shows GPU 0" "$TMP/screen"
+  has "warming up" "view lists the process and its trend" "$TMP/screen"
   if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then ok; else bad "view without colour"; fi
   tmux send-keys -t "vfwatch$$" Right
   if wait_for "NVIDIA L4"; then ok; else bad "Right switches GPU: $(cat "$TMP/screen")"; fi
@@ -231,5 +189,4 @@ else
   echo "tmux missing: the terminal view is not tested" >&2
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish
