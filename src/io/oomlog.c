@@ -62,10 +62,11 @@ static const char *size_at(const char *p, uint64_t *out) {
                {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"B", 1}};
   for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
     size_t n = strlen(units[i].unit);
-    if (strncmp(end, units[i].unit, n) == 0) {
-      *out = (uint64_t)(v * units[i].mult + 0.5);
-      return end + n;
-    }
+    if (strncmp(end, units[i].unit, n) != 0) continue;
+    double bytes = v * units[i].mult + 0.5;
+    if (!(bytes < 18446744073709551616.0)) return NULL; /* beyond 64 bits: not a real size */
+    *out = (uint64_t)bytes;
+    return end + n;
   }
   return NULL;
 }
