@@ -31,10 +31,6 @@ static struct vf_oom_report parse_file(const char *name) {
 
 /* Sizes in the messages are rounded to 0.01 of their unit. */
 static void near(uint64_t got, double want) {
-  if (want == (double)U) {
-    assert_int_equal(got, U);
-    return;
-  }
   assert_true(got != U);
   if (fabs((double)got - want) > 0.006 * want + 1) fail_msg("got %llu, want %.0f",
                                                               (unsigned long long)got, want);
@@ -88,7 +84,7 @@ static void pytorch_2_3_fragmentation_wrapped(void **state) {
   near(r.capacity_bytes, 39.38 * GiB);
   near(r.process_bytes, 38.25 * GiB); /* on the next line of the log */
   near(r.reserved_unallocated_bytes, 9.81 * GiB);
-  near(r.other_process_bytes, U);
+  assert_int_equal(r.other_process_bytes, U); /* unknown */
   assert_int_equal(vf_oom_cause(&r), VF_OOM_CAUSE_FRAGMENTATION);
 }
 
@@ -116,7 +112,7 @@ static void libraries_are_likely(void **state) {
   struct vf_oom_report r = parse_file("cublas.log");
   assert_int_equal(r.source, VF_OOM_CUBLAS);
   assert_false(r.certain);
-  near(r.tried_bytes, U);
+  assert_int_equal(r.tried_bytes, U); /* unknown */
   assert_int_equal(vf_oom_cause(&r), VF_OOM_CAUSE_TOO_LARGE);
   r = parse_file("cudnn.log");
   assert_int_equal(r.source, VF_OOM_CUDNN);
@@ -195,7 +191,7 @@ static void hostile_input(void **state) {
   struct vf_oom_report r;
   assert_int_equal(vf_oom_parse(bad, sizeof bad - 1, &r), 0);
   assert_int_equal(r.source, VF_OOM_PYTORCH);
-  near(r.tried_bytes, U);
+  assert_int_equal(r.tried_bytes, U); /* unknown */
   assert_int_equal(vf_oom_parse("", 0, &r), 0);
   assert_int_equal(r.source, VF_OOM_NONE);
 }
