@@ -42,6 +42,7 @@ struct ynode {
   size_t start, vstart, end;   /* bytes: node with properties, value proper, end of
                                 * the node and everything nested in it */
   size_t close;                /* flow collections: offset of the closing bracket */
+  bool json;                   /* from a JSON file: any JSON number is a number */
   struct ynode *parent;
   struct ynode **kid;          /* map: key, value, key, value...; seq: items */
   size_t nkid, cap;

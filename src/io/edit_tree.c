@@ -136,6 +136,7 @@ static struct ynode *node_new(struct builder *b, enum ynode_kind kind, const yam
   struct ynode *n = calloc(1, sizeof *n);
   if (!n) return NULL;
   n->kind = kind;
+  n->json = b->t->json;
   n->start = byte_at(b, e->start_mark);
   n->end = byte_at(b, e->end_mark);
   n->vstart = n->start;

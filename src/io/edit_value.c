@@ -53,6 +53,13 @@ static bool is_float_text(const char *s) {
   return *end == '\0' && end != s;
 }
 
+/* Whether PyYAML reads a float here too: it wants a dot and a signed exponent (1e-4 and
+ * 1.0e4 are strings to it), and JSON wants no underscores. */
+static bool pyyaml_float(const char *s) {
+  const char *e = strpbrk(s, "eE");
+  return strchr(s, '.') && !strchr(s, '_') && (!e || e[1] == '-' || e[1] == '+');
+}
+
 /* A whole number written the one way every loader reads alike (no underscores, no leading
  * zeros that YAML 1.1 takes as octal). */
 static bool clean_int(const char *s, long long *out) {
@@ -123,7 +130,7 @@ bool ynode_equals(const struct ynode *n, const struct vf_value *v) {
     return t == VF_VALUE_INT && clean_int(n->value, &i) && i == v->i;
   case VF_VALUE_FLOAT:
     if (t == VF_VALUE_INT) return clean_int(n->value, &i) && (double)i == v->f;
-    return t == VF_VALUE_FLOAT && !strchr(n->value, '_') && strtod(n->value, NULL) == v->f;
+    return t == VF_VALUE_FLOAT && (n->json || pyyaml_float(n->value)) && strtod(n->value, NULL) == v->f;
   case VF_VALUE_STRING:
     return t == VF_VALUE_STRING && n->vlen == strlen(v->s) && memcmp(n->value, v->s, n->vlen) == 0;
   }

@@ -313,7 +313,9 @@ static int check_created(const struct verify *v, const struct ynode *m, size_t f
 
 static int compare(const struct verify *v, const struct ynode *o, const struct ynode *n) {
   const struct target *t = target_of(v, n);
-  if (t && t->old == o) return 0;
+  /* An edited value keeps its anchor: aliases elsewhere still name it. */
+  if (t && t->old == o)
+    return same_str(o->tag, n->tag) && same_str(o->anchor, n->anchor) ? 0 : differs(v, n, "an anchor");
   if (o->kind != n->kind || o->style != n->style || !same_str(o->tag, n->tag) ||
       !same_str(o->anchor, n->anchor))
     return differs(v, n, "the style, tag or anchor");

@@ -81,8 +81,10 @@ static void numbers_every_loader_reads_alike(void **state) {
   expect_edit("t.yaml", "size: 1\n", "size", "5e8", 0, "size: 5.0e+08\n");
   expect_edit("t.yaml", "x: 1\n", "x", "2.5", 0, "x: 2.5\n");
   expect_edit("t.yaml", "x: 1.5\n", "x", "3", 0, "x: 3\n");
-  /* The same value in another spelling is left alone. */
-  expect_edit("t.yaml", "lr: 1e-4\n", "lr", "0.0001", 0, "lr: 1e-4\n");
+  /* The same value in another spelling is left alone, unless PyYAML would read a string. */
+  expect_edit("t.yaml", "lr: 1.0e-4\n", "lr", "0.0001", 0, "lr: 1.0e-4\n");
+  expect_edit("t.yaml", "lr: 1e-4\n", "lr", "0.0001", 0, "lr: 0.0001\n");
+  expect_edit("t.json", "{\"lr\": 1e-4}", "lr", "0.0001", 0, "{\"lr\": 1e-4}");
 }
 
 static void empty_null_and_block_contexts(void **state) {
