@@ -2,23 +2,10 @@
 # vramfit inspect on checkpoints: a .safetensors file, a model folder, a sharded index and a
 # GGUF give the right params/dtype/bytes; corrupt ones exit 2 with one line naming the file.
 #
-# Run by CTest with VRAMFIT (the binary) and VF_TEST_TMP set. The files are generated here
-# with python3's standard library.
-set -u
-
-VRAMFIT=${VRAMFIT:?set VRAMFIT to the vramfit binary}
-TMP=${VF_TEST_TMP:-/tmp}/readers.$$
-rm -rf "$TMP" && mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-unset VRAMFIT_DATA_DIR
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
+# Run by CTest with VRAMFIT (the binary) and VF_TEST_TMP set; the checks come from
+# lib/harness.sh. The files are generated here with python3's standard library.
+NAME=readers
+source "$(dirname "$0")/lib/harness.sh"
 
 python3 - "$TMP" <<'EOF' || { echo "0 passed, 1 failed"; exit 1; }
 import json, os, struct, sys
@@ -143,20 +130,8 @@ EOF
 }
 
 # fails MODEL PATTERN: exit 2, nothing on stdout, one line on stderr matching PATTERN.
-fails() {
-  "$VRAMFIT" inspect "$1" --json >"$TMP/out" 2>"$TMP/err"
-  local rc=$? lines
-  lines=$(wc -l <"$TMP/err")
-  if [ "$rc" -ne 2 ]; then
-    bad "inspect $1: exit $rc, want 2 ($(head -c 300 "$TMP/err"))"
-  elif [ -s "$TMP/out" ] || [ "$lines" -ne 1 ]; then
-    bad "inspect $1: want one line on stderr and no stdout, got: $(head -c 300 "$TMP/err")"
-  elif ! grep -Eq -- "$2" "$TMP/err"; then
-    bad "inspect $1: stderr '$(cat "$TMP/err")' does not match '$2'"
-  else
-    ok
-  fi
-}
+# corrupt FILE PATTERN: inspect exits 2 with one stderr line matching PATTERN.
+corrupt() { fails 2 "$2" inspect "$1" --json; }
 
 # 32*8 + 8*8 BF16 and 8 F32: 328 params, 320*2 + 8*4 bytes.
 inspect_json "$TMP/small.safetensors" params=328 dtype='"BF16"' bytes=672 family=null \
@@ -170,12 +145,11 @@ inspect_json "$TMP/sharded/model.safetensors.index.json" params=328 bytes=672
 inspect_json "$TMP/tiny.gguf" params=49856 dtype='"F16"' bytes=100096 family='"llama"' \
   model_type='"llama"'
 
-fails "$TMP/corrupt.safetensors" \
+corrupt "$TMP/corrupt.safetensors" \
   "^vramfit inspect: $TMP/corrupt.safetensors: byte 0: header length 1099511627776 exceeds"
-fails "$TMP/overlap.safetensors" \
+corrupt "$TMP/overlap.safetensors" \
   "^vramfit inspect: $TMP/overlap.safetensors: byte [0-9]+: tensor 'b': data_offsets \[4, 12\] overlap"
-fails "$TMP/old.gguf" "^vramfit inspect: $TMP/old.gguf: byte 4: GGUF v1 is not supported"
-fails "$TMP/lost" "^vramfit inspect: $TMP/lost/model-00001-of-00001.safetensors: cannot open"
+corrupt "$TMP/old.gguf" "^vramfit inspect: $TMP/old.gguf: byte 4: GGUF v1 is not supported"
+corrupt "$TMP/lost" "^vramfit inspect: $TMP/lost/model-00001-of-00001.safetensors: cannot open"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
