@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/diag.h"
 #include "core/params.h"
 #include "vramfit.h"
@@ -64,16 +65,12 @@ struct ctx {
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
   if (b->rc) return;
-  if (b->n == b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 1024;
-    struct ev *grown = realloc(b->ev, cap * sizeof *grown);
-    if (!grown) {
-      b->rc = VF_ENOMEM;
-      return;
-    }
-    b->ev = grown;
-    b->cap = cap;
+  struct ev *grown = vf_grow(b->ev, &b->cap, b->n + 1, sizeof *grown);
+  if (!grown) {
+    b->rc = VF_ENOMEM;
+    return;
   }
+  b->ev = grown;
   b->ev[b->n++] = (struct ev){.bytes = bytes, .id = id, .op = op, .cat = cat, .phase = phase};
 }
 
@@ -93,16 +90,12 @@ static void phase(struct ctx *x, enum vf_phase ph) { push(&x->b, OP_PHASE, 0, 0,
 static void transient(struct ctx *x, uint64_t bytes, enum vf_category cat) { give(x, take(x, bytes, cat)); }
 
 static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? g->cap * 2 : 256;
-    uint32_t *grown = realloc(g->id, cap * sizeof *grown);
-    if (!grown) {
-      x->b.rc = VF_ENOMEM;
-      return;
-    }
-    g->id = grown;
-    g->cap = cap;
+  uint32_t *grown = vf_grow(g->id, &g->cap, g->n + 1, sizeof *grown);
+  if (!grown) {
+    x->b.rc = VF_ENOMEM;
+    return;
   }
+  g->id = grown;
   g->id[g->n++] = id;
 }
 

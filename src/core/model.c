@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/diag.h"
 #include "vramfit.h"
 
@@ -52,13 +53,9 @@ void vf_model_cleanup(struct vf_model *m) {
 }
 
 int vf_model_add_tensor(struct vf_model *m, const struct vf_tensor *t) {
-  if (m->n_tensors == m->cap_tensors) {
-    size_t cap = m->cap_tensors ? m->cap_tensors * 2 : 64;
-    struct vf_tensor *grown = realloc(m->tensors, cap * sizeof *grown);
-    if (!grown) return VF_ENOMEM;
-    m->tensors = grown;
-    m->cap_tensors = cap;
-  }
+  struct vf_tensor *grown = vf_grow(m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof *grown);
+  if (!grown) return VF_ENOMEM;
+  m->tensors = grown;
   char *name = strdup(t->name);
   if (!name) return VF_ENOMEM;
   m->tensors[m->n_tensors] = *t;

@@ -1,3 +1,4 @@
+#include "core/grow.h"
 #include "core/params.h"
 
 #include <stdlib.h>
@@ -8,13 +9,9 @@ uint32_t vf_precision_bytes(enum vf_precision p) {
 }
 
 static int push(struct vf_params *ps, const struct vf_param *p) {
-  if (ps->n == ps->cap) {
-    size_t cap = ps->cap ? ps->cap * 2 : 256;
-    struct vf_param *grown = realloc(ps->v, cap * sizeof *grown);
-    if (!grown) return VF_ENOMEM;
-    ps->v = grown;
-    ps->cap = cap;
-  }
+  struct vf_param *grown = vf_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
+  if (!grown) return VF_ENOMEM;
+  ps->v = grown;
   ps->v[ps->n++] = *p;
   return 0;
 }

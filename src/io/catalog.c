@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "io/data.h"
 #include "vramfit.h"
 
@@ -16,13 +17,9 @@ struct paths {
 
 static int collect(const char *path, void *arg) {
   struct paths *p = arg;
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? 2 * p->cap : 64;
-    const char **grown = realloc(p->path, cap * sizeof *grown);
-    if (!grown) return p->rc = VF_ENOMEM;
-    p->path = grown;
-    p->cap = cap;
-  }
+  const char **grown = vf_grow(p->path, &p->cap, p->n + 1, sizeof *grown);
+  if (!grown) return p->rc = VF_ENOMEM;
+  p->path = grown;
   p->path[p->n++] = path;
   return 0;
 }

@@ -1,0 +1,12 @@
+/* Growing arrays: one amortised-doubling helper instead of a realloc dance per array. */
+#ifndef VF_CORE_GROW_H
+#define VF_CORE_GROW_H
+
+#include <stddef.h>
+
+/* Returns items, reallocated if needed so that it holds at least `need` elements of `size`
+ * bytes (capacity doubles, starting at 16); *cap is updated. NULL when out of memory, with
+ * items and *cap left as they were. */
+void *vf_grow(void *items, size_t *cap, size_t need, size_t size);
+
+#endif
