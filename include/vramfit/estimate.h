@@ -58,6 +58,7 @@ struct vf_profile {
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   bool quantize_head;      /* the output head is quantized along with the blocks */
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
+  bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
 };
 
 struct vf_setup {

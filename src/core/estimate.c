@@ -583,8 +583,10 @@ static void one_step(struct ctx *x, bool last_micro) {
   }
   optimizer_step(x, !x->states_made);
   x->states_made = true;
+  /* zero_grad(set_to_none=False), torch's default before 2.0, zeroes them in place. */
+  x->grads_kept = !x->p->zero_grad_frees;
+  if (x->grads_kept) return;
   for (size_t i = 0; i < g->n; i++) give(x, g->id[i]);
-  x->grads_kept = false;
 }
 
 /* ---- Replay ---- */

@@ -47,6 +47,7 @@ static const struct field fields[] = {
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("quantize_head", F_BOOL, quantize_head),
     FIELD("default_accumulation", F_U32, default_accumulation),
+    FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
 };
 
 static int set_field(struct vf_profile *p, const struct field *f, json_t *v, const char *file,
