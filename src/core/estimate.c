@@ -713,8 +713,8 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
 }
 
 /* Layer counts replayed: past the first and last layers, whose neighbours differ. */
-#define REPLAY_A 4
-#define REPLAY_B 8
+#define REPLAY_A 3
+#define REPLAY_B 6
 
 /* Replays the step with all layers, or with REPLAY_A and REPLAY_B layers extended to all. */
 static int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *alloc, struct result *out) {
@@ -792,7 +792,9 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
   x.sv = malloc(((layers < REPLAY_B ? layers : REPLAY_B) + 1) * sizeof *x.sv);
-  if (!x.sv) rc = VF_ENOMEM;
+  /* Sized once for a typical replay (a few thousand events), grown if needed. */
+  x.b.ev = vf_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
+  if (!x.sv || !x.b.ev) rc = VF_ENOMEM;
   /* A pipeline's first stage holds pp micro batches in flight (1F1B); its last holds one,
    * and the logits. Without a pipeline the one stage does both. */
   struct result best = {0};

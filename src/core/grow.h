@@ -4,9 +4,13 @@
 
 #include <stddef.h>
 
+void *vf_grow_slow(void *items, size_t *cap, size_t need, size_t size);
+
 /* Returns items, reallocated if needed so that it holds at least `need` elements of `size`
  * bytes (capacity doubles, starting at 16); *cap is updated. NULL when out of memory, with
- * items and *cap left as they were. */
-void *vf_grow(void *items, size_t *cap, size_t need, size_t size);
+ * items and *cap left as they were. Inline: it sits on the estimator's per-event path. */
+static inline void *vf_grow(void *items, size_t *cap, size_t need, size_t size) {
+  return need <= *cap ? items : vf_grow_slow(items, cap, need, size);
+}
 
 #endif

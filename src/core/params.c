@@ -148,6 +148,8 @@ static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const
 int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
                     const struct vf_profile *pr, enum vf_task task) {
   memset(ps, 0, sizeof *ps);
+  /* Sized once: every tensor, an adapter pair for each, and a few task-head tensors. */
+  if (!(ps->v = vf_grow(NULL, &ps->cap, 3 * m->n_tensors + 8, sizeof *ps->v))) return VF_ENOMEM;
   uint32_t wb = vf_precision_bytes(s->weights);
   uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
   bool full = s->method == VF_METHOD_FULL;
