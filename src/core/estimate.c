@@ -1,7 +1,7 @@
 /* Peak memory of a training step: the step is written as the sequence of allocations and
  * frees PyTorch makes (forward layer by layer, loss, backward layer by layer, optimizer),
  * and replayed through the caching-allocator model. Layers are identical, so a model is
- * replayed with two and with three layers and the peaks are extended linearly to all. */
+ * replayed with REPLAY_A and REPLAY_B layers and each phase's peaks are extended to all. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,8 +99,9 @@ static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
   g->id[g->n++] = id;
 }
 
-/* Tensors a layer keeps for backward. */
-#define MAX_SAVED 96
+/* Tensors a layer keeps for backward: with selective checkpointing, LoRA on every
+ * projection, quantized inputs and four norms, a layer stays under 150. */
+#define MAX_SAVED 192
 struct saved {
   uint32_t id[MAX_SAVED]; /* 0 while offloaded to the host */
   uint64_t bytes[MAX_SAVED];
@@ -174,8 +175,8 @@ static bool quantized(const struct vf_setup *s) {
   return s->method == VF_METHOD_QLORA || (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT);
 }
 
-/* The extras around one frozen or adapted projection (in -> out, covering n_targets of the
- * LoRA target kinds in kind_bits): 4-bit weights are dequantized for every matmul and the
+/* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
+ * target kinds it implements, several for a fused one): 4-bit weights are dequantized for every matmul and the
  * quantized matmul keeps its input; a LoRA branch keeps a dropout mask and copy of its
  * input and its rank-r intermediate; DoRA builds the merged weight to take its norm. */
 static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
@@ -308,7 +309,6 @@ static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
   return n;
 }
 
-
 static bool sharded_grads(const struct vf_setup *s) {
   return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
 }
@@ -316,7 +316,7 @@ static bool sharded_grads(const struct vf_setup *s) {
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
-static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool hold) {
+static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
   if (x->grads_kept) return 0; /* accumulating into last micro batch's gradients */
   if (!sharded_grads(x->s)) {
     layer_params(x, layer, g);
@@ -325,7 +325,7 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   uint32_t unsharded = take(x, full, VF_CAT_TEMPORARIES);
   grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
-  if (hold) return unsharded;
+  if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
 }
@@ -366,8 +366,6 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   give(x, gathered);
 }
 
-/* The loss: logits in the compute dtype plus what the loss keeps (fp32 up-cast,
- * log-softmax), and at its backward the gradient buffers of the logits. */
 static uint64_t loss_outputs(const struct ctx *x) {
   return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
 }
@@ -377,7 +375,7 @@ static uint32_t loss_chunks(const struct ctx *x) { return x->p->loss_chunks ? x-
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
-static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t *n_loss) {
+static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   norm_saves(x, sv);
   if (x->task == VF_TASK_CAUSAL_LM) projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
@@ -386,11 +384,12 @@ static void head_forward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, si
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
   if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
-  loss_ids[(*n_loss)++] = take(x, n * kept, VF_CAT_TEMPORARIES);
+  uint32_t loss = take(x, n * kept, VF_CAT_TEMPORARIES);
   if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  return loss;
 }
 
-static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_ids, size_t n_loss, struct grads *g) {
+static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
   const struct dims *d = &x->d;
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint32_t grad_logits = take(x, loss_outputs(x) * per / loss_chunks(x), VF_CAT_TEMPORARIES);
@@ -400,7 +399,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t *loss_id
     transient(x, d->h * d->vocab * d->c, VF_CAT_TEMPORARIES);
   uint32_t root_grads = layer_grads(x, -1, g, true);
   give(x, grad_logits);
-  for (size_t i = 0; i < n_loss; i++) give(x, loss_ids[i]);
+  give(x, loss);
   release(x, sv);
   give(x, grad_hidden);
   return root_grads;
@@ -415,7 +414,6 @@ static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
   return n;
 }
 
-/* Optimizer state bytes per trainable element on this GPU (before sharding). */
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
 static uint32_t state_elem_bytes(const struct ctx *x) {
   return x->p->master_weights && x->d.w < 4 ? 4 : x->d.w;
@@ -561,12 +559,11 @@ static void one_step(struct ctx *x, bool last_micro) {
     input = out;
   }
   phase(x, VF_PHASE_LOSS);
-  uint32_t loss_ids[4], root_grads = 0;
-  size_t n_loss = 0;
-  if (x->has_head) head_forward(x, &sv[x->layers], loss_ids, &n_loss);
+  uint32_t loss = 0, root_grads = 0;
+  if (x->has_head) loss = head_forward(x, &sv[x->layers]);
   give(x, input);
   phase(x, VF_PHASE_BACKWARD);
-  if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss_ids, n_loss, g);
+  if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
   give(x, grad_stream);
