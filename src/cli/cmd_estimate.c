@@ -184,6 +184,8 @@ static int gpu_for(const struct request *r, struct vf_gpu_spec *gpu) {
   struct vf_diag d;
   vf_diag_clear(&d);
   int rc = strcmp(r->gpu, "auto") == 0 ? vf_gpu_detect(gpu, &d) : vf_gpu_parse(r->gpu, gpu, &d);
+  /* On a detected GPU other processes' memory is not ours to use: the run gets what is free. */
+  if (!rc && gpu->detected && gpu->free_bytes < gpu->capacity_bytes) gpu->capacity_bytes = gpu->free_bytes;
   if (!rc) return 0;
   if (!d.file[0]) snprintf(d.file, sizeof d.file, "--gpu");
   return cli_diag_error("estimate", rc, &d);

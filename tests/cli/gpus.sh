@@ -115,4 +115,20 @@ under "$TMP/two.nvml" gpus --help
 expect 0 "help"
 has "--catalog" "help text"
 
+# --- estimate --gpu auto: the detected GPU's generation, and only its free memory counts
+cat >"$TMP/busy.nvml" <<EOF
+driver version=550.54.15 cuda=12040
+gpu index=0 name="NVIDIA L4" uuid=GPU-l4 total=23034MiB cc=8.9
+proc gpu=0 pid=3999999 name=/usr/bin/other used=20GiB
+EOF
+under "$TMP/busy.nvml" estimate llama-3.2-1b --weights bf16 --method lora --seq 512 --gpu auto --json
+expect 1 "estimate --gpu auto on a busy GPU does not fit"
+pycheck "capacity is the free memory" "$TMP/out" "
+assert j['capacity_bytes'] == 23034 * 2**20 - (20 << 30), j['capacity_bytes']
+assert j['fits'] is False
+print('ok')"
+CUDA_VISIBLE_DEVICES=GPU-l4 under "$TMP/busy.nvml" estimate gpt2 --seq 128 --optimizer sgd --gpu auto
+expect 0 "gpt2 fits in what is left, chosen by UUID"
+has "fits on" "verdict"
+
 finish
