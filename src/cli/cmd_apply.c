@@ -39,7 +39,7 @@ static const char usage[] =
     "                   in a shell env file or launch script; created when missing\n"
     "  --alloc-conf S   the allocator setting for --env, merged into what is there\n"
     "                   (default: the plan's \"alloc_conf\", else expandable_segments:True)\n"
-    "  --dry-run        print the diff only; write nothing\n"
+    "  --dry-run        print the diff (and notes) only; write nothing\n"
     "  --json           print {\"dry_run\", \"files\": [{\"file\", \"target\", \"format\", \"backup\",\n"
     "                   \"changes\": [{\"key\", \"path\", \"line\", \"col\", \"old\", \"new\",\n"
     "                   \"created\", \"note\"}], \"diff\"}], \"notes\"} instead\n\n"
@@ -156,7 +156,8 @@ static void print_diffs(const struct vf_apply *r) {
   for (size_t i = 0; i < r->n_notes; i++) fprintf(stderr, "note: %s\n", r->notes[i]);
 }
 
-static void print_summary(const struct vf_apply *r, bool dry_run) {
+/* What was written, one line per value, on stderr (a dry run prints the diff only). */
+static void print_summary(const struct vf_apply *r) {
   for (size_t i = 0; i < r->n_files; i++) {
     const struct vf_apply_file *f = &r->files[i];
     for (size_t k = 0; k < f->n_changes; k++) {
@@ -166,7 +167,6 @@ static void print_summary(const struct vf_apply *r, bool dry_run) {
               c->note ? c->note : "", c->note ? ")" : "");
     }
     if (!f->n_changes && !f->created) fprintf(stderr, "%s: already set, nothing to change\n", f->path);
-    else if (dry_run) fprintf(stderr, "%s: dry run, not written\n", f->path);
     else if (f->backup) fprintf(stderr, "%s: written (backup %s)\n", f->path, f->backup);
     else fprintf(stderr, "%s: written\n", f->path);
   }
@@ -208,7 +208,7 @@ int cmd_apply(int argc, char **argv) {
     if (rc && !d.msg[0]) d.code = rc;
     if (rc) code = cli_diag_error("apply", rc, &d);
     else if (a.json) code = cli_print_json(result_json(&r, a.o.dry_run));
-    else print_summary(&r, a.o.dry_run);
+    else if (!a.o.dry_run) print_summary(&r);
   }
   vf_apply_cleanup(&r);
   free(a.sets);

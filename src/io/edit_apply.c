@@ -220,12 +220,31 @@ int vf_apply_env(struct vf_apply *a, const char *path, const char *alloc_conf,
   return rc;
 }
 
+static bool changed(const struct vf_apply_file *f) {
+  return f->new_len != f->old_len || memcmp(f->new_text, f->old_text, f->old_len) != 0;
+}
+
+/* Names the files already written when a later one fails, so the message is true. */
+static int partly_written(const struct vf_apply *a, size_t failed, int rc, struct vf_diag *d) {
+  struct sbuf names = {0};
+  for (size_t i = 0; i < failed; i++)
+    if (changed(&a->files[i])) sb_printf(&names, "%s%s", names.len ? ", " : "", a->files[i].path);
+  size_t n = d ? strlen(d->msg) : 0;
+  if (d && names.p) snprintf(d->msg + n, sizeof d->msg - n, " (already written: %s)", names.p);
+  sb_free(&names);
+  return rc;
+}
+
 int vf_apply_commit(struct vf_apply *a, struct vf_diag *d) {
+  /* Every file is checked before the first is written: a late change leaves all untouched. */
+  for (size_t i = 0; i < a->n_files; i++) {
+    int rc = changed(&a->files[i]) ? vf_file_unchanged(a->files[i].priv, d) : 0;
+    if (rc) return rc;
+  }
   for (size_t i = 0; i < a->n_files; i++) {
     struct vf_apply_file *f = &a->files[i];
-    if (f->new_len == f->old_len && memcmp(f->new_text, f->old_text, f->old_len) == 0) continue;
-    int rc = vf_file_replace(f->priv, f->new_text, f->new_len, &f->backup, d);
-    if (rc) return rc;
+    int rc = changed(f) ? vf_file_replace(f->priv, f->new_text, f->new_len, &f->backup, d) : 0;
+    if (rc) return partly_written(a, i, rc, d);
   }
   return 0;
 }

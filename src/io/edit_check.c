@@ -31,7 +31,7 @@ static struct afile *owner_of(const struct astate *s, const struct afile *ds, bo
     const char *key = hf_family(g) ? "deepspeed" : *lightning ? "trainer.strategy.init_args.config" : NULL;
     struct vf_value v;
     if (g == ds || !key || afile_get(g, key, &v, NULL) == 0 || v.kind != VF_VALUE_STRING) continue;
-    if (strcmp(base(v.s), base(ds->pub->path)) == 0 || strcmp(base(v.s), base(ds->src.target)) == 0)
+    if (strcmp(base(v.s), base(ds->pub->path)) == 0 || strcmp(base(v.s), base(ds->pub->target)) == 0)
       return g;
   }
   *lightning = false;

@@ -43,7 +43,6 @@ struct ynode {
                                 * the node and everything nested in it */
   size_t close;                /* flow collections: offset of the closing bracket */
   bool json;                   /* from a JSON file: any JSON number is a number */
-  struct ynode *parent;
   struct ynode **kid;          /* map: key, value, key, value...; seq: items */
   size_t nkid, cap;
 };
@@ -136,6 +135,9 @@ struct vf_loaded {
  * refuse read-only files and folders apply cannot write into. */
 int vf_file_load(struct vf_loaded *f, const char *path, bool missing_ok, bool writable,
                  struct vf_diag *d);
+/* 0 when the file is still exactly what vf_file_load read (or still absent), else
+ * VF_ECHANGED. */
+int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d);
 /* Backs up the old content (first free FILE.backup, FILE.backup.1, ...; never replacing
  * one) and replaces the file atomically with bytes, keeping its mode. VF_ECHANGED when the
  * file changed on disk after vf_file_load. *backup gets the backup's path (NULL: none). */
@@ -181,8 +183,7 @@ struct pedit {
 };
 
 struct afile {
-  struct vf_apply_file *pub;
-  struct vf_loaded src;
+  struct vf_apply_file *pub; /* pub->priv holds the struct vf_loaded */
   struct vf_doc doc;
   const struct vf_format *fmt;
   const struct vf_setting *group; /* files that share a settings array form a group */

@@ -90,6 +90,8 @@ static int read_fields(struct store *st, const char *file, const json_t *o, stru
   const char *path;
   json_t *v;
   json_object_foreach((json_t *)json_object_get(o, "set"), path, v) {
+    if (json_is_object(v) || json_is_array(v))
+      return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "\"set\": %s must be a single value", path);
     int rc = push(l, keep(st, strdup(path)), as_text(st, v, true), 0);
     if (rc) return rc;
   }

@@ -269,11 +269,12 @@ static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *wh
   for (size_t e = 0; e < nelem; e++)
     if (which[e]) j->res->o[e] = worst;
   for (size_t i = 0; i < n && worst == O_LANDED; i++) {
-    if (r[i].o == O_AUTO) vf_apply_note(j->s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
-                                        j->f->pub->path, r[i].path);
-    if (!r[i].edit) continue;
-    int rc = afile_add(j->f, j->set->key, r[i].path, &r[i].value, r[i].create,
-                       slots[i].keep_type, NULL, j->d);
+    int rc = r[i].o != O_AUTO ? 0
+             : vf_apply_note(j->s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
+                             j->f->pub->path, r[i].path);
+    if (!rc && r[i].edit)
+      rc = afile_add(j->f, j->set->key, r[i].path, &r[i].value, r[i].create, slots[i].keep_type,
+                     NULL, j->d);
     if (rc) return rc;
   }
   return 0;
@@ -486,6 +487,12 @@ static int resolve_file(struct astate *s, struct afile *f, struct result *res, s
 }
 
 int vf_resolve_settings(struct astate *s, struct vf_diag *d) {
+  for (size_t i = 0; i < s->o->n_maps; i++)
+    if (!logical_of(s->o->maps[i].key))
+      return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
+                        "--map %s=%s: %s is not a logical key (batch, accumulation, seq, grad_ckpt, "
+                        "precision, optimizer, zero_stage, offload)",
+                        s->o->maps[i].key, s->o->maps[i].value, s->o->maps[i].key);
   struct result **res = calloc(s->n ? s->n : 1, sizeof *res);
   if (!res) return VF_ENOMEM;
   int rc = 0;

@@ -118,7 +118,6 @@ static int add_kid(struct ynode *p, struct ynode *k) {
     p->cap = cap;
   }
   p->kid[p->nkid++] = k;
-  k->parent = p;
   return 0;
 }
 

@@ -118,7 +118,8 @@ bool ynode_value(const struct ynode *n, struct vf_value *out) {
 }
 
 bool ynode_equals(const struct ynode *n, const struct vf_value *v) {
-  if (n->kind != YN_SCALAR) return false;
+  /* A tagged value is the user's own business: never taken as already set. */
+  if (n->kind != YN_SCALAR || n->tag) return false;
   enum vf_value_kind t = ynode_type(n);
   long long i;
   switch (v->kind) {

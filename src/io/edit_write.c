@@ -171,8 +171,7 @@ void vf_loaded_free(struct vf_loaded *f) {
   memset(f, 0, sizeof *f);
 }
 
-/* The file must still be exactly what vf_file_load read (or still be absent). */
-static int check_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
+int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
   struct stat st;
   int fd = open(f->target, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && !f->exists) return 0;
@@ -261,16 +260,16 @@ static unsigned new_file_mode(void) {
 int vf_file_replace(const struct vf_loaded *f, const char *bytes, size_t len, char **backup,
                     struct vf_diag *d) {
   *backup = NULL;
-  int rc = check_unchanged(f, d);
+  int rc = vf_file_unchanged(f, d);
   if (!rc && f->exists) rc = write_backup(f, backup, d);
   char *tmp = NULL;
   if (!rc) rc = write_temp(f->target, bytes, len, f->exists ? f->mode : new_file_mode(), f, &tmp, d);
   if (rc) return rc;
-  rc = check_unchanged(f, d);
+  rc = vf_file_unchanged(f, d);
   if (!rc && f->exists && rename(tmp, f->target) != 0) rc = io_error(d, f->path, "cannot replace");
   /* A file that did not exist is linked, not renamed, so one created meanwhile survives. */
   if (!rc && !f->exists && link(tmp, f->target) != 0)
-    rc = errno == EEXIST ? check_unchanged(f, d) : io_error(d, f->path, "cannot create");
+    rc = errno == EEXIST ? vf_file_unchanged(f, d) : io_error(d, f->path, "cannot create");
   if (rc || !f->exists) unlink(tmp);
   free(tmp);
   if (!rc) {

@@ -123,12 +123,13 @@ static int replace_value(const struct ytree *t, const struct vf_path_edit *e, co
   if (rc) return rc;
   struct sbuf val = {0};
   /* An empty value (`key:`) needs the space YAML wants after the colon. */
-  if (n->vstart == n->end && n->vstart > 0 && t->text[n->vstart - 1] == ':') sb_puts(&val, " ");
+  size_t lead = n->vstart == n->end && n->vstart > 0 && t->text[n->vstart - 1] == ':';
+  if (lead) sb_puts(&val, " ");
   rc = vf_render_value(&val, &e->value, t->json, n, first_bool(t->root));
   if (!rc) rc = splice(out, t, n->vstart, n->end, val.p, val.len);
   if (!rc)
     rc = fill_change(ch, t, e->path, n->vstart, t->text + n->vstart, n->end - n->vstart,
-                     val.p + (val.p[0] == ' '), val.len - (val.p[0] == ' '));
+                     val.p + lead, val.len - lead);
   sb_free(&val);
   return rc;
 }
@@ -301,7 +302,7 @@ static int check_created(const struct verify *v, const struct ynode *m, size_t f
       return differs(v, k, "a key");
     if (val->tag || val->anchor) return differs(v, val, "a value");
     if (val->kind == YN_MAP) {
-      int rc = check_created(v, val, 0);
+      int rc = val->nkid ? check_created(v, val, 0) : differs(v, val, "a value");
       if (rc) return rc;
       continue;
     }
@@ -343,8 +344,8 @@ static int find_targets(struct verify *v, const struct vf_path_edit *edits, size
                         edits[i].path);
     rc = ytree_find(v->o, edits[i].path, &fo, v->d);
     if (rc) return rc;
-    if (!fo.node && !edits[i].create)
-      return ytree_diag(v->o, v->d, VF_EFORMAT, 0, "cannot edit safely: %s was not there",
+    if ((!fo.node && !edits[i].create) || (fo.node && fo.node->kind != YN_SCALAR))
+      return ytree_diag(v->o, v->d, VF_EFORMAT, 0, "cannot edit safely: %s was not a value there",
                         edits[i].path);
     v->tg[i] = (struct target){fo.node, fn.node};
   }

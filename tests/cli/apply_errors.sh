@@ -87,6 +87,11 @@ printf 'a: 1\n' >plain.yaml
 refused "unknown ecosystem" 'plain\.yaml:1:1: cannot tell which tool' plain.yaml plain.yaml --set batch=4
 refused "bad flag" "unknown option '--bogus'" hf.yaml hf.yaml --bogus --set batch=1
 refused "set without =" "--set expects KEY=VALUE" hf.yaml hf.yaml --set batch
+refused "map of an unknown key" "--map speed=lr: speed is not a logical key" hf.yaml hf.yaml --map speed=lr --set batch=1
+printf '{"recommended": {"batch": 2, "set": {"a": {"b": 1}}}}' >nested.json
+refused "plan set with a mapping" 'nested\.json: "set": a must be a single value' hf.yaml hf.yaml --plan nested.json
+printf '{"recommended": {"batch": 2, "shard": "fsdp"}}' >fsdp.json
+refused "plan with FSDP" 'fsdp\.json: the plan asks for shard fsdp' hf.yaml hf.yaml --plan fsdp.json
 
 # ---- files ----
 cp hf.yaml ro.yaml && chmod 444 ro.yaml
