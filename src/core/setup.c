@@ -117,7 +117,12 @@ int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct
   if (!m->has_arch) return bad(d, "the model has no config: estimates need its dimensions");
   if (!s->batch) return bad(d, "--batch must be at least 1");
   if (!s->seq) return bad(d, "--seq must be at least 1");
-  if (s->batch > (1u << 20) || s->seq > (1u << 24)) return bad(d, "--batch or --seq is implausibly large");
+  /* Past 2^31 tokens per micro batch, byte counts (tokens x vocabulary x bytes) could
+   * overflow 64 bits; no GPU holds such a batch anyway. */
+  if (s->batch > (1u << 20) || s->seq > (1u << 24) || s->batch * s->seq > (1ull << 31))
+    return bad(d, "--batch x --seq is implausibly large (over 2^31 tokens per micro batch)");
+  if (s->gpus > (1u << 20) || s->lora_r > (1u << 16) || s->accumulation > (1u << 20))
+    return bad(d, "--gpus, --lora-r or --accumulation is implausibly large");
   if (s->weights == VF_PREC_NONE) return bad(d, "--weights must be fp32, bf16 or fp16");
   bool adapters = s->method != VF_METHOD_FULL;
   if (s->method == VF_METHOD_QLORA && s->quant == VF_QUANT_NONE)
