@@ -116,7 +116,8 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
 /* ---- Readers (src/io) ---- */
 /* Loads data/frameworks/<name>.json. */
 int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d);
-/* CUDA context bytes for a GPU generation, from data/runtime.json. */
-int vf_runtime_context_bytes(uint32_t cc_major, uint64_t *out);
+/* Device memory outside PyTorch's allocator, from data/runtime.json: the CUDA context of a
+ * GPU generation, plus NCCL's buffers when the run spans several GPUs. */
+int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out);
 
 #endif

@@ -236,7 +236,7 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
   row("allocator slack", e->allocator_slack, cap);
-  row("CUDA context, cuBLAS", e->by_category[VF_CAT_RUNTIME] + e->context, cap);
+  row("CUDA, cuBLAS, NCCL", e->by_category[VF_CAT_RUNTIME] + e->context, cap);
   printf("\n");
   row("max_memory_allocated", e->allocated_peak, cap);
   row("max_memory_reserved", e->reserved_peak, cap);
@@ -274,7 +274,9 @@ int cmd_estimate(int argc, char **argv) {
   r.setup.gpu_cc_major = (uint32_t)gpu.cc_major;
   r.setup.gpu_cc_minor = (uint32_t)gpu.cc_minor;
   r.setup.capacity_bytes = gpu.capacity_bytes;
-  if (vf_runtime_context_bytes(r.setup.gpu_cc_major, &r.setup.context_bytes)) r.setup.context_bytes = 0;
+  bool distributed = r.setup.gpus > 1 || r.setup.tp > 1 || r.setup.pp > 1 || r.setup.cp > 1;
+  if (vf_runtime_context_bytes(r.setup.gpu_cc_major, distributed, &r.setup.context_bytes))
+    r.setup.context_bytes = 0;
 
   struct vf_model m;
   vf_model_init(&m);

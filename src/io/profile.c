@@ -130,7 +130,7 @@ int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d) {
   return rc;
 }
 
-int vf_runtime_context_bytes(uint32_t cc_major, uint64_t *out) {
+int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {
   const char *text;
   size_t len;
   int rc = vf_data_get("runtime.json", &text, &len);
@@ -144,8 +144,9 @@ int vf_runtime_context_bytes(uint32_t cc_major, uint64_t *out) {
   json_t *table = json_object_get(root, "context_mib_by_cc_major");
   json_t *v = json_object_get(table, key);
   if (!json_is_integer(v)) v = json_object_get(table, "unknown");
-  rc = json_is_integer(v) ? 0 : VF_EFORMAT;
-  if (!rc) *out = (uint64_t)json_integer_value(v) << 20;
+  json_t *nccl = json_object_get(root, "nccl_mib");
+  rc = json_is_integer(v) && json_is_integer(nccl) ? 0 : VF_EFORMAT;
+  if (!rc) *out = (uint64_t)(json_integer_value(v) + (distributed ? json_integer_value(nccl) : 0)) << 20;
   json_decref(root);
   return rc;
 }
