@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "timing.h"
+
 #define MAX_CASES 512
 
 struct kind_stats {
@@ -22,13 +24,8 @@ struct kind_stats {
 static struct kind_stats kinds[] = {{.kind = "allocated", .field = "allocated_bytes"}, {.kind = "active", .field = "allocated_bytes"},
                                     {.kind = "reserved", .field = "reserved_bytes"}, {.kind = "device", .field = "device_bytes"}};
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double percentile(double *v, int n, double q) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
   int i = (int)ceil(q * n) - 1;
   return v[i < 0 ? 0 : i];
 }

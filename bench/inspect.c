@@ -2,7 +2,8 @@
  * catalogue and from a checkpoint folder shaped like its Hub release (config.json and a
  * 30-shard model.safetensors.index.json; shards hold real headers over sparse data). The
  * folder load reads 31 files and adopts the checkpoint against the config's layout.
- * Usage: bench_inspect [runs]   (default 21; prints the median in ms) */
+ * Given the vramfit binary it also times whole `vramfit inspect ... --json` processes.
+ * Usage: bench_inspect [runs [VRAMFIT]]   (default 21 runs; prints medians in ms) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,21 +11,11 @@
 
 #include "io/data.h"
 #include "st_writer.h"
+#include "timing.h"
 #include "vramfit.h"
 
 #define MODEL "llama-3.1-405b"
 #define SHARDS 30
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Median wall time of vf_model_load(arg) over runs; the model's tensor and note counts. */
 static int time_load(const char *arg, int runs, double *median, size_t *tensors, size_t *notes) {
@@ -34,9 +25,9 @@ static int time_load(const char *arg, int runs, double *median, size_t *tensors,
     struct vf_model m;
     struct vf_diag d;
     vf_model_init(&m);
-    double start = now_ms();
+    double start = bench_now_ms();
     int rc = vf_model_load(&m, arg, &d);
-    t[i] = now_ms() - start;
+    t[i] = bench_now_ms() - start;
     *tensors = m.n_tensors;
     *notes = m.n_notes;
     vf_model_cleanup(&m);
@@ -46,8 +37,7 @@ static int time_load(const char *arg, int runs, double *median, size_t *tensors,
       return -1;
     }
   }
-  qsort(t, (size_t)runs, sizeof *t, cmp_double);
-  *median = t[runs / 2];
+  *median = bench_median(t, runs);
   free(t);
   return 0;
 }
@@ -92,6 +82,14 @@ int main(int argc, char **argv) {
   if (!rc)
     printf("vf_model_load %-34s %7.2f ms  (%zu tensors, %zu notes, median of %d)\n",
            MODEL " (config + " "30-shard index)", ms, tensors, notes, runs);
+  if (!rc && argc > 2) {
+    char *catalogue[] = {argv[2], "inspect", MODEL, "--json", NULL};
+    char *folder[] = {argv[2], "inspect", dir, "--json", NULL};
+    printf("vramfit inspect %-32s %7.2f ms  (whole process, median of %d)\n", MODEL " --json",
+           bench_process_ms(catalogue, runs), runs);
+    printf("vramfit inspect %-32s %7.2f ms  (whole process, median of %d)\n",
+           "30-shard folder --json", bench_process_ms(folder, runs), runs);
+  }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "bench_inspect: could not remove %s\n", dir);
   return rc ? 1 : 0;

@@ -11,6 +11,7 @@ for bin in "$dir"/bench/bench_*; do
   case "$name" in
   bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" ;;
   bench_speed) "$bin" "$dir/vramfit" ;;
+  bench_inspect) "$bin" 21 "$dir/vramfit" ;;
   *) "$bin" ;;
   esac
 done

@@ -5,24 +5,10 @@
  *
  * usage: bench_speed VRAMFIT */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "timing.h"
 #include "vramfit.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* The fastest of several batches: the machine is shared, the best batch is the code's. */
 static double library_rate(const char *model, const struct vf_setup *s) {
@@ -37,35 +23,14 @@ static double library_rate(const char *model, const struct vf_setup *s) {
   double best = 0;
   for (int batch = 0; batch < 7; batch++) {
     int n = 1000;
-    double t0 = now();
+    double t0 = bench_now_ms();
     for (int i = 0; i < n; i++)
       if (vf_estimate(&m, s, &p, &c, &e, &d)) return 0;
-    double rate = n / (now() - t0);
+    double rate = n * 1e3 / (bench_now_ms() - t0);
     if (rate > best) best = rate;
   }
   vf_model_cleanup(&m);
   return best;
-}
-
-/* Median wall milliseconds of running argv (stdout discarded) `runs` times. */
-static double process_ms(char *const argv[], int runs) {
-  double t[64];
-  fflush(stdout); /* or each child inherits and prints the buffer again */
-  for (int i = 0; i < runs && i < 64; i++) {
-    double t0 = now();
-    pid_t pid = fork();
-    if (pid == 0) {
-      if (!freopen("/dev/null", "w", stdout)) _exit(127);
-      execv(argv[0], argv);
-      _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    t[i] = (now() - t0) * 1000;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) > 1) return -1;
-  }
-  qsort(t, (size_t)runs, sizeof *t, cmp_double);
-  return t[runs / 2];
 }
 
 int main(int argc, char **argv) {
@@ -84,7 +49,7 @@ int main(int argc, char **argv) {
 
   char *big[] = {argv[1], "estimate", "llama-3.1-405b", "--weights", "bf16", "--shard", "fsdp",
                  "--gpus", "512", "--grad-ckpt", "full", "--json", NULL};
-  printf("CLI, llama-3.1-405b FSDP on 512 GPUs: %.1f ms per process (median of 15)\n", process_ms(big, 15));
+  printf("CLI, llama-3.1-405b FSDP on 512 GPUs: %.1f ms per process (median of 15)\n", bench_process_ms(big, 15));
 
   size_t n = vf_catalog_count();
   double worst = 0;
@@ -93,7 +58,7 @@ int main(int argc, char **argv) {
     char name[64];
     if (vf_catalog_name(i, name, sizeof name)) continue;
     char *one[] = {argv[1], "estimate", name, "--json", NULL};
-    double ms = process_ms(one, 5);
+    double ms = bench_process_ms(one, 5);
     if (ms > worst) {
       worst = ms;
       snprintf(worst_name, sizeof worst_name, "%s", name);
