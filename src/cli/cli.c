@@ -1,6 +1,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return EXIT_BAD_INPUT;
+}
+
+int cli_option_error(const char *cmd, int c, char **argv) {
+  if (c == ':') return cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
+  return cli_usage_error(cmd, "unknown option '%s'; see 'vramfit %s --help'", argv[optind - 1], cmd);
 }
 
 int cli_diag_error(const char *cmd, int err, const struct vf_diag *d) {

@@ -29,6 +29,11 @@ int cli_exit_code(int err);
 
 /* Prints "vramfit CMD: MESSAGE" on stderr (one line) and returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The one-line error, exit code 2, for what getopt_long returned as ':' (an option's value
+ * is missing) or anything else unknown. Needs opterr = 0 and ':' leading the optstring
+ * (after a '+'), so that a missing value is told apart from an unknown option. */
+int cli_option_error(const char *cmd, int c, char **argv);
+
 /* Prints "vramfit CMD: <diag>" on stderr and returns the exit code matching err. */
 int cli_diag_error(const char *cmd, int err, const struct vf_diag *d);
 

@@ -112,9 +112,8 @@ static int parse_args(int argc, char **argv, struct args *a) {
       rc = cli_parse_u64("apply", "--gpus", optarg, &a->o.gpus);
       if (!rc && a->o.gpus == 0) rc = cli_usage_error("apply", "--gpus expects at least 1");
       break;
-    case ':': return cli_usage_error("apply", "%s needs a value", argv[optind - 1]);
     default:
-      return cli_usage_error("apply", "unknown option '%s'; see 'vramfit apply --help'", argv[optind - 1]);
+      return cli_option_error("apply", c, argv);
     }
     if (rc) return EXIT_BAD_INPUT;
   }

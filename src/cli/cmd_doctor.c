@@ -150,12 +150,11 @@ int cmd_doctor(int argc, char **argv) {
   const char *log = NULL, *plan = NULL;
   optind = 1;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == 'l') log = optarg;
     else if (c == 'p') plan = optarg;
     else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error(NAME, "unknown option '%s'; see 'vramfit doctor --help'",
-                                argv[optind - 1]);
+    else return cli_option_error(NAME, c, argv);
   }
   if (optind < argc) return cli_usage_error(NAME, "unexpected argument '%s'", argv[optind]);
 

@@ -159,9 +159,8 @@ static int parse_option(int c, const char *arg, struct request *r) {
     rc = parse_enum("--shard", VF_ENUM_SHARD, arg, &v, "none, zero1, zero2, zero3, fsdp");
     s->shard = (enum vf_shard)v;
     return rc;
-  default:
-    cli_usage_error("estimate", "unknown option; see 'vramfit estimate --help'");
-    return VF_EINVAL;
+  default: /* every option of opts is handled above */
+    return VF_EINTERNAL;
   }
 }
 
@@ -256,8 +255,10 @@ int cmd_estimate(int argc, char **argv) {
   struct request r = {.framework = "hf"};
   vf_setup_default(&r.setup);
   optind = 1;
-  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+  opterr = 0; /* getopt's own message would make the error two lines */
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
+    if (c == ':' || c == '?') return cli_option_error("estimate", c, argv);
     if (parse_option(c, optarg, &r)) return EXIT_BAD_INPUT;
   }
   if (optind != argc - 1)

@@ -117,12 +117,11 @@ int cmd_gpus(int argc, char **argv) {
   bool json = false, catalog = false;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
-  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == 'j') json = true;
     else if (c == 'c') catalog = true;
     else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error("gpus", "unknown option '%s'; see 'vramfit gpus --help'",
-                                argv[optind - 1]);
+    else return cli_option_error("gpus", c, argv);
   }
   if (optind < argc) return cli_usage_error("gpus", "unexpected argument '%s'", argv[optind]);
   return catalog ? list_catalog(json) : list_devices(json);

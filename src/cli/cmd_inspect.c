@@ -135,12 +135,11 @@ int cmd_inspect(int argc, char **argv) {
   bool json = false, tensors = false;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
-  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == 'j') json = true;
     else if (c == 't') tensors = true;
     else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error("inspect", "unknown option '%s'; see 'vramfit inspect --help'",
-                                argv[optind - 1]);
+    else return cli_option_error("inspect", c, argv);
   }
   if (optind != argc - 1)
     return cli_usage_error("inspect", optind == argc ? "MODEL is missing; see 'vramfit inspect --help'"

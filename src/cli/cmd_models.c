@@ -17,11 +17,10 @@ int cmd_models(int argc, char **argv) {
   bool json = false;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
-  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == 'j') json = true;
     else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error("models", "unknown option '%s'; see 'vramfit models --help'",
-                                argv[optind - 1]);
+    else return cli_option_error("models", c, argv);
   }
   if (optind < argc) return cli_usage_error("models", "unexpected argument '%s'", argv[optind]);
 

@@ -83,7 +83,7 @@ static int parse_args(int argc, char **argv, struct watch_opts *o) {
   optind = 1;
   opterr = 0;
   uint64_t pid = 0;
-  for (int c; (c = getopt_long(argc, argv, "+", opts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, "+:", opts, NULL)) != -1;) {
     int rc = 0;
     if (c == 'i') rc = parse_seconds("--interval", optarg, 0.01, &o->interval);
     else if (c == 'c') rc = cli_parse_u64(NAME, "--count", optarg, &o->count) ? EXIT_BAD_INPUT : 0;
@@ -92,8 +92,7 @@ static int parse_args(int argc, char **argv, struct watch_opts *o) {
     else if (c == 'P') o->plain = true;
     else if (c == 'w') rc = parse_seconds("--warmup", optarg, 0, &o->trend.warmup_s);
     else if (c == 'W') rc = parse_seconds("--window", optarg, 0.1, &o->trend.window_s);
-    else rc = cli_usage_error(NAME, "unknown option '%s'; see 'vramfit watch --help'",
-                              argv[optind - 1]);
+    else rc = cli_option_error(NAME, c, argv);
     if (rc) return rc;
     if (c == 'W') o->underuse_window_s = o->trend.window_s;
   }

@@ -65,6 +65,8 @@ fails 2 "^vramfit estimate: --alloc-conf: byte 0: Unrecognized key 'foo'" estima
 fails 2 "^vramfit estimate: unknown framework 'jax'" estimate gpt2 --framework jax
 fails 2 "^vramfit estimate: unknown model 'nosuchmodel'" estimate nosuchmodel
 fails 2 '^vramfit estimate: MODEL is missing' estimate
+fails 2 "^vramfit estimate: unknown option '--bogus'; see 'vramfit estimate --help'$" estimate gpt2 --bogus
+fails 2 '^vramfit estimate: --batch needs a value$' estimate gpt2 --batch
 # --gpu auto without a driver: the environment lacks something, exit 3.
 VRAMFIT_NVML=$TMP/no-such-libnvidia-ml.so fails 3 'cannot load the NVML library' estimate gpt2 --gpu auto
 
