@@ -98,6 +98,9 @@ const char *vf_phase_name(enum vf_phase p);
 
 struct vf_estimate {
   uint64_t params, trainable_params;
+  /* What the estimate assumed where the setup left it open. */
+  enum vf_attention attention;
+  uint64_t accumulation;
   uint64_t allocated_peak, reserved_peak, device_peak;
   enum vf_phase peak_phase;
   /* At the reserved peak: live tensor bytes per category, the allocator's cached and

@@ -190,7 +190,8 @@ static int gpu_for(const struct request *r, struct vf_gpu_spec *gpu) {
   return cli_diag_error("estimate", rc, &d);
 }
 
-static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity) {
+static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
+                             const char *framework) {
   json_t *breakdown = json_object();
   static const enum vf_category order[] = {VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER,
                                            VF_CAT_ACTIVATIONS, VF_CAT_TEMPORARIES};
@@ -212,6 +213,9 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
                                            "phase", vf_phase_name(e->peak_phase)));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
+  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:I}", "framework", framework, "attention",
+                                              vf_enum_name(VF_ENUM_ATTENTION, e->attention),
+                                              "accumulation", (json_int_t)e->accumulation));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(e->device_peak <= capacity) : json_null());
   return o;
@@ -226,12 +230,16 @@ static void row(const char *label, uint64_t bytes, uint64_t capacity) {
     printf("  %-22s %12s\n", label, human);
 }
 
-static void estimate_text(const struct vf_model *m, const struct vf_estimate *e, const struct vf_gpu_spec *gpu) {
+static void estimate_text(const struct vf_model *m, const struct vf_estimate *e, const struct vf_gpu_spec *gpu,
+                          const char *framework) {
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
   cli_group_digits(e->params, total, sizeof total);
   cli_group_digits(e->trainable_params, trainable, sizeof trainable);
-  printf("%s: %s parameters, %s trainable\n\n", m->name, total, trainable);
+  printf("%s: %s parameters, %s trainable\n", m->name, total, trainable);
+  printf("%s: %s attention, %llu micro batch%s per optimizer step\n\n", framework,
+         vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
+         e->accumulation == 1 ? "" : "es");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
   row("allocator slack", e->allocator_slack, cap);
@@ -292,8 +300,8 @@ int cmd_estimate(int argc, char **argv) {
     return cli_diag_error("estimate", rc, &d);
   }
   int code = EXIT_OK;
-  if (r.json) code = cli_print_json(estimate_json(&m, &e, gpu.capacity_bytes));
-  else estimate_text(&m, &e, &gpu);
+  if (r.json) code = cli_print_json(estimate_json(&m, &e, gpu.capacity_bytes, r.framework));
+  else estimate_text(&m, &e, &gpu, r.framework);
   if (code == EXIT_OK && gpu.capacity_bytes && e.device_peak > gpu.capacity_bytes) code = EXIT_NO;
   vf_model_cleanup(&m);
   return code;

@@ -811,6 +811,8 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   vf_params_cleanup(&ps);
   if (rc) return rc;
   fill(out, &best, s);
+  out->attention = x.attn;
+  out->accumulation = x.accumulation;
   out->by_category[VF_CAT_OPTIMIZER] += paged;
   out->device_peak += paged;
   return 0;
