@@ -505,7 +505,9 @@ static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
       layer_params(x, l, NULL);
     }
   }
-  if (x->s->gpus > 1 && x->s->shard == VF_SHARD_NONE)
+  /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
+  const struct vf_setup *s = x->s;
+  if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
   /* cuBLAS keeps one workspace per handle and stream: forward and autograd threads. */
   uint64_t ws = gpu_cc_major >= 9 ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;

@@ -166,6 +166,93 @@ static void test_peaks_are_ordered(void **state) {
   vf_model_cleanup(&m);
 }
 
+static struct vf_estimate toy_run(void (*tweak)(struct vf_setup *), const char *framework) {
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  if (tweak) tweak(&s);
+  struct vf_estimate e = run(&m, &s, framework);
+  vf_model_cleanup(&m);
+  return e;
+}
+
+static void two_gpus(struct vf_setup *s) { s->gpus = 2; }
+static void paged(struct vf_setup *s) { s->optimizer = VF_OPT_PAGED_ADAMW_8BIT; }
+static void sgd(struct vf_setup *s) { s->optimizer = VF_OPT_SGD; }
+static void accumulate(struct vf_setup *s) { s->accumulation = 2; }
+static void one_micro(struct vf_setup *s) { s->accumulation = 1; }
+
+/* DDP keeps a flat gradient bucket of every trainable element besides the gradients. */
+static void test_ddp_buckets(void **state) {
+  (void)state;
+  uint64_t one = toy_run(NULL, "hf").phase_allocated[VF_PHASE_SETUP];
+  uint64_t two = toy_run(two_gpus, "hf").phase_allocated[VF_PHASE_SETUP];
+  assert_int_equal(two - one, 460288); /* 115,008 x 4 bytes in one 512-byte-rounded block */
+}
+
+/* Paged 8-bit states live in unified memory: the device holds them, PyTorch's counters
+ * do not. */
+static void test_paged_states(void **state) {
+  (void)state;
+  struct vf_estimate p = toy_run(paged, "hf"), s = toy_run(sgd, "hf");
+  assert_int_equal(p.allocated_peak, s.allocated_peak);
+  assert_int_equal(p.reserved_peak, s.reserved_peak);
+  assert_int_equal(p.device_peak - s.device_peak, 2 * TOY_PARAMS);
+}
+
+/* Accumulating, the previous micro batch's gradients are there during the forward; so they
+ * are when zero_grad zeroes in place instead of freeing (hf: torch < 2.0). */
+static void test_gradients_kept(void **state) {
+  (void)state;
+  uint64_t freed = toy_run(one_micro, "torchtune").phase_allocated[VF_PHASE_FORWARD];
+  uint64_t kept = toy_run(accumulate, "torchtune").phase_allocated[VF_PHASE_FORWARD];
+  assert_int_equal(kept - freed, TOY_WEIGHT_BLOCKS);
+  uint64_t in_place = toy_run(one_micro, "hf").phase_allocated[VF_PHASE_FORWARD];
+  assert_int_equal(in_place - freed, TOY_WEIGHT_BLOCKS);
+}
+
+static struct vf_estimate llama_run(void (*tweak)(struct vf_setup *)) {
+  struct vf_model m;
+  load(&m, "llama-3.2-1b");
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.batch = 4;
+  tweak(&s);
+  struct vf_estimate e = run(&m, &s, "torchtune");
+  vf_model_cleanup(&m);
+  return e;
+}
+
+static void plain(struct vf_setup *s) { (void)s; }
+static void offloaded(struct vf_setup *s) { s->offload = VF_OFFLOAD_ACTIVATIONS; }
+static void pipelined(struct vf_setup *s) { s->pp = 2, s->gpus = 2; }
+static void fsdp8(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 8; }
+static void full_ckpt(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_FULL; }
+static void selective_ckpt(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE; }
+
+/* Each memory-saving switch saves what it should, at the phase it should. */
+static void test_memory_savers(void **state) {
+  (void)state;
+  struct vf_estimate base = llama_run(plain);
+  /* Offloading keeps one layer's saved tensors on the GPU instead of 16. */
+  struct vf_estimate off = llama_run(offloaded);
+  assert_true(off.phase_allocated[VF_PHASE_LOSS] < base.phase_allocated[VF_PHASE_LOSS]);
+  assert_int_equal(off.by_category[VF_CAT_WEIGHTS], base.by_category[VF_CAT_WEIGHTS]);
+  /* Checkpointing: full keeps less than selective keeps less than none. */
+  struct vf_estimate full = llama_run(full_ckpt), sel = llama_run(selective_ckpt);
+  assert_true(full.phase_allocated[VF_PHASE_LOSS] < sel.phase_allocated[VF_PHASE_LOSS]);
+  assert_true(sel.phase_allocated[VF_PHASE_LOSS] < base.phase_allocated[VF_PHASE_LOSS]);
+  /* FSDP over 8 GPUs: an eighth of the weights stay, plus the gathered layers. */
+  struct vf_estimate fsdp = llama_run(fsdp8);
+  assert_true(fsdp.phase_allocated[VF_PHASE_SETUP] * 6 < base.phase_allocated[VF_PHASE_SETUP]);
+  /* Two pipeline stages: each holds half the blocks (the first also two micro batches). */
+  struct vf_estimate pp = llama_run(pipelined);
+  assert_true(pp.phase_allocated[VF_PHASE_SETUP] < base.phase_allocated[VF_PHASE_SETUP]);
+}
+
 static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
   struct vf_model m;
   struct vf_profile p;
@@ -210,6 +297,8 @@ int main(void) {
       cmocka_unit_test(test_toy_params),       cmocka_unit_test(test_optimizer_state_sizes),
       cmocka_unit_test(test_qlora_storage),    cmocka_unit_test(test_zero_model_states),
       cmocka_unit_test(test_peaks_are_ordered), cmocka_unit_test(test_impossible_setups),
+      cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
+      cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
