@@ -15,5 +15,6 @@
 #include "vramfit/model.h"
 #include "vramfit/monitor.h"
 #include "vramfit/estimate.h"
+#include "vramfit/probe.h"
 
 #endif

@@ -18,6 +18,7 @@ static const struct command commands[] = {
     {"gpus", cmd_gpus, "list GPUs (NVML) or the GPU catalogue"},
     {"watch", cmd_watch, "monitor GPU memory, warn about leaks and under-use"},
     {"doctor", cmd_doctor, "check the environment and explain an OOM log"},
+    {"probe", cmd_probe, "find the largest batch that fits by running your command"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,202 @@
+/* One launch of 'vramfit probe': the command runs with its output captured for the OOM
+ * parser, NVML is sampled for its process tree, and a run past the time limit is stopped. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/probe_run.h"
+
+#define SAMPLE_S 0.1 /* NVML readings cost well under a millisecond */
+
+static double monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* text with every "{batch}" replaced by batch. */
+static char *substitute(const char *text, const char *batch) {
+  static const char key[] = "{batch}";
+  size_t n = 0, klen = sizeof key - 1, blen = strlen(batch);
+  for (const char *p = text; (p = strstr(p, key)); p += klen) n++;
+  char *out = malloc(strlen(text) + n * blen + 1), *o = out;
+  if (!out) return NULL;
+  for (const char *p = text, *hit;; p = hit + klen) {
+    hit = strstr(p, key);
+    size_t part = hit ? (size_t)(hit - p) : strlen(p);
+    memcpy(o, p, part);
+    o += part;
+    if (!hit) break;
+    memcpy(o, batch, blen);
+    o += blen;
+  }
+  *o = '\0';
+  return out;
+}
+
+static void free_argv(char **argv) {
+  for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
+  free(argv);
+}
+
+static char **command_for(char **cmd, const char *batch) {
+  size_t n = 0;
+  while (cmd[n]) n++;
+  char **argv = calloc(n + 1, sizeof *argv);
+  for (size_t i = 0; argv && i < n; i++)
+    if (!(argv[i] = substitute(cmd[i], batch))) return free_argv(argv), NULL;
+  return argv;
+}
+
+static void tail_add(struct probe_tail *t, const char *bytes, size_t n) {
+  if (n >= PROBE_TAIL) {
+    bytes += n - PROBE_TAIL;
+    n = PROBE_TAIL;
+  }
+  if (t->len + n > PROBE_TAIL) {
+    size_t drop = t->len + n - PROBE_TAIL;
+    memmove(t->buf, t->buf + drop, t->len - drop);
+    t->len -= drop;
+  }
+  memcpy(t->buf + t->len, bytes, n);
+  t->len += n;
+}
+
+/* Reads what is there without blocking: a grandchild may hold the pipe open after the
+ * command exits. */
+static void drain(int *fd, struct probe_tail *t) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(*fd, buf, sizeof buf);
+    if (n > 0) {
+      tail_add(t, buf, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || errno != EAGAIN) {
+      close(*fd);
+      *fd = -1;
+    }
+    return;
+  }
+}
+
+/* The most the tree under root holds on any one GPU right now. */
+static uint64_t tree_bytes(struct vf_nvml *nvml, pid_t root) {
+  uint64_t most = 0;
+  struct vf_gpu_sample s;
+  for (unsigned g = 0; g < vf_nvml_count(nvml); g++) {
+    if (vf_nvml_sample(nvml, g, &s) || !(s.fields & VF_FIELD_PROCS)) continue;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < s.nprocs; i++)
+      if (s.procs[i].used_bytes != VF_BYTES_UNKNOWN && vf_proc_in_tree((pid_t)s.procs[i].pid, root))
+        sum += s.procs[i].used_bytes;
+    if (sum > most) most = sum;
+  }
+  return most;
+}
+
+struct watch_state {
+  struct vf_child child;
+  double start, next_sample, term_at, kill_at;
+  bool done, timed_out;
+};
+
+/* SIGTERM at the limit, SIGKILL if it is still there after a grace period as long as the
+ * limit itself (1 to 10 s): time for a trainer to release the GPU. */
+static void enforce_limit(struct watch_state *w, double now, double timeout_s) {
+  if (!timeout_s) return;
+  if (!w->timed_out && now >= w->term_at) {
+    vf_child_signal(&w->child, SIGTERM);
+    w->timed_out = true;
+    w->kill_at = now + fmin(fmax(timeout_s, 1), 10);
+  } else if (w->timed_out && now >= w->kill_at) {
+    vf_child_signal(&w->child, SIGKILL);
+    w->kill_at = INFINITY;
+  }
+}
+
+/* Sleeps until the next sample, the limit, output or the command's exit. */
+static void wait_events(struct watch_state *w, struct probe_launch *l, double until) {
+  struct pollfd fds[3];
+  nfds_t n = 0;
+  if (w->child.pidfd >= 0) fds[n++] = (struct pollfd){.fd = w->child.pidfd, .events = POLLIN};
+  if (w->child.out_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.out_fd, .events = POLLIN};
+  if (w->child.err_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.err_fd, .events = POLLIN};
+  double wait_s = until - monotonic();
+  /* Without a pidfd the exit is noticed by polling. */
+  if (w->child.pidfd < 0 && wait_s > SAMPLE_S) wait_s = SAMPLE_S;
+  poll(fds, n, wait_s > 0 ? (int)ceil(wait_s * 1000) : 0);
+  if (w->child.out_fd >= 0) drain(&w->child.out_fd, &l->out);
+  if (w->child.err_fd >= 0) drain(&w->child.err_fd, &l->err);
+}
+
+static void watch_child(const struct probe_runner *r, struct watch_state *w, struct probe_launch *l) {
+  w->term_at = r->timeout_s ? w->start + r->timeout_s : INFINITY;
+  while (!w->done) {
+    double now = monotonic();
+    if (r->nvml && now >= w->next_sample) {
+      uint64_t bytes = tree_bytes(r->nvml, w->child.pid);
+      if (bytes > l->peak_bytes) l->peak_bytes = bytes;
+      w->next_sample = now + SAMPLE_S;
+    }
+    enforce_limit(w, now, r->timeout_s);
+    double until = fmin(w->timed_out ? w->kill_at : w->term_at, r->nvml ? w->next_sample : INFINITY);
+    wait_events(w, l, until);
+    w->done = vf_child_wait(&w->child, false, &l->exit_code) == 1;
+  }
+  /* What the command wrote just before it exited. */
+  if (w->child.out_fd >= 0) drain(&w->child.out_fd, &l->out);
+  if (w->child.err_fd >= 0) drain(&w->child.err_fd, &l->err);
+}
+
+static void judge(struct probe_launch *l, bool timed_out) {
+  struct vf_oom_report rep;
+  l->oom = VF_OOM_NONE;
+  if (timed_out) {
+    l->outcome = VF_PROBE_TIMEOUT;
+    l->exit_code = -1;
+    return;
+  }
+  if (l->exit_code == 0) {
+    l->outcome = VF_PROBE_OK;
+    return;
+  }
+  if (vf_oom_parse(l->err.buf, l->err.len, &rep) == 0 && rep.source != VF_OOM_NONE) l->oom = rep.source;
+  else if (vf_oom_parse(l->out.buf, l->out.len, &rep) == 0) l->oom = rep.source;
+  l->outcome = l->oom != VF_OOM_NONE ? VF_PROBE_OOM : VF_PROBE_ERROR;
+}
+
+static int start(const struct probe_runner *r, uint64_t batch, struct vf_child *c, struct vf_diag *d) {
+  char text[24];
+  snprintf(text, sizeof text, "%llu", (unsigned long long)batch);
+  char **argv = command_for(r->cmd, text);
+  if (!argv || setenv("VRAMFIT_BATCH", text, 1)) return free_argv(argv), VF_ENOMEM;
+  int rc = vf_child_spawn(argv, true, true, c, d);
+  free_argv(argv);
+  if (rc) return rc;
+  fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
+  fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+  return 0;
+}
+
+int probe_launch(const struct probe_runner *r, uint64_t batch, struct probe_launch *l,
+                 struct vf_diag *d) {
+  l->out.len = l->err.len = 0;
+  l->peak_bytes = 0;
+  struct watch_state w = {.start = monotonic()};
+  int rc = start(r, batch, &w.child, d);
+  if (rc) return rc;
+  watch_child(r, &w, l);
+  vf_child_close(&w.child);
+  l->seconds = monotonic() - w.start;
+  judge(l, w.timed_out);
+  return 0;
+}

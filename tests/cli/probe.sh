@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# vramfit probe against a fake trainer (a shell script: batch <= $T fits, above it prints
+# PyTorch's out-of-memory report and exits 1): the batch found, the launches spent, {batch}
+# and VRAMFIT_BATCH, timeouts (SIGTERM, and SIGKILL for a trainer that ignores it), a
+# non-OOM failure with its stderr tail, no fit, a missing command, bad flags, and the peak
+# read from the fake NVML.
+NAME=probe
+source "$(dirname "$0")/lib/harness.sh"
+export VRAMFIT_NVML=/nonexistent/libnvidia-ml.so.1 # peaks unknown unless a test says so
+
+TRAINER=$TMP/train.sh
+cat >"$TRAINER" <<'EOF'
+#!/bin/sh
+# train.sh --batch-size=N: the batch comes as an argument and in VRAMFIT_BATCH.
+b=${1#--batch-size=}
+echo "$b $VRAMFIT_BATCH" >>"$LAUNCHES"
+[ "$b" = "$VRAMFIT_BATCH" ] || { echo "argument $b, VRAMFIT_BATCH $VRAMFIT_BATCH" >&2; exit 9; }
+case "${MODE:-}" in
+error) if [ "$b" -gt 4 ]; then
+         echo "Traceback (most recent call last):" >&2
+         echo "ValueError: sequence length 4096 exceeds max_position_embeddings" >&2
+         exit 3
+       fi ;;
+slow) [ "$b" = 8 ] && exec sleep 5 ;;
+stubborn) [ "$b" = 8 ] && { trap '' TERM; exec sleep 5; } ;;
+esac
+if [ "$b" -gt "$T" ]; then
+  echo "Traceback (most recent call last):" >&2
+  echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.07 GiB memory in use." >&2
+  exit 1
+fi
+echo "step 1 loss 2.31"
+EOF
+chmod +x "$TRAINER"
+export LAUNCHES=$TMP/launches
+
+# probe_with T ARGS...: runs vramfit probe with the fake trainer's threshold at T.
+probe_with() {
+  local t=$1
+  shift
+  : >"$LAUNCHES"
+  T=$t timeout 30 "$VRAMFIT" probe "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  rc=$?
+}
+
+check() { # check WHAT CODE: python CODE with j = the JSON output must print ok
+  local why
+  why=$(python3 -c "import json, sys
+j = json.load(open(sys.argv[1]))
+launched = [l.split() for l in open(sys.argv[2]).read().splitlines()]
+$2" "$TMP/out" "$LAUNCHES" 2>&1)
+  if [ "$why" = ok ]; then ok; else bad "$1: $why ($(head -c 300 "$TMP/err"))"; fi
+}
+
+# ---- the search finds the threshold: doubling to 64, then bisecting to 37 --------------------
+probe_with 37 --json -- "$TRAINER" --batch-size={batch}
+if [ "$rc" = 0 ]; then ok; else bad "probe T=37: exit $rc: $(cat "$TMP/err")"; fi
+check "T=37 json" "
+assert j['max_batch'] == 37, j['max_batch']
+assert j['launches'] == 12 == len(j['trials']), j['launches']
+assert [t['batch'] for t in j['trials']] == [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37]
+for t in j['trials']:
+    assert set(t) >= {'batch', 'outcome', 'peak_device_bytes'}, t
+    assert t['outcome'] == ('ok' if t['batch'] <= 37 else 'oom'), t
+    assert t['peak_device_bytes'] == 0, t
+assert [l[0] for l in launched] == [str(t['batch']) for t in j['trials']], launched
+assert all(a == b for a, b in launched), launched
+print('ok')"
+
+probe_with 5 -- "$TRAINER" --batch-size={batch}
+if [ "$rc" = 0 ]; then ok; else bad "probe text: exit $rc"; fi
+grep -qx "largest batch that fits: 5 (6 launches)" "$TMP/out" && ok || bad "text result: $(cat "$TMP/out")"
+grep -qx "batch 8: oom (PyTorch), [0-9.]* s" "$TMP/out" && ok || bad "text trial: $(cat "$TMP/out")"
+
+# --min and --max bound every launch; a fit at --max ends the search.
+probe_with 37 --min 3 --max 20 --json -- "$TRAINER" --batch-size={batch}
+check "min/max" "
+assert j['max_batch'] == 20 and [t['batch'] for t in j['trials']] == [3, 6, 12, 20], j
+print('ok')"
+
+# ---- timeouts count as fitting ----------------------------------------------------------------
+MODE=slow probe_with 37 --timeout 0.3 --json -- "$TRAINER" --batch-size={batch}
+check "timeout" "
+t8 = [t for t in j['trials'] if t['batch'] == 8][0]
+assert t8['outcome'] == 'timeout' and t8['seconds'] < 2, t8
+assert j['max_batch'] == 37, j
+print('ok')"
+# A trainer that ignores SIGTERM gets SIGKILL a second later.
+MODE=stubborn probe_with 8 --timeout 0.2 --min 8 --max 8 --json -- "$TRAINER" --batch-size={batch}
+check "SIGKILL after the grace period" "
+t = j['trials'][0]
+assert t['outcome'] == 'timeout' and 1.0 <= t['seconds'] < 3, t
+print('ok')"
+
+# ---- failures ---------------------------------------------------------------------------------
+# Not out of memory: exit 2, one line naming the batch and status, then the stderr tail.
+MODE=error probe_with 37 -- "$TRAINER" --batch-size={batch}
+if [ "$rc" = 2 ]; then ok; else bad "non-OOM failure: exit $rc, want 2"; fi
+head -1 "$TMP/err" | grep -q "^vramfit probe: batch 8 failed with exit status 3 and no out-of-memory report" &&
+  ok || bad "failure line: $(cat "$TMP/err")"
+grep -q "ValueError: sequence length 4096" "$TMP/err" && ok || bad "stderr tail: $(cat "$TMP/err")"
+MODE=error probe_with 37 --json -- "$TRAINER" --batch-size={batch}
+check "failure json" "
+assert j['trials'][-1]['outcome'] == 'error' and j['trials'][-1]['batch'] == 8, j
+print('ok')"
+
+# Not even --min fits: exit 1.
+probe_with 2 --min 3 --json -- "$TRAINER" --batch-size={batch}
+if [ "$rc" = 1 ]; then ok; else bad "no fit: exit $rc, want 1"; fi
+check "no fit" "
+assert j['max_batch'] == 0 and j['launches'] == 1 and j['trials'][0]['outcome'] == 'oom', j
+print('ok')"
+
+fails 3 "command not found: no-such-trainer" probe -- no-such-trainer --batch {batch}
+
+# ---- flags ------------------------------------------------------------------------------------
+succeeds "^usage: vramfit probe" probe --help
+fails 2 "unknown option '--bogus'" probe --bogus -- true
+fails 2 "--min needs a value" probe --min
+fails 2 "--min expects a whole number" probe --min x -- true
+fails 2 "--timeout expects seconds" probe --timeout 0 -- true
+fails 2 "--min must be at least 1" probe --min 0 -- true
+fails 2 "--min must be at least 1 and at most --max" probe --min 9 --max 8 -- true
+fails 2 "put the command after '--'" probe true
+fails 2 "no command after '--'" probe --
+fails 2 "no command" probe
+
+# ---- the peak, from the fake NVML -------------------------------------------------------------
+FAKE=${FAKE_NVML_LIB:-${VF_BUILD_DIR:-}/tests/libfake_nvml.so}
+if [ -f "$FAKE" ]; then
+  cat >"$TMP/gpu.nvml" <<'EOF'
+gpu index=0 name="NVIDIA H100 80GB HBM3" uuid=GPU-a total=80GiB
+proc gpu=0 pid=1 used=5GiB
+proc gpu=0 pid=child used=3GiB
+EOF
+  VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/gpu.nvml probe_with 4 --max 4 --json -- "$TRAINER" --batch-size={batch}
+  check "peak from NVML" "
+assert [t['peak_device_bytes'] for t in j['trials']] == [3 * 2**30] * 3, j['trials']
+print('ok')"
+fi
+
+finish

@@ -1,0 +1,174 @@
+/* The batch search of 'vramfit probe' against a threshold oracle (batch <= T fits): it finds
+ * exactly T, never repeats or leaves [min, max], and with a good estimate needs a few
+ * launches where doubling from 1 and bisecting needs many; plus the estimator's own largest
+ * fitting batch. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vramfit.h"
+
+#define MAX_LAUNCHES 128
+
+/* Runs the search against "batch <= t fits" and checks every proposal; returns the result
+ * and the number of launches. */
+static uint64_t search(uint64_t min, uint64_t max, uint64_t hint, uint64_t t, unsigned *launches) {
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, min, max, hint), 0);
+  uint64_t tried[MAX_LAUNCHES];
+  unsigned n = 0;
+  for (uint64_t b; (b = vf_probe_next(&p));) {
+    if (n == MAX_LAUNCHES) fail_msg("no end: T %llu hint %llu", (unsigned long long)t, (unsigned long long)hint);
+    if (b < min || b > max) fail_msg("batch %llu outside [%llu, %llu]", (unsigned long long)b,
+                                     (unsigned long long)min, (unsigned long long)max);
+    for (unsigned i = 0; i < n; i++)
+      if (tried[i] == b) fail_msg("batch %llu launched twice (T %llu)", (unsigned long long)b, (unsigned long long)t);
+    tried[n++] = b;
+    assert_int_equal(vf_probe_record(&p, b, b <= t ? VF_PROBE_OK : VF_PROBE_OOM), 0);
+  }
+  assert_int_equal(p.launches, n);
+  *launches = n;
+  return vf_probe_result(&p);
+}
+
+static uint64_t want(uint64_t min, uint64_t max, uint64_t t) { return t < min ? 0 : t > max ? max : t; }
+
+static void finds_every_threshold(void **state) {
+  (void)state;
+  static const uint64_t ranges[][2] = {{1, 4096}, {1, 1}, {3, 50}, {16, 16}, {7, 8}};
+  for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+    uint64_t min = ranges[r][0], max = ranges[r][1];
+    for (uint64_t t = 0; t <= max + 10; t += t < 300 ? 1 : 37) {
+      const uint64_t hints[] = {0, t, t * 3 / 4, t * 5 / 4, t / 10, t * 10, 1, max};
+      for (size_t h = 0; h < sizeof hints / sizeof *hints; h++) {
+        unsigned n;
+        uint64_t got = search(min, max, hints[h], t, &n);
+        if (got != want(min, max, t))
+          fail_msg("[%llu, %llu] T %llu hint %llu: found %llu", (unsigned long long)min,
+                   (unsigned long long)max, (unsigned long long)t, (unsigned long long)hints[h],
+                   (unsigned long long)got);
+      }
+    }
+  }
+}
+
+/* The most launches over T in [lo, hi] with the hint at T x num / den. */
+static unsigned worst(uint64_t lo, uint64_t hi, uint64_t num, uint64_t den, bool hinted) {
+  unsigned most = 0, n;
+  for (uint64_t t = lo; t <= hi; t++) {
+    search(1, 4096, hinted ? (t * num + den / 2) / den : 0, t, &n);
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+/* Typical micro batches (8 to 63), measured: doubling from 1 then bisecting takes 11 launches
+ * on average and up to 12; from an exact estimate 3.4 and up to 4; within 10% 3.9 to 5.2 and
+ * up to 6; within 25% 6.1 to 6.7 and up to 8. */
+static void few_launches_from_a_good_estimate(void **state) {
+  (void)state;
+  assert_int_equal(worst(8, 63, 1, 1, false), 12);
+  assert_int_equal(worst(8, 63, 1, 1, true), 4);
+  assert_true(worst(8, 63, 9, 10, true) <= 6);
+  assert_true(worst(8, 63, 11, 10, true) <= 5);
+  assert_true(worst(8, 63, 3, 4, true) <= 8);
+  assert_true(worst(8, 63, 5, 4, true) <= 7);
+}
+
+static void far_off_estimate_still_converges(void **state) {
+  (void)state;
+  unsigned n;
+  assert_int_equal(search(1, 4096, 4096, 3, &n), 3);
+  assert_true(n <= 16);
+  assert_int_equal(search(1, 4096, 1, 3000, &n), 3000);
+  assert_true(n <= 26);
+}
+
+static void min_out_of_memory_means_no_fit(void **state) {
+  (void)state;
+  unsigned n;
+  assert_int_equal(search(4, 64, 0, 3, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(search(4, 64, 32, 3, &n), 0);
+  assert_int_equal(search(4, 64, 64, 64, &n), 64); /* max fits: nothing above is tried */
+  assert_int_equal(n, 1);
+}
+
+static void error_stops_and_bad_calls_refused(void **state) {
+  (void)state;
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 0, 8, 0), VF_EINVAL);
+  assert_int_equal(vf_probe_init(&p, 9, 8, 0), VF_EINVAL);
+  assert_int_equal(vf_probe_init(&p, 2, 64, 10), 0);
+  assert_int_equal(vf_probe_next(&p), 10);
+  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_OK), VF_EINVAL);
+  assert_int_equal(vf_probe_record(&p, 10, VF_PROBE_TIMEOUT), 0); /* a timeout fits */
+  assert_int_equal(vf_probe_result(&p), 10);
+  assert_int_equal(vf_probe_next(&p), 11);
+  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_ERROR), 0);
+  assert_int_equal(vf_probe_next(&p), 0);
+  assert_int_equal(p.launches, 2);
+  assert_string_equal(vf_probe_outcome_name(VF_PROBE_TIMEOUT), "timeout");
+  assert_string_equal(vf_probe_outcome_name(VF_PROBE_OOM), "oom");
+}
+
+/* hidden 256, 4 layers, vocab 1024: small enough for many estimates. */
+static const char config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 512,"
+    " \"vocab_size\": 1024, \"max_position_embeddings\": 512, \"torch_dtype\": \"float32\"}";
+
+struct fixture {
+  struct vf_model m;
+  struct vf_setup s;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+};
+
+static uint64_t peak(struct fixture *f, uint64_t batch) {
+  struct vf_setup s = f->s;
+  s.batch = batch;
+  struct vf_estimate e;
+  assert_int_equal(vf_estimate(&f->m, &s, &f->p, &f->c, &e, NULL), 0);
+  return e.device_peak;
+}
+
+static void estimate_max_batch(void **state) {
+  (void)state;
+  struct fixture f;
+  struct vf_diag d;
+  vf_model_init(&f.m);
+  assert_int_equal(vf_model_from_config_json(&f.m, config, strlen(config), "toy.json", &d), 0);
+  vf_setup_default(&f.s);
+  f.s.seq = 256;
+  assert_int_equal(vf_profile_load("hf", &f.p, &d), 0);
+  vf_alloc_conf_default(&f.c);
+  uint64_t b;
+  assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 1, 4096, &b, &d), VF_EINVAL);
+  f.s.capacity_bytes = (peak(&f, 37) + peak(&f, 38)) / 2;
+  assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 1, 4096, &b, &d), 0);
+  assert_int_equal(b, 37);
+  assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 1, 20, &b, &d), 0);
+  assert_int_equal(b, 20);
+  assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 38, 100, &b, &d), 0);
+  assert_int_equal(b, 0);
+  f.s.capacity_bytes = UINT64_MAX; /* the estimator's own limit on tokens caps the answer */
+  assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 1, UINT64_MAX, &b, &d), 0);
+  assert_true(b >= 1 && b <= (1u << 20));
+  vf_model_cleanup(&f.m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(finds_every_threshold),
+      cmocka_unit_test(few_launches_from_a_good_estimate),
+      cmocka_unit_test(far_off_estimate_still_converges),
+      cmocka_unit_test(min_out_of_memory_means_no_fit),
+      cmocka_unit_test(error_stops_and_bad_calls_refused),
+      cmocka_unit_test(estimate_max_batch),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
