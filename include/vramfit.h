@@ -15,6 +15,7 @@
 #include "vramfit/model.h"
 #include "vramfit/monitor.h"
 #include "vramfit/estimate.h"
+#include "vramfit/plan.h"
 #include "vramfit/probe.h"
 
 #endif

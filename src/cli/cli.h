@@ -19,6 +19,7 @@ typedef int (*cli_cmd_fn)(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_apply(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);
 int cmd_watch(int argc, char **argv);

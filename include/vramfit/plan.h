@@ -1,0 +1,84 @@
+/* Planning (`vramfit plan`): the fastest setting that fits a GPU, found by calling the
+ * estimator over the knobs the user lets change.
+ *
+ * Fit: an estimate's device peak (what nvidia-smi shows) at most a tier's budget.
+ * Speed: the throughput model of vf_plan_tokens_per_second(). */
+#ifndef VRAMFIT_PLAN_H
+#define VRAMFIT_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vramfit/estimate.h"
+#include "vramfit/gpu.h"
+
+/* Knobs that must not change (--keep). */
+enum vf_keep {
+  VF_KEEP_SEQ = 1 << 0, VF_KEEP_PRECISION = 1 << 1, VF_KEEP_OPTIMIZER = 1 << 2,
+  VF_KEEP_METHOD = 1 << 3, VF_KEEP_LORA_R = 1 << 4, VF_KEEP_QUANT = 1 << 5,
+  VF_KEEP_GRAD_CKPT = 1 << 6, VF_KEEP_SHARD = 1 << 7, VF_KEEP_OFFLOAD = 1 << 8,
+  VF_KEEP_CAPACITY = VF_KEEP_METHOD | VF_KEEP_LORA_R | VF_KEEP_QUANT
+};
+
+/* A --keep list ("seq,optimizer", "capacity"; "none" keeps nothing) as VF_KEEP_* bits.
+ * VF_EINVAL on an unknown name. */
+int vf_keep_parse(const char *list, uint32_t *bits);
+
+/* Offload bits as --offload spells them: "none", "optimizer", "optimizer,params". */
+void vf_offload_format(uint32_t bits, char *buf, size_t size);
+
+enum vf_tier { VF_TIER_SAFE, VF_TIER_BALANCED, VF_TIER_AGGRESSIVE, VF_TIER_COUNT };
+const char *vf_tier_name(enum vf_tier t);
+
+struct vf_plan_request {
+  const struct vf_model *model;
+  const struct vf_profile *profile;
+  const struct vf_alloc_conf *alloc;
+  const struct vf_gpu_spec *gpu; /* compute rates; zero rates: nominal ones (see .c) */
+  struct vf_setup base;          /* the given setting; base.capacity_bytes is the GPU's */
+  double safety;                 /* share of capacity the balanced tier may use; 0: 0.90 */
+  uint64_t target_effective_batch; /* 0: base batch x accumulation x data-parallel GPUs */
+  uint32_t keep;                 /* VF_KEEP_* bits */
+};
+
+/* One setting and what it costs. */
+struct vf_plan_choice {
+  bool found;
+  struct vf_setup setup; /* batch, accumulation (never 0), seq and every knob */
+  uint64_t effective_batch;
+  uint64_t peak_device_bytes;
+  uint64_t budget_bytes;
+  double tokens_per_second;
+};
+
+enum { VF_PLAN_MAX_CHANGES = 12 };
+
+struct vf_plan_result {
+  struct vf_plan_choice tiers[VF_TIER_COUNT]; /* found == false where nothing fits */
+  struct vf_plan_choice given;    /* the base setting as estimated; budget: balanced's */
+  struct vf_plan_choice smallest; /* the lowest peak seen: what to report when none fits */
+  uint64_t target_effective_batch; /* as asked */
+  uint64_t estimates;              /* estimator calls the search made */
+  /* From the given setting to the balanced tier, most important first. */
+  char changes[VF_PLAN_MAX_CHANGES][200];
+  size_t n_changes;
+};
+
+/* Searches the allowed knobs. 0 once searched: out->tiers[VF_TIER_BALANCED].found says
+ * whether anything fits (out->smallest says how close it came when not); otherwise the
+ * estimator's error for an impossible given setting, or VF_EINVAL for a bad request (d
+ * says why). Pure. */
+int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d);
+
+/* Tokens per second across all data-parallel GPUs of setting s whose estimate is e:
+ *   time per token = FLOPs per token / (peak FLOP/s x MFU(tokens per micro batch))
+ *                    + host transfers of offloading, amortised per token;
+ * FLOPs per token: 6P for full training (forward 2P, backward 4P), 4P + 6T with a frozen
+ * base (no weight gradients but the adapters' T), + 2P for full recomputation and + 0.5P
+ * for selective, + attention 12 x layers x seq x heads x head_dim (4 per forward pass,
+ * one more forward when recomputed). Communication is ignored. */
+double vf_plan_tokens_per_second(const struct vf_model *m, const struct vf_setup *s,
+                                 const struct vf_estimate *e, const struct vf_gpu_spec *gpu);
+
+#endif

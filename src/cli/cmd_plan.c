@@ -1,0 +1,194 @@
+/* vramfit plan MODEL [estimate options] --gpu G [options]: the fastest setting that fits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/setup_opts.h"
+
+static const char usage[] =
+    "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n\n"
+    "The fastest training setting that fits the GPU, within the changes allowed: micro batch\n"
+    "and accumulation (keeping the effective batch), gradient checkpointing, optimizer,\n"
+    "autocast precision, ZeRO sharding and CPU offload; method (LoRA, QLoRA) and, as a last\n"
+    "resort, seq where --keep lets them change. Three tiers: safe (the safety fraction less\n"
+    "10 points of the GPU), balanced (the safety fraction; recommended), aggressive (97%).\n"
+    "Speed is a model (tokens/s from FLOPs per token, the GPU's rate and an assumed\n"
+    "utilisation; communication ignored): it ranks settings, it does not time them.\n\n"
+    "  --gpu G                      catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB), or auto\n"
+    "  --safety F                   share of GPU memory a plan may use (0.90)\n"
+    "  --target-effective-batch N   batch x accumulation x data-parallel GPUs to keep (as given)\n"
+    "  --keep LIST                  knobs that must not change: seq, precision, optimizer, method,\n"
+    "                               lora-r, quant, grad-ckpt, shard, offload, capacity (= method,\n"
+    "                               lora-r, quant and the model), none (capacity)\n"
+    "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n\n"
+    "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
+    "--accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt, --gpus, ...).\n\n"
+    "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
+    "found is printed).\n";
+
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP };
+
+static const struct option opts[] = {
+    SETUP_OPTIONS,
+    {"safety", required_argument, NULL, O_SAFETY},
+    {"target-effective-batch", required_argument, NULL, O_TARGET},
+    {"keep", required_argument, NULL, O_KEEP},
+    {"json", no_argument, NULL, O_JSON},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0}};
+
+struct plan_args {
+  struct setup_request setup;
+  double safety;
+  uint64_t target;
+  uint32_t keep;
+  bool json;
+};
+
+static int parse_safety(const char *arg, double *out) {
+  char *end;
+  double v = strtod(arg, &end);
+  if (end != arg && !*end && v > 0 && v <= 1) return *out = v, 0;
+  cli_usage_error("plan", "--safety expects a fraction above 0 and at most 1, got '%s'", arg);
+  return VF_EINVAL;
+}
+
+static int plan_option(struct plan_args *a, int c, const char *arg) {
+  switch (c) {
+  case O_SAFETY: return parse_safety(arg, &a->safety);
+  case O_TARGET:
+    if (cli_parse_u64("plan", "--target-effective-batch", arg, &a->target)) return VF_EINVAL;
+    if (a->target) return 0;
+    cli_usage_error("plan", "--target-effective-batch must be at least 1");
+    return VF_EINVAL;
+  case O_KEEP:
+    if (vf_keep_parse(arg, &a->keep) == 0) return 0;
+    cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
+                    "quant, grad-ckpt, shard, offload, capacity, none", arg);
+    return VF_EINVAL;
+  case O_JSON: a->json = true; return 0;
+  default: return setup_option(&a->setup, c, arg);
+  }
+}
+
+/* ---- output ---- */
+
+static const char *quant_name(const struct vf_setup *s) {
+  if (s->quant != VF_QUANT_DEFAULT) return vf_enum_name(VF_ENUM_QUANT, (int)s->quant);
+  return s->method == VF_METHOD_QLORA ? "nf4-dq" : "none";
+}
+
+static json_t *choice_json(const struct vf_plan_choice *c) {
+  if (!c->found) return json_null();
+  const struct vf_setup *s = &c->setup;
+  char offload[64];
+  vf_offload_format(s->offload, offload, sizeof offload);
+  json_t *o = json_pack("{s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:I, s:f}", "batch", (json_int_t)s->batch,
+                        "accumulation", (json_int_t)s->accumulation, "seq", (json_int_t)s->seq, "grad_ckpt",
+                        vf_enum_name(VF_ENUM_CKPT, (int)s->grad_ckpt), "optimizer",
+                        vf_enum_name(VF_ENUM_OPTIMIZER, (int)s->optimizer), "method",
+                        vf_enum_name(VF_ENUM_METHOD, (int)s->method), "shard",
+                        vf_enum_name(VF_ENUM_SHARD, (int)s->shard), "offload", offload, "peak_device_bytes",
+                        (json_int_t)c->peak_device_bytes, "tokens_per_second", round(c->tokens_per_second));
+  /* precision is apply's autocast switch: null (left alone) when there is no autocast. */
+  json_object_set_new(o, "precision", s->amp == VF_PREC_NONE ? json_null()
+                                                             : json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->amp)));
+  json_object_set_new(o, "weights", json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->weights)));
+  json_object_set_new(o, "lora_r", json_integer((json_int_t)s->lora_r));
+  json_object_set_new(o, "quant", json_string(quant_name(s)));
+  json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
+  json_object_set_new(o, "effective_batch", json_integer((json_int_t)c->effective_batch));
+  return o;
+}
+
+static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, double safety) {
+  json_t *tiers = json_object(), *changes = json_array();
+  for (int t = 0; t < VF_TIER_COUNT; t++)
+    json_object_set_new(tiers, vf_tier_name((enum vf_tier)t), choice_json(&p->tiers[t]));
+  for (size_t i = 0; i < p->n_changes; i++) json_array_append_new(changes, json_string(p->changes[i]));
+  json_t *o = json_object();
+  json_object_set_new(o, "recommended", choice_json(&p->tiers[VF_TIER_BALANCED]));
+  json_object_set_new(o, "tiers", tiers);
+  json_object_set_new(o, "changes", changes);
+  json_object_set_new(o, "target_effective_batch", json_integer((json_int_t)p->target_effective_batch));
+  json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)capacity));
+  json_object_set_new(o, "safety", json_real(safety));
+  json_object_set_new(o, "given", choice_json(&p->given));
+  json_object_set_new(o, "smallest_peak_device_bytes",
+                      p->smallest.found ? json_integer((json_int_t)p->smallest.peak_device_bytes) : json_null());
+  json_object_set_new(o, "estimates", json_integer((json_int_t)p->estimates));
+  return o;
+}
+
+static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t capacity) {
+  if (!c->found) {
+    printf("  %-10s  nothing fits\n", name);
+    return;
+  }
+  const struct vf_setup *s = &c->setup;
+  char offload[64], peak[32], rate[32];
+  vf_offload_format(s->offload, offload, sizeof offload);
+  cli_format_bytes(c->peak_device_bytes, peak, sizeof peak);
+  cli_group_digits((uint64_t)round(c->tokens_per_second), rate, sizeof rate);
+  printf("  %-10s %5llu %5llu %6llu  %-9s  %-16s  %-6s  %-5s  %-9s %10s %5.1f%% %10s\n", name,
+         (unsigned long long)s->batch, (unsigned long long)s->accumulation, (unsigned long long)s->seq,
+         vf_enum_name(VF_ENUM_CKPT, (int)s->grad_ckpt), vf_enum_name(VF_ENUM_OPTIMIZER, (int)s->optimizer),
+         vf_enum_name(VF_ENUM_METHOD, (int)s->method), vf_enum_name(VF_ENUM_SHARD, (int)s->shard), offload,
+         peak, 100.0 * (double)c->peak_device_bytes / (double)capacity, rate);
+}
+
+static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, const struct vf_plan_result *p,
+                      double safety) {
+  char cap[32], low[32];
+  cli_format_bytes(gpu->capacity_bytes, cap, sizeof cap);
+  printf("%s on %s (%s): effective batch %llu, %llu GPU%s\n\n", m->name, gpu->name[0] ? gpu->name : "the GPU", cap,
+         (unsigned long long)p->target_effective_batch, (unsigned long long)p->given.setup.gpus,
+         p->given.setup.gpus == 1 ? "" : "s");
+  printf("  %-10s %5s %5s %6s  %-9s  %-16s  %-6s  %-5s  %-9s %10s %6s %10s\n", "tier", "batch", "accum", "seq",
+         "grad ckpt", "optimizer", "method", "shard", "offload", "peak", "of GPU", "tokens/s");
+  tier_row("given", &p->given, gpu->capacity_bytes);
+  for (int t = 0; t < VF_TIER_COUNT; t++)
+    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], gpu->capacity_bytes);
+  if (!p->tiers[VF_TIER_BALANCED].found) {
+    tier_row("smallest", &p->smallest, gpu->capacity_bytes);
+    cli_format_bytes(p->smallest.peak_device_bytes, low, sizeof low);
+    printf("\nnothing fits under %.0f%% of the GPU within the allowed changes: the smallest peak found is %s"
+           " (let more knobs change: --keep)\n", 100 * safety, low);
+    return;
+  }
+  printf("\nrecommended: balanced, the fastest under %.0f%% of the GPU\n", 100 * safety);
+  for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
+}
+
+int cmd_plan(int argc, char **argv) {
+  struct plan_args a = {.safety = 0.90, .keep = VF_KEEP_CAPACITY};
+  setup_request_init(&a.setup, "plan");
+  optind = 1;
+  opterr = 0; /* getopt's own message would make the error two lines */
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+    if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
+    if (c == ':' || c == '?') return cli_option_error("plan", c, argv);
+    if (plan_option(&a, c, optarg)) return EXIT_BAD_INPUT;
+  }
+  if (optind != argc - 1)
+    return cli_usage_error("plan", optind == argc ? "MODEL is missing; see 'vramfit plan --help'"
+                                                  : "expects exactly one MODEL");
+  if (!a.setup.gpu) return cli_usage_error("plan", "--gpu is required: the GPU to plan for");
+  struct setup_context ctx;
+  int rc = setup_context_load(&a.setup, argv[optind], &ctx);
+  if (rc) return rc;
+  struct vf_plan_request req = {&ctx.model, &ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
+                                a.safety, a.target, a.keep};
+  struct vf_plan_result *p = malloc(sizeof *p);
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
+  int code = EXIT_OK;
+  if (rc) code = cli_diag_error("plan", rc, &d);
+  else if (a.json) code = cli_print_json(plan_json(p, ctx.gpu.capacity_bytes, a.safety));
+  else plan_text(&ctx.model, &ctx.gpu, p, a.safety);
+  if (code == EXIT_OK && !p->tiers[VF_TIER_BALANCED].found) code = EXIT_NO;
+  free(p);
+  setup_context_cleanup(&ctx);
+  return code;
+}

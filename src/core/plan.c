@@ -1,0 +1,361 @@
+/* The planner: the fastest setting under each tier's budget, found by calling the
+ * estimator.
+ *
+ * Search. Micro batches are the divisors b of the samples each data-parallel replica
+ * handles per step (n), with accumulation n / b, so the effective batch stays as asked
+ * (n is rounded when the GPUs do not divide it). The other knobs are searched in
+ * levels, the least intrusive first: the given seq and method, then other methods,
+ * then halved seqs; a tier settles at the first level where something fits. Within a
+ * level every combination of precision, optimizer, checkpointing, shard and offload is
+ * ranked by its throughput at the largest micro batch (an upper bound, as throughput
+ * grows with the micro batch) and tried in that order until no bound beats the best
+ * found; a binary search over the divisors finds the largest micro batch under each
+ * budget, the peak growing with the micro batch. Ranking charges each changed knob 1%
+ * so that a change must buy speed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "core/plan_internal.h"
+
+#define DEFAULT_SAFETY 0.90
+#define SAFE_MARGIN 0.10      /* the safe tier keeps this much more of the GPU free */
+#define AGGRESSIVE_SHARE 0.97 /* the aggressive tier leaves room for little more than noise */
+#define CHANGE_PENALTY 0.01
+#define MIN_SEQ 128
+#define MAX_PER_GPU (1ull << 30)
+/* Per level: 2 precisions x 4 optimizers x 3 checkpointing x 4 shards x 3 offloads. */
+#define MAX_CONFIGS 288
+
+static const char *const tier_names[VF_TIER_COUNT] = {"safe", "balanced", "aggressive"};
+
+const char *vf_tier_name(enum vf_tier t) { return t < VF_TIER_COUNT ? tier_names[t] : "unknown"; }
+
+int vf_keep_parse(const char *list, uint32_t *bits) {
+  static const struct { const char *name; uint32_t bits; } names[] = {
+      {"seq", VF_KEEP_SEQ},         {"precision", VF_KEEP_PRECISION}, {"optimizer", VF_KEEP_OPTIMIZER},
+      {"method", VF_KEEP_METHOD},   {"lora-r", VF_KEEP_LORA_R},       {"quant", VF_KEEP_QUANT},
+      {"grad-ckpt", VF_KEEP_GRAD_CKPT}, {"shard", VF_KEEP_SHARD},     {"offload", VF_KEEP_OFFLOAD},
+      {"capacity", VF_KEEP_CAPACITY}, {"none", 0}};
+  uint32_t out = 0;
+  if (!*list) return VF_EINVAL;
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ","), i, count = sizeof names / sizeof *names;
+    for (i = 0; i < count; i++)
+      if (strlen(names[i].name) == n && strncmp(p, names[i].name, n) == 0) break;
+    if (i == count) return VF_EINVAL;
+    out |= names[i].bits;
+    p += n + (p[n] == ',');
+  }
+  *bits = out;
+  return 0;
+}
+
+struct config {
+  struct vf_setup s; /* batch and accumulation set per micro batch tried */
+  double bound;      /* ranking score at the largest micro batch */
+};
+
+struct search {
+  const struct vf_plan_request *r;
+  struct vf_plan_result *out;
+  uint64_t budget[VF_TIER_COUNT];
+  double score[VF_TIER_COUNT];
+  bool settled[VF_TIER_COUNT];
+  uint64_t per_gpu, *div;
+  size_t n_div;
+  struct vf_estimate *cache; /* per divisor, for the configuration being searched */
+  uint8_t *cached;           /* 0: not tried, 1: estimated, 2: refused by the estimator */
+  struct config configs[MAX_CONFIGS];
+};
+
+static uint64_t effective_batch(const struct vf_setup *s) {
+  return s->batch * s->accumulation * plan_data_parallel(s);
+}
+
+/* Runs the estimator, keeping the lowest peak seen for the nothing-fits report. */
+static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_estimate *e,
+                         struct vf_diag *d) {
+  int rc = vf_estimate(S->r->model, s, S->r->profile, S->r->alloc, e, d);
+  S->out->estimates++;
+  struct vf_plan_choice *low = &S->out->smallest;
+  if (!rc && (!low->found || e->device_peak < low->peak_device_bytes))
+    *low = (struct vf_plan_choice){true, *s, effective_batch(s), e->device_peak, 0,
+                                   vf_plan_tokens_per_second(S->r->model, s, e, S->r->gpu)};
+  return rc;
+}
+
+static int estimate(struct search *S, const struct vf_setup *s, struct vf_estimate *e) {
+  struct vf_diag d;
+  return estimate_with(S, s, e, &d);
+}
+
+static int changes_from_base(const struct vf_setup *base, const struct vf_setup *s) {
+  return (s->seq != base->seq) + (s->method != base->method) + (s->amp != base->amp) +
+         (s->optimizer != base->optimizer) + (s->grad_ckpt != base->grad_ckpt) +
+         (s->shard != base->shard) + (s->offload != base->offload);
+}
+
+static double score(const struct search *S, const struct vf_setup *s, double rate) {
+  return rate * (1 - CHANGE_PENALTY * changes_from_base(&S->r->base, s));
+}
+
+/* The divisors of per_gpu, ascending: the micro batches tried. */
+static int divisors(struct search *S) {
+  uint64_t n = S->per_gpu, low = 0;
+  for (uint64_t b = 1; b * b <= n; b++) low += n % b == 0;
+  S->div = malloc(2 * low * sizeof *S->div);
+  S->cache = calloc(2 * low, sizeof *S->cache);
+  S->cached = calloc(2 * low, sizeof *S->cached);
+  if (!S->div || !S->cache || !S->cached) return VF_ENOMEM;
+  for (uint64_t b = 1; b * b <= n; b++)
+    if (n % b == 0) S->div[S->n_div++] = b;
+  for (size_t i = low; i-- > 0;)
+    if (S->div[i] * S->div[i] != n) S->div[S->n_div++] = n / S->div[i];
+  return 0;
+}
+
+/* ---- the values each knob may take, the given one first ---- */
+
+static enum vf_precision autocast_dtype(const struct vf_gpu_spec *g) {
+  bool lacks_bf16 = g && ((g->cc_major > 0 && g->cc_major < 8) || (g->bf16_tflops <= 0 && g->fp16_tflops > 0));
+  return lacks_bf16 ? VF_PREC_FP16 : VF_PREC_BF16;
+}
+
+static size_t precisions(const struct vf_plan_request *r, enum vf_precision *out) {
+  size_t n = 0;
+  out[n++] = r->base.amp;
+  if (!(r->keep & VF_KEEP_PRECISION) && r->base.amp == VF_PREC_NONE && r->base.weights == VF_PREC_FP32)
+    out[n++] = autocast_dtype(r->gpu);
+  return n;
+}
+
+/* Each optimizer after the given one keeps less state. */
+static size_t optimizers(const struct vf_plan_request *r, enum vf_optimizer *out) {
+  static const enum vf_optimizer chain[] = {VF_OPT_ADAMW, VF_OPT_ADAMW_8BIT, VF_OPT_PAGED_ADAMW_8BIT,
+                                            VF_OPT_ADAFACTOR};
+  size_t n = 0, i = 0, count = sizeof chain / sizeof *chain;
+  out[n++] = r->base.optimizer;
+  if (r->keep & VF_KEEP_OPTIMIZER) return n;
+  while (i < count && chain[i] != r->base.optimizer) i++;
+  while (++i < count) out[n++] = chain[i];
+  return n;
+}
+
+static size_t ckpts(const struct vf_plan_request *r, enum vf_ckpt *out) {
+  static const enum vf_ckpt all[] = {VF_CKPT_NONE, VF_CKPT_SELECTIVE, VF_CKPT_FULL};
+  size_t n = 0;
+  out[n++] = r->base.grad_ckpt;
+  for (size_t i = 0; i < 3 && !(r->keep & VF_KEEP_GRAD_CKPT); i++)
+    if (all[i] != r->base.grad_ckpt) out[n++] = all[i];
+  return n;
+}
+
+/* Stronger ZeRO stages only: with communication ignored a weaker one never helps. FSDP is
+ * ZeRO-3's memory and is not offered, as apply cannot write it. */
+static size_t shards(const struct vf_plan_request *r, enum vf_shard *out) {
+  size_t n = 0;
+  out[n++] = r->base.shard;
+  if ((r->keep & VF_KEEP_SHARD) || plan_data_parallel(&r->base) < 2) return n;
+  for (int z = (int)r->base.shard + 1; r->base.shard != VF_SHARD_FSDP && z <= VF_SHARD_ZERO3; z++)
+    out[n++] = (enum vf_shard)z;
+  return n;
+}
+
+/* Optimizer offload, and parameters with it (valid under ZeRO-3 only); activation offload
+ * stays as given. */
+static size_t offloads(const struct vf_plan_request *r, uint32_t *out) {
+  uint32_t moved = VF_OFFLOAD_OPTIMIZER | VF_OFFLOAD_PARAMS, rest = r->base.offload & ~moved;
+  const uint32_t all[] = {rest, rest | VF_OFFLOAD_OPTIMIZER, rest | moved};
+  size_t n = 0;
+  out[n++] = r->base.offload;
+  for (size_t i = 0; i < 3 && !(r->keep & VF_KEEP_OFFLOAD); i++)
+    if (all[i] != r->base.offload) out[n++] = all[i];
+  return n;
+}
+
+/* Frozen-base methods after the given one, each lighter: LoRA, then QLoRA (quantized). */
+static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
+  size_t n = 0;
+  out[n++] = r->base;
+  if (r->keep & VF_KEEP_METHOD) return n;
+  if (r->base.method == VF_METHOD_FULL) {
+    out[n] = r->base;
+    out[n++].method = VF_METHOD_LORA;
+  }
+  bool plain = r->base.quant == VF_QUANT_NONE || r->base.quant == VF_QUANT_DEFAULT;
+  if (!(r->keep & VF_KEEP_QUANT) && plain && r->base.method != VF_METHOD_QLORA &&
+      (r->base.method == VF_METHOD_FULL || r->base.method == VF_METHOD_LORA)) {
+    out[n] = r->base;
+    out[n].method = VF_METHOD_QLORA;
+    out[n++].quant = VF_QUANT_DEFAULT;
+  }
+  return n;
+}
+
+/* ---- the search ---- */
+
+/* Every combination of the knobs on top of level (method and seq set); the bound needs
+ * the method's parameter counts. */
+static size_t build_configs(struct search *S, const struct vf_setup *level, uint64_t params,
+                            uint64_t trainable) {
+  enum vf_precision amp[2];
+  enum vf_optimizer opt[4];
+  enum vf_ckpt ck[3];
+  enum vf_shard sh[4];
+  uint32_t off[3];
+  size_t na = precisions(S->r, amp), no = optimizers(S->r, opt), nc = ckpts(S->r, ck);
+  size_t ns = shards(S->r, sh), nf = offloads(S->r, off), n = 0;
+  for (size_t a = 0; a < na; a++)
+    for (size_t o = 0; o < no; o++)
+      for (size_t c = 0; c < nc; c++)
+        for (size_t h = 0; h < ns; h++)
+          for (size_t f = 0; f < nf; f++) {
+            struct config *k = &S->configs[n++];
+            k->s = *level;
+            k->s.amp = amp[a], k->s.optimizer = opt[o], k->s.grad_ckpt = ck[c];
+            k->s.shard = sh[h], k->s.offload = off[f];
+            k->s.batch = S->per_gpu, k->s.accumulation = 1;
+            k->bound = score(S, &k->s, plan_rate(S->r->model, &k->s, params, trainable, 0, S->r->gpu));
+          }
+  return n;
+}
+
+static int by_bound(const void *a, const void *b) {
+  double x = ((const struct config *)a)->bound, y = ((const struct config *)b)->bound;
+  return (x < y) - (x > y);
+}
+
+/* The estimate of c at divisor i, or NULL when the estimator refuses the setting. */
+static const struct vf_estimate *at(struct search *S, struct config *c, size_t i) {
+  if (S->cached[i] == 1) return &S->cache[i];
+  if (S->cached[i] == 2) return NULL;
+  c->s.batch = S->div[i];
+  c->s.accumulation = S->per_gpu / S->div[i];
+  S->cached[i] = estimate(S, &c->s, &S->cache[i]) ? 2 : 1;
+  return S->cached[i] == 1 ? &S->cache[i] : NULL;
+}
+
+static bool fits(struct search *S, struct config *c, size_t i, uint64_t budget) {
+  const struct vf_estimate *e = at(S, c, i);
+  return e && e->device_peak <= budget;
+}
+
+/* The largest divisor whose peak fits budget, or -1. */
+static long largest_fitting(struct search *S, struct config *c, uint64_t budget) {
+  if (!fits(S, c, 0, budget)) return -1;
+  size_t lo = 0, hi = S->n_div - 1;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(S, c, mid, budget)) lo = mid;
+    else hi = mid - 1;
+  }
+  return (long)lo;
+}
+
+static void consider(struct search *S, enum vf_tier t, struct config *c, size_t i) {
+  struct vf_setup s = c->s;
+  s.batch = S->div[i];
+  s.accumulation = S->per_gpu / S->div[i];
+  double rate = vf_plan_tokens_per_second(S->r->model, &s, &S->cache[i], S->r->gpu);
+  double sc = score(S, &s, rate);
+  if (sc <= S->score[t]) return;
+  S->score[t] = sc;
+  S->out->tiers[t] = (struct vf_plan_choice){true, s, effective_batch(&s), S->cache[i].device_peak,
+                                             S->budget[t], rate};
+}
+
+/* Tries c for every tier it could improve; false when it can improve none (nor can any
+ * configuration ranked after it). Tighter budgets are tried only where looser ones fit. */
+static bool try_config(struct search *S, struct config *c) {
+  bool open[VF_TIER_COUNT], any = false;
+  for (int t = 0; t < VF_TIER_COUNT; t++) any |= open[t] = !S->settled[t] && c->bound > S->score[t];
+  if (!any) return false;
+  memset(S->cached, 0, S->n_div * sizeof *S->cached);
+  for (int t = VF_TIER_AGGRESSIVE; t >= 0; t--) {
+    if (!open[t]) continue;
+    long i = largest_fitting(S, c, S->budget[t]);
+    if (i < 0) break;
+    consider(S, (enum vf_tier)t, c, (size_t)i);
+  }
+  return true;
+}
+
+static void search_level(struct search *S, const struct vf_setup *level) {
+  struct vf_setup probe = *level;
+  struct vf_estimate ref;
+  probe.accumulation = S->per_gpu; /* batch 1 */
+  if (estimate(S, &probe, &ref)) return;
+  size_t n = build_configs(S, level, ref.params, ref.trainable_params);
+  qsort(S->configs, n, sizeof *S->configs, by_bound);
+  for (size_t i = 0; i < n && try_config(S, &S->configs[i]); i++) {
+  }
+  for (int t = 0; t < VF_TIER_COUNT; t++) S->settled[t] |= S->out->tiers[t].found;
+}
+
+static bool all_settled(const struct search *S) {
+  return S->settled[VF_TIER_SAFE] && S->settled[VF_TIER_BALANCED] && S->settled[VF_TIER_AGGRESSIVE];
+}
+
+/* Levels: the given seq with each allowed method, then each halved seq the same way. */
+static void search(struct search *S) {
+  struct vf_setup level[3];
+  size_t n = methods(S->r, level);
+  for (uint64_t seq = S->r->base.seq;; seq /= 2) {
+    for (size_t m = 0; m < n && !all_settled(S); m++) {
+      level[m].seq = seq;
+      level[m].batch = 1;
+      search_level(S, &level[m]);
+    }
+    bool can_halve = !(S->r->keep & VF_KEEP_SEQ) && seq / 2 >= MIN_SEQ && (seq / 2) % S->r->base.cp == 0;
+    if (all_settled(S) || !can_halve) return;
+  }
+}
+
+/* ---- the planner ---- */
+
+static int bad(struct vf_diag *d, const char *why) {
+  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
+}
+
+/* The given setting as estimated, its accumulation resolved, and what the search needs
+ * from it: the samples per replica and the budgets. */
+static int start(struct search *S, struct vf_diag *d) {
+  const struct vf_plan_request *r = S->r;
+  double safety = r->safety > 0 ? r->safety : DEFAULT_SAFETY;
+  if (!(safety <= 1)) return bad(d, "--safety must be a fraction above 0 and at most 1");
+  if (!r->base.capacity_bytes) return bad(d, "planning needs a GPU (--gpu)");
+  struct vf_estimate e;
+  struct vf_setup given = r->base;
+  int rc = estimate_with(S, &given, &e, d);
+  if (rc) return rc;
+  given.accumulation = e.accumulation;
+  uint64_t dp = plan_data_parallel(&given);
+  uint64_t target = r->target_effective_batch ? r->target_effective_batch : effective_batch(&given);
+  S->per_gpu = (target + dp / 2) / dp ? (target + dp / 2) / dp : 1;
+  if (S->per_gpu > MAX_PER_GPU) return bad(d, "--target-effective-batch is implausibly large");
+  double cap = (double)r->base.capacity_bytes;
+  double share[VF_TIER_COUNT] = {safety - SAFE_MARGIN, safety, safety > AGGRESSIVE_SHARE ? safety : AGGRESSIVE_SHARE};
+  for (int t = 0; t < VF_TIER_COUNT; t++) S->budget[t] = share[t] > 0 ? (uint64_t)(share[t] * cap) : 0;
+  S->out->target_effective_batch = target;
+  S->out->given = (struct vf_plan_choice){true, given,
+                                          effective_batch(&given), e.device_peak, S->budget[VF_TIER_BALANCED],
+                                          vf_plan_tokens_per_second(r->model, &given, &e, r->gpu)};
+  return divisors(S);
+}
+
+int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d) {
+  memset(out, 0, sizeof *out);
+  struct search *S = calloc(1, sizeof *S);
+  if (!S) return VF_ENOMEM;
+  S->r = r;
+  S->out = out;
+  int rc = start(S, d);
+  if (!rc) search(S);
+  if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
+  free(S->div);
+  free(S->cache);
+  free(S->cached);
+  free(S);
+  return rc;
+}

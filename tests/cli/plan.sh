@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# vramfit plan: golden output of one scenario, the contract's JSON, exit 1 when nothing
+# fits, one-line errors for bad flags, and the plan applied to a TrainingArguments YAML.
+NAME=plan
+source "$(dirname "$0")/lib/harness.sh"
+
+DEMO=(plan llama-3.1-8b --weights bf16 --amp bf16 --batch 8 --accumulation 4 --gpus 4
+      --gpu a100-40gb --keep seq)
+
+# ---- golden output -------------------------------------------------------------------------
+golden plan-demo.txt "${DEMO[@]}"
+
+# ---- the contract's JSON -------------------------------------------------------------------
+run "${DEMO[@]}" --json
+json_ok=$(python3 - "$TMP/out" <<'PY' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+fields = {"batch": int, "accumulation": int, "seq": int, "grad_ckpt": str, "optimizer": str,
+          "method": str, "shard": str, "offload": str, "peak_device_bytes": int,
+          "tokens_per_second": (int, float)}
+tiers = [d["tiers"][t] for t in ("safe", "balanced", "aggressive")]
+for c in [d["recommended"]] + tiers:
+    for k, t in fields.items():
+        assert isinstance(c[k], t), (k, c[k])
+    assert c["batch"] * c["accumulation"] * 4 == 128, c
+    assert c["peak_device_bytes"] <= 0.97 * d["capacity_bytes"]
+    assert c["seq"] == 2048 and c["tokens_per_second"] > 0
+assert d["recommended"] == d["tiers"]["balanced"]
+assert d["recommended"]["peak_device_bytes"] <= 0.90 * d["capacity_bytes"]
+peaks = [c["peak_device_bytes"] for c in tiers]
+assert peaks == sorted(peaks), peaks
+assert d["changes"] and all(isinstance(s, str) for s in d["changes"])
+print("ok")
+PY
+)
+if [ "$rc" -eq 0 ] && [ "$json_ok" = ok ]; then ok; else bad "plan --json: $json_ok"; fi
+# --keep: the knobs named never change.
+run "${DEMO[@]}" --keep seq,optimizer,grad-ckpt --json
+keep_ok=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for c in d["tiers"].values():
+    assert c["optimizer"] == "adamw" and c["grad_ckpt"] == "none" and c["seq"] == 2048, c
+print("ok")' "$TMP/out" 2>&1)
+if [ "$rc" -eq 0 ] && [ "$keep_ok" = ok ]; then ok; else bad "plan --keep: $keep_ok"; fi
+
+# ---- nothing fits: exit 1 with the smallest peak --------------------------------------------
+# Full fp32 AdamW of a 7B model keeps 16 bytes a parameter (104 GiB) whatever the knobs.
+exits 1 plan llama-2-7b --gpu rtx-4090
+grep -q 'nothing fits .*the smallest peak found is [0-9.]* GiB' "$TMP/out" && ok || bad "no smallest peak: $(tail -1 "$TMP/out")"
+exits 1 plan llama-2-7b --gpu rtx-4090 --json
+grep -q '"recommended": null' "$TMP/out" && grep -q '"smallest_peak_device_bytes": [1-9]' "$TMP/out" && ok ||
+  bad "nothing-fits JSON: $(head -c 300 "$TMP/out")"
+# ... but with the method free to change, adapters fit.
+succeeds ' balanced .* (lora|qlora) ' plan llama-2-7b --gpu rtx-4090 --keep seq
+
+# ---- bad input: exit 2, one line ------------------------------------------------------------
+fails 2 '^vramfit plan: --gpu is required' plan gpt2
+fails 2 '^vramfit plan: MODEL is missing' plan --gpu rtx-4090
+fails 2 "^vramfit plan: --keep: 'bogus' is not a comma list" plan gpt2 --gpu rtx-4090 --keep bogus
+fails 2 "^vramfit plan: --safety expects a fraction" plan gpt2 --gpu rtx-4090 --safety 1.5
+fails 2 "^vramfit plan: --target-effective-batch expects a whole number, got 'x'$" plan gpt2 --gpu rtx-4090 --target-effective-batch x
+fails 2 "^vramfit plan: --optimizer: 'adam' is not one of" plan gpt2 --gpu rtx-4090 --optimizer adam
+fails 2 "^vramfit plan: unknown option '--bogus'; see 'vramfit plan --help'$" plan gpt2 --bogus
+fails 2 '^vramfit plan: --batch needs a value$' plan gpt2 --gpu rtx-4090 --batch
+fails 2 "^vramfit plan: --gpu: unknown GPU 'nope'" plan gpt2 --gpu nope
+fails 2 '--offload params needs --shard zero3 or fsdp' plan gpt2 --gpu rtx-4090 --offload params
+
+# ---- the plan, applied ----------------------------------------------------------------------
+cat >"$TMP/train.yaml" <<'YAML'
+# HF TrainingArguments
+output_dir: out
+bf16: true
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 4
+gradient_checkpointing: false
+optim: adamw_torch
+learning_rate: 2.0e-4
+YAML
+cp "$TMP/train.yaml" "$TMP/train.orig"
+"$VRAMFIT" plan llama-3.1-8b --weights bf16 --amp bf16 --method lora --batch 8 --accumulation 4 \
+  --gpu rtx-4090 --keep seq,capacity,optimizer --json >"$TMP/plan.json"
+(cd "$TMP" && "$VRAMFIT" apply train.yaml --plan plan.json --dry-run) >"$TMP/diff" 2>"$TMP/err"
+rc=$?
+read -r batch accum ckpt < <(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["recommended"]
+print(r["batch"], r["accumulation"], "true" if r["grad_ckpt"] != "none" else "false")' "$TMP/plan.json")
+if [ "$rc" -ne 0 ]; then
+  bad "apply --plan: exit $rc ($(cat "$TMP/err"))"
+elif ! grep -qx "+per_device_train_batch_size: $batch" "$TMP/diff" ||
+  ! grep -qx "+gradient_accumulation_steps: $accum" "$TMP/diff" ||
+  ! grep -qx "+gradient_checkpointing: $ckpt" "$TMP/diff"; then
+  bad "apply --plan diff does not set the plan ($batch x $accum, ckpt $ckpt):"
+  cat "$TMP/diff" >&2
+elif ! cmp -s "$TMP/train.yaml" "$TMP/train.orig"; then
+  bad "apply --plan --dry-run wrote the file"
+else
+  ok
+fi
+
+succeeds '^usage: vramfit plan MODEL' plan --help
+finish

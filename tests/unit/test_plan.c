@@ -1,0 +1,208 @@
+/* The planner against the estimator it searches with: what it picks fits its tier's
+ * budget and the next micro batch does not, the effective batch holds, --keep holds, and
+ * nothing-fits reports the smallest peak. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "vramfit.h"
+
+#define GIB (1ull << 30)
+
+struct fixture {
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_gpu_spec gpu;
+  struct vf_plan_request r;
+  struct vf_plan_result out;
+};
+
+static struct fixture *setup_for(const char *model, const char *gpu) {
+  struct fixture *f = test_calloc(1, sizeof *f);
+  struct vf_diag d;
+  vf_model_init(&f->m);
+  assert_int_equal(vf_model_load(&f->m, model, &d), 0);
+  assert_int_equal(vf_profile_load("hf", &f->p, &d), 0);
+  vf_alloc_conf_default(&f->c);
+  assert_int_equal(vf_gpu_lookup(gpu, &f->gpu), 0);
+  f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY};
+  vf_setup_default(&f->r.base);
+  f->r.base.capacity_bytes = f->gpu.capacity_bytes;
+  f->r.base.gpu_cc_major = (uint32_t)f->gpu.cc_major;
+  return f;
+}
+
+static void done(struct fixture *f) {
+  vf_model_cleanup(&f->m);
+  test_free(f);
+}
+
+static uint64_t peak_of(const struct fixture *f, const struct vf_setup *s) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (vf_estimate(&f->m, s, &f->p, &f->c, &e, &d)) return UINT64_MAX;
+  return e.device_peak;
+}
+
+static void plan(struct fixture *f) {
+  struct vf_diag d;
+  assert_int_equal(vf_plan_search(&f->r, &f->out, &d), 0);
+}
+
+/* Full fp32 AdamW of a 7B model: 16 bytes a parameter cannot fit 24 GiB with the capacity
+ * kept; the smallest peak is reported and no tier is found. */
+static void test_nothing_fits(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("llama-2-7b", "rtx-4090");
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++) assert_false(f->out.tiers[t].found);
+  assert_true(f->out.smallest.found);
+  assert_true(f->out.smallest.peak_device_bytes > f->gpu.capacity_bytes);
+  assert_int_equal(f->out.n_changes, 0);
+  done(f);
+}
+
+/* The method free to change: adapters fit, each tier under its budget, ordered by peak. */
+static void test_method_may_change(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("llama-2-7b", "rtx-4090");
+  f->r.keep = VF_KEEP_SEQ;
+  f->r.base.batch = 4;
+  f->r.base.accumulation = 8;
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_true(b->setup.method == VF_METHOD_LORA || b->setup.method == VF_METHOD_QLORA);
+  uint64_t last = 0;
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    const struct vf_plan_choice *c = &f->out.tiers[t];
+    assert_true(c->found);
+    assert_true(c->peak_device_bytes <= c->budget_bytes);
+    assert_true(c->peak_device_bytes >= last);
+    assert_int_equal(c->setup.batch * c->setup.accumulation, 32);
+    assert_int_equal(c->setup.seq, 2048);
+    assert_true(c->tokens_per_second > 0);
+    last = c->peak_device_bytes;
+  }
+  assert_true(b->peak_device_bytes == peak_of(f, &b->setup));
+  assert_true(f->out.n_changes >= 2);
+  done(f);
+}
+
+/* The micro batch is the largest divisor of the per-GPU batch that fits: the next one up
+ * does not. The effective batch (micro batch x accumulation x GPUs) stays at 64. */
+static void test_largest_micro_batch(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("llama-3.2-1b", "a100-80gb");
+  f->r.base.weights = VF_PREC_BF16;
+  f->r.base.amp = VF_PREC_BF16;
+  f->r.base.batch = 4;
+  f->r.base.accumulation = 8;
+  f->r.base.gpus = 2;
+  f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_SHARD |
+              VF_KEEP_OFFLOAD;
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    const struct vf_plan_choice *c = &f->out.tiers[t];
+    assert_true(c->found);
+    assert_int_equal(c->effective_batch, 64);
+    assert_int_equal(c->setup.batch * c->setup.accumulation * 2, 64);
+    /* --keep: nothing but the micro batch moved. */
+    assert_int_equal(c->setup.optimizer, VF_OPT_ADAMW);
+    assert_int_equal(c->setup.grad_ckpt, VF_CKPT_NONE);
+    assert_int_equal(c->setup.shard, VF_SHARD_NONE);
+    assert_int_equal(c->setup.offload, 0);
+    assert_int_equal(c->setup.seq, 2048);
+    if (c->setup.batch == 32) continue;
+    struct vf_setup next = c->setup;
+    next.batch *= 2;
+    next.accumulation /= 2;
+    assert_true(peak_of(f, &next) > c->budget_bytes);
+  }
+  done(f);
+}
+
+/* An effective batch the GPUs cannot share evenly becomes the nearest one they can. */
+static void test_nearest_effective_batch(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("llama-3.2-1b", "a100-80gb");
+  f->r.base.weights = VF_PREC_BF16;
+  f->r.base.gpus = 4;
+  f->r.target_effective_batch = 30;
+  plan(f);
+  assert_int_equal(f->out.target_effective_batch, 30);
+  assert_int_equal(f->out.tiers[VF_TIER_BALANCED].effective_batch, 32);
+  assert_non_null(strstr(f->out.changes[f->out.n_changes - 1], "the nearest to 30"));
+  done(f);
+}
+
+/* More FLOP/s or a larger micro batch never predicts fewer tokens per second; recomputation
+ * and offload cost time. */
+static void test_throughput_model(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("llama-3.2-1b", "rtx-4090");
+  struct vf_gpu_spec h100;
+  assert_int_equal(vf_gpu_lookup("h100-80gb", &h100), 0);
+  struct vf_setup s = f->r.base;
+  s.weights = VF_PREC_BF16;
+  struct vf_estimate e = {.params = 1000000000, .trainable_params = 1000000000};
+  double base = vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu);
+  assert_true(base > 0);
+  assert_true(vf_plan_tokens_per_second(&f->m, &s, &e, &h100) > base);
+  s.batch = 4;
+  double bigger = vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu);
+  assert_true(bigger > base);
+  s.grad_ckpt = VF_CKPT_SELECTIVE;
+  double selective = vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu);
+  s.grad_ckpt = VF_CKPT_FULL;
+  double full = vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu);
+  assert_true(full < selective && selective < bigger);
+  s.offload = VF_OFFLOAD_OPTIMIZER;
+  assert_true(vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu) < full);
+  s.gpus = 2;
+  s.offload = 0;
+  assert_true(vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu) > 1.9 * full);
+  done(f);
+}
+
+static void test_keep_parse(void **state) {
+  (void)state;
+  uint32_t bits = 0;
+  assert_int_equal(vf_keep_parse("seq,optimizer", &bits), 0);
+  assert_int_equal(bits, VF_KEEP_SEQ | VF_KEEP_OPTIMIZER);
+  assert_int_equal(vf_keep_parse("capacity", &bits), 0);
+  assert_int_equal(bits, VF_KEEP_METHOD | VF_KEEP_LORA_R | VF_KEEP_QUANT);
+  assert_int_equal(vf_keep_parse("none", &bits), 0);
+  assert_int_equal(bits, 0);
+  assert_int_equal(vf_keep_parse("seq,", &bits), 0);
+  assert_int_equal(vf_keep_parse("", &bits), VF_EINVAL);
+  assert_int_equal(vf_keep_parse("seqq", &bits), VF_EINVAL);
+}
+
+static void test_bad_requests(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("gpt2", "rtx-4090");
+  struct vf_diag d;
+  f->r.safety = 1.5;
+  assert_int_equal(vf_plan_search(&f->r, &f->out, &d), VF_EINVAL);
+  f->r.safety = 0.9;
+  f->r.base.capacity_bytes = 0;
+  assert_int_equal(vf_plan_search(&f->r, &f->out, &d), VF_EINVAL);
+  f->r.base.capacity_bytes = 24 * GIB;
+  f->r.base.seq = 0;
+  assert_int_equal(vf_plan_search(&f->r, &f->out, &d), VF_EINVAL);
+  done(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nothing_fits),        cmocka_unit_test(test_method_may_change),
+      cmocka_unit_test(test_largest_micro_batch), cmocka_unit_test(test_nearest_effective_batch),
+      cmocka_unit_test(test_throughput_model),    cmocka_unit_test(test_keep_parse),
+      cmocka_unit_test(test_bad_requests),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
