@@ -98,10 +98,11 @@ static json_t *choice_json(const struct vf_plan_choice *c) {
   json_object_set_new(o, "quant", json_string(quant_name(s)));
   json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
   json_object_set_new(o, "effective_batch", json_integer((json_int_t)c->effective_batch));
+  json_object_set_new(o, "budget_bytes", json_integer((json_int_t)c->budget_bytes));
   return o;
 }
 
-static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, double safety) {
+static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity) {
   json_t *tiers = json_object(), *changes = json_array();
   for (int t = 0; t < VF_TIER_COUNT; t++)
     json_object_set_new(tiers, vf_tier_name((enum vf_tier)t), choice_json(&p->tiers[t]));
@@ -112,7 +113,6 @@ static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, doub
   json_object_set_new(o, "changes", changes);
   json_object_set_new(o, "target_effective_batch", json_integer((json_int_t)p->target_effective_batch));
   json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)capacity));
-  json_object_set_new(o, "safety", json_real(safety));
   json_object_set_new(o, "given", choice_json(&p->given));
   json_object_set_new(o, "smallest_peak_device_bytes",
                       p->smallest.found ? json_integer((json_int_t)p->smallest.peak_device_bytes) : json_null());
@@ -185,7 +185,7 @@ int cmd_plan(int argc, char **argv) {
   rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
   int code = EXIT_OK;
   if (rc) code = cli_diag_error("plan", rc, &d);
-  else if (a.json) code = cli_print_json(plan_json(p, ctx.gpu.capacity_bytes, a.safety));
+  else if (a.json) code = cli_print_json(plan_json(p, ctx.gpu.capacity_bytes));
   else plan_text(&ctx.model, &ctx.gpu, p, a.safety);
   if (code == EXIT_OK && !p->tiers[VF_TIER_BALANCED].found) code = EXIT_NO;
   free(p);
