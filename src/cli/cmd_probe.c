@@ -7,9 +7,11 @@
 
 #include "cli/cli.h"
 #include "cli/probe_run.h"
+#include "cli/setup_opts.h"
 
 static const char usage[] =
-    "usage: vramfit probe [--min N] [--max N] [--timeout S] [--json] -- CMD ARGS...\n\n"
+    "usage: vramfit probe [--min N] [--max N] [--timeout S] [--json]\n"
+    "                     [--model MODEL [estimate options]] -- CMD ARGS...\n\n"
     "Finds the largest micro batch that fits by running your own training command at\n"
     "different batches. '{batch}' in ARGS is replaced by the batch to try, and VRAMFIT_BATCH\n"
     "holds it. Make the command short: a few steps (the second step is the peak).\n\n"
@@ -17,24 +19,33 @@ static const char usage[] =
     "  --max N       largest batch to try (4096)\n"
     "  --timeout S   a launch still running after S seconds counts as fitting ('timeout'):\n"
     "                it gets SIGTERM, then SIGKILL after as long again (1 to 10 s)\n"
-    "  --json        machine-readable output\n\n"
+    "  --json        machine-readable output\n"
+    "  --model MODEL start at the estimator's largest batch that fits the GPU (--gpu, else\n"
+    "                the one NVML finds) for MODEL with the options of 'vramfit estimate'\n"
+    "                (--seq, --method, --weights, ...; not --batch)\n\n"
     "A launch fits when it exits 0 and runs out of memory when it fails with an\n"
     "out-of-memory report (PyTorch, CUDA, cuBLAS, cuDNN, NCCL, JAX, TensorFlow, host) in its\n"
-    "output. The search doubles from --min, then bisects between the largest batch that\n"
-    "fitted and the smallest that did not. Peaks are the most the command's processes held\n"
-    "on one GPU, sampled through NVML every 0.1 s; 0 when NVML is unavailable (unknown).\n\n"
+    "output. The search starts at the estimate and steps out by an eighth of it, doubling\n"
+    "each step (without --model: doubles from --min), then bisects between the largest\n"
+    "batch that fitted and the smallest that did not. Peaks are the most the command's\n"
+    "processes held on one GPU, sampled through NVML every 0.1 s; 0 when NVML is\n"
+    "unavailable (unknown). The command's output is captured (the last 64 KiB of each\n"
+    "stream) and shown only when a launch fails.\n\n"
     "Exit status: 0; 1 when not even --min fits; 2 when a launch fails for another reason\n"
     "than memory (the end of its stderr is shown); 3 when CMD cannot be run.\n";
 
 #define NAME "probe"
 
-enum { O_MIN = 256, O_MAX, O_TIMEOUT, O_JSON };
+enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_JSON, O_MODEL };
 
 struct request {
   uint64_t min, max;
   double timeout_s;
   bool json;
   char **cmd;
+  const char *model;
+  struct setup_request setup;
+  const char *setup_flag; /* the first estimate option given; they need --model */
 };
 
 static int parse_timeout(const char *text, double *out) {
@@ -46,23 +57,37 @@ static int parse_timeout(const char *text, double *out) {
   return 0;
 }
 
+static int take_option(int c, const char *name, char **argv, struct request *r) {
+  if (c == O_MIN) return cli_parse_u64(NAME, "--min", optarg, &r->min) ? EXIT_BAD_INPUT : 0;
+  if (c == O_MAX) return cli_parse_u64(NAME, "--max", optarg, &r->max) ? EXIT_BAD_INPUT : 0;
+  if (c == O_TIMEOUT) return parse_timeout(optarg, &r->timeout_s);
+  if (c == O_JSON) r->json = true;
+  else if (c == O_MODEL) r->model = optarg;
+  else if (c == O_BATCH) return cli_usage_error(NAME, "--batch is what probe finds; bound it with --min and --max");
+  else if (c >= O_BATCH && c < O_SETUP_END) {
+    if (!r->setup_flag) r->setup_flag = name;
+    return setup_option(&r->setup, c, optarg) ? EXIT_BAD_INPUT : 0;
+  } else return cli_option_error(NAME, c, argv);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, struct request *r) {
   static const struct option opts[] = {
+      SETUP_OPTIONS,
       {"min", required_argument, NULL, O_MIN},         {"max", required_argument, NULL, O_MAX},
       {"timeout", required_argument, NULL, O_TIMEOUT}, {"json", no_argument, NULL, O_JSON},
-      {NULL, 0, NULL, 0}};
+      {"model", required_argument, NULL, O_MODEL},     {NULL, 0, NULL, 0}};
   *r = (struct request){.min = 1, .max = 4096};
+  setup_request_init(&r->setup, NAME);
   optind = 1;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, "+:", opts, NULL)) != -1;) {
-    int rc = 0;
-    if (c == O_MIN) rc = cli_parse_u64(NAME, "--min", optarg, &r->min) ? EXIT_BAD_INPUT : 0;
-    else if (c == O_MAX) rc = cli_parse_u64(NAME, "--max", optarg, &r->max) ? EXIT_BAD_INPUT : 0;
-    else if (c == O_TIMEOUT) rc = parse_timeout(optarg, &r->timeout_s);
-    else if (c == O_JSON) r->json = true;
-    else rc = cli_option_error(NAME, c, argv);
+  int at = -1;
+  for (int c; (c = getopt_long(argc, argv, "+:", opts, &at)) != -1; at = -1) {
+    int rc = take_option(c, at >= 0 ? opts[at].name : "", argv, r);
     if (rc) return rc;
   }
+  if (r->setup_flag && !r->model)
+    return cli_usage_error(NAME, "--%s is an estimate option: it needs --model", r->setup_flag);
   bool dashdash = optind > 1 && strcmp(argv[optind - 1], "--") == 0;
   if (!dashdash)
     return cli_usage_error(NAME, optind < argc ? "unexpected argument '%s'; put the command after '--'"
@@ -110,6 +135,42 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
   if (t->len && t->buf[t->len - 1] != '\n') fputc('\n', stderr);
 }
 
+/* ---- where to start ---- */
+
+/* The estimator's largest batch that fits the GPU; 0 without --model, without a GPU (none
+ * given, none found) or when by the estimate not even --min fits. Returns an exit code. */
+static int estimate_hint(struct request *r, uint64_t *hint, struct vf_gpu_spec *gpu) {
+  *hint = 0;
+  memset(gpu, 0, sizeof *gpu);
+  if (!r->model) return EXIT_OK;
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  if (!r->setup.gpu && vf_gpu_detect(gpu, &d) == 0) r->setup.gpu = "auto";
+  struct setup_context ctx;
+  int code = setup_context_load(&r->setup, r->model, &ctx);
+  if (code) return code;
+  *gpu = ctx.gpu;
+  int rc = gpu->capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
+                                                       &ctx.conf, r->min, r->max, hint, &d)
+                               : 0;
+  setup_context_cleanup(&ctx);
+  return rc ? cli_diag_error(NAME, rc, &d) : EXIT_OK;
+}
+
+static void print_start(const struct request *r, uint64_t hint, const struct vf_gpu_spec *gpu) {
+  char capacity[32];
+  cli_format_bytes(gpu->capacity_bytes, capacity, sizeof capacity);
+  const char *name = gpu->full_name[0] ? gpu->full_name : gpu->name[0] ? gpu->name : "the GPU";
+  if (hint)
+    printf("starting at batch %llu, the estimate's largest on %s (%s)\n", (unsigned long long)hint,
+           name, capacity);
+  else if (gpu->capacity_bytes)
+    printf("by the estimate not even batch %llu fits on %s (%s): starting there\n",
+           (unsigned long long)r->min, name, capacity);
+  else
+    printf("no GPU given (--gpu) or found: no estimate to start from\n");
+}
+
 /* ---- the search ---- */
 
 struct search {
@@ -152,8 +213,12 @@ int cmd_probe(int argc, char **argv) {
   struct request r;
   int code = parse_args(argc, argv, &r);
   if (code) return code;
+  uint64_t hint;
+  struct vf_gpu_spec gpu;
+  if ((code = estimate_hint(&r, &hint, &gpu))) return code;
+  if (r.model && !r.json) print_start(&r, hint, &gpu);
   struct search s = {.runner = {.cmd = r.cmd, .timeout_s = r.timeout_s}};
-  vf_probe_init(&s.p, r.min, r.max, 0);
+  vf_probe_init(&s.p, r.min, r.max, hint);
   s.launch = malloc(sizeof *s.launch);
   s.trials = json_array();
   /* Without NVML the search works all the same; peaks are unknown. */
@@ -161,8 +226,9 @@ int cmd_probe(int argc, char **argv) {
   code = s.launch && s.trials ? search_run(&s, r.json) : EXIT_INTERNAL;
   /* A failed launch still leaves the trials so far for scripts. */
   if (r.json && (code == EXIT_OK || s.p.launches)) {
-    json_t *o = json_pack("{s:I, s:I, s:O}", "max_batch", (json_int_t)vf_probe_result(&s.p),
-                          "launches", (json_int_t)s.p.launches, "trials", s.trials);
+    json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s.p),
+                          "launches", (json_int_t)s.p.launches, "estimate_batch",
+                          hint ? json_integer((json_int_t)hint) : json_null(), "trials", s.trials);
     int rc = cli_print_json(o);
     if (rc) code = rc;
   } else if (code == EXIT_OK) {

@@ -78,6 +78,29 @@ check "min/max" "
 assert j['max_batch'] == 20 and [t['batch'] for t in j['trials']] == [3, 6, 12, 20], j
 print('ok')"
 
+# ---- from the estimate: its largest fitting batch first, then a few launches ------------------
+SETUP=(--model gpt2 --seq 1024 --amp bf16)
+probe_with 1 "${SETUP[@]}" --gpu 24GiB --json -- "$TRAINER" --batch-size={batch}
+est=$(python3 -c "import json; print(json.load(open('$TMP/out'))['estimate_batch'])")
+run estimate gpt2 --seq 1024 --amp bf16 --gpu 24GiB --batch "$est"
+fit_rc=$rc
+run estimate gpt2 --seq 1024 --amp bf16 --gpu 24GiB --batch $((est + 1))
+if [ "$fit_rc" = 0 ] && [ "$rc" = 1 ]; then ok; else bad "estimate_batch $est is not the estimate's largest fit"; fi
+# The real limit one above the estimate: 3 launches where doubling from 1 takes 10.
+probe_with $((est + 1)) "${SETUP[@]}" --gpu 24GiB --json -- "$TRAINER" --batch-size={batch}
+check "from the estimate" "
+assert j['max_batch'] == $est + 1 and j['trials'][0]['batch'] == $est, j
+assert j['launches'] == 3, j['launches']
+print('ok')"
+probe_with $((est + 1)) --json -- "$TRAINER" --batch-size={batch}
+check "without the estimate" "
+assert j['max_batch'] == $est + 1 and j['estimate_batch'] is None and j['launches'] == 10, j
+print('ok')"
+probe_with 4 "${SETUP[@]}" --gpu 24GiB -- "$TRAINER" --batch-size={batch}
+grep -qx "starting at batch $est, the estimate's largest on 24GiB (24.00 GiB)" "$TMP/out" && ok ||
+  bad "start line: $(head -1 "$TMP/out")"
+fails 2 "model 'no-such-model'|no-such-model" probe --model no-such-model --gpu 24GiB -- true
+
 # ---- timeouts count as fitting ----------------------------------------------------------------
 MODE=slow probe_with 37 --timeout 0.3 --json -- "$TRAINER" --batch-size={batch}
 check "timeout" "
@@ -124,6 +147,9 @@ fails 2 "--min must be at least 1 and at most --max" probe --min 9 --max 8 -- tr
 fails 2 "put the command after '--'" probe true
 fails 2 "no command after '--'" probe --
 fails 2 "no command" probe
+fails 2 "--batch is what probe finds" probe --model gpt2 --batch 4 -- true
+fails 2 "--seq is an estimate option: it needs --model" probe --seq=512 -- true
+fails 2 "--method: 'x' is not one of" probe --model gpt2 --method x -- true
 
 # ---- the peak, from the fake NVML -------------------------------------------------------------
 FAKE=${FAKE_NVML_LIB:-${VF_BUILD_DIR:-}/tests/libfake_nvml.so}
@@ -137,6 +163,13 @@ EOF
   check "peak from NVML" "
 assert [t['peak_device_bytes'] for t in j['trials']] == [3 * 2**30] * 3, j['trials']
 print('ok')"
+  # Without --gpu the estimate is fitted to the GPU NVML finds.
+  VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/gpu.nvml probe_with 4 "${SETUP[@]}" -- "$TRAINER" --batch-size={batch}
+  has_start=$(head -1 "$TMP/out")
+  case $has_start in
+  "starting at batch "*", the estimate's largest on NVIDIA H100 80GB HBM3 ("*) ok ;;
+  *) bad "--gpu auto start: $has_start $(cat "$TMP/err")" ;;
+  esac
 fi
 
 finish
