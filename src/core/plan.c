@@ -288,8 +288,8 @@ static void search_level(struct search *S, const struct vf_setup *level) {
   if (estimate(S, &probe, &ref)) return;
   size_t n = build_configs(S, level, ref.params, ref.trainable_params);
   qsort(S->configs, n, sizeof *S->configs, by_bound);
-  for (size_t i = 0; i < n && try_config(S, &S->configs[i]); i++) {
-  }
+  for (size_t i = 0; i < n;)
+    if (!try_config(S, &S->configs[i++])) break;
   for (int t = 0; t < VF_TIER_COUNT; t++) S->settled[t] |= S->out->tiers[t].found;
 }
 
