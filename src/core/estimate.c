@@ -697,7 +697,11 @@ static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
 }
 
 /* Live bytes extend linearly, and so, on average, does the allocator's cached and
- * fragmented memory: each layer's backward strands about the same bytes in split blocks. */
+ * fragmented memory: each layer's backward strands about the same bytes in split blocks.
+ * But a few replayed layers see the allocator's jumps (a segment more or less), which a
+ * linear extension multiplies; static-shape training reserves 5-30% above what it
+ * allocates (shared/research/allocator.md §11), so the extended slack is capped there. */
+#define SLACK_CAP_PCT 30
 static void extend_result(const struct result *ra, struct result *rb, double k) {
   for (int p = 0; p < VF_PHASE_COUNT; p++) {
     const struct phase_peak *a = &ra->ph[p];
@@ -705,6 +709,7 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
     uint64_t slack = extend(a->reserved - a->live_at_reserved, b->reserved - b->live_at_reserved, k);
     b->allocated = extend(a->allocated, b->allocated, k);
     b->live_at_reserved = extend(a->live_at_reserved, b->live_at_reserved, k);
+    if (slack > b->live_at_reserved * SLACK_CAP_PCT / 100) slack = b->live_at_reserved * SLACK_CAP_PCT / 100;
     for (int c = 0; c < VF_CAT_COUNT; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
     b->reserved = b->live_at_reserved + slack;
     if (b->reserved < b->allocated) b->reserved = b->allocated;
