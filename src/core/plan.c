@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bisect.h"
 #include "core/diag.h"
 #include "core/plan_internal.h"
 
@@ -241,16 +242,22 @@ static bool fits(struct search *S, struct config *c, size_t i, uint64_t budget) 
   return e && e->device_peak <= budget;
 }
 
+struct fit_arg {
+  struct search *S;
+  struct config *c;
+  uint64_t budget;
+};
+
+static bool divisor_fits(uint64_t i, void *arg) {
+  struct fit_arg *f = arg;
+  return fits(f->S, f->c, (size_t)i, f->budget);
+}
+
 /* The largest divisor whose peak fits budget, or -1. */
 static long largest_fitting(struct search *S, struct config *c, uint64_t budget) {
   if (!fits(S, c, 0, budget)) return -1;
-  size_t lo = 0, hi = S->n_div - 1;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo + 1) / 2;
-    if (fits(S, c, mid, budget)) lo = mid;
-    else hi = mid - 1;
-  }
-  return (long)lo;
+  struct fit_arg f = {S, c, budget};
+  return (long)vf_last_fitting(0, S->n_div - 1, divisor_fits, &f);
 }
 
 static void consider(struct search *S, enum vf_tier t, struct config *c, size_t i) {

@@ -1,6 +1,7 @@
 /* The batch search of 'vramfit probe'. Each launch of a training run costs minutes, so the
  * search spends launches where the answer is likely: at the estimator's figure first, in
  * small steps around it, and only then further out. */
+#include "core/bisect.h"
 #include "vramfit/probe.h"
 
 #include "core/diag.h"
@@ -62,6 +63,20 @@ static int fits(const struct vf_model *m, struct vf_setup *s, const struct vf_pr
   return rc;
 }
 
+struct fit_arg {
+  const struct vf_model *m;
+  struct vf_setup *s;
+  const struct vf_profile *prof;
+  const struct vf_alloc_conf *alloc;
+};
+
+static bool batch_fits(uint64_t batch, void *arg) {
+  struct fit_arg *f = arg;
+  bool ok;
+  fits(f->m, f->s, f->prof, f->alloc, batch, &ok, NULL);
+  return ok;
+}
+
 int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
                           const struct vf_profile *prof, const struct vf_alloc_conf *alloc,
                           uint64_t min, uint64_t max, uint64_t *out, struct vf_diag *d) {
@@ -72,13 +87,7 @@ int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
   int rc = fits(m, &t, prof, alloc, min, &ok, d);
   *out = 0;
   if (rc || !ok) return rc;
-  uint64_t lo = min, hi = max; /* lo fits; above hi does not */
-  while (lo < hi) {
-    uint64_t mid = lo + (hi - lo + 1) / 2;
-    fits(m, &t, prof, alloc, mid, &ok, NULL);
-    if (ok) lo = mid;
-    else hi = mid - 1;
-  }
-  *out = lo;
+  struct fit_arg f = {m, &t, prof, alloc};
+  *out = vf_last_fitting(min, max, batch_fits, &f);
   return 0;
 }
