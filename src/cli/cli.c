@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int cli_exit_code(int err) {
@@ -105,6 +106,29 @@ void cli_format_bytes(uint64_t bytes, char *buf, size_t size) {
     snprintf(buf, size, "%llu B", (unsigned long long)bytes);
   else
     snprintf(buf, size, "%.2f %s", v, units[u]);
+}
+
+double cli_monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void cli_drain(int *fd, void (*sink)(void *arg, const char *buf, size_t n), void *arg) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(*fd, buf, sizeof buf);
+    if (n > 0) {
+      sink(arg, buf, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || errno != EAGAIN) {
+      close(*fd);
+      *fd = -1;
+    }
+    return;
+  }
 }
 
 bool cli_use_color(FILE *f) {

@@ -53,6 +53,14 @@ void cli_group_digits(uint64_t v, char *buf, size_t size);
 /* "13.96 GiB", binary units. */
 void cli_format_bytes(uint64_t bytes, char *buf, size_t size);
 
+/* Seconds on a clock that never jumps. */
+double cli_monotonic(void);
+
+/* Reads what a non-blocking pipe holds, passing each chunk to sink, and closes it (*fd = -1)
+ * at end of file or on an error. Never waits: a grandchild may hold the pipe open after the
+ * command itself has ended. */
+void cli_drain(int *fd, void (*sink)(void *arg, const char *buf, size_t n), void *arg);
+
 /* Whether to colour output on stream f: a terminal and NO_COLOR unset. */
 bool cli_use_color(FILE *f);
 

@@ -57,12 +57,6 @@ static void catch_signals(void) {
   signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us before the command ends */
 }
 
-static double monotonic(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int parse_seconds(const char *flag, const char *text, double min, double *out) {
   char *end;
   double v = strtod(text, &end);
@@ -155,7 +149,7 @@ struct run {
 };
 
 static int take_sample(struct run *r) {
-  int rc = watch_sample(&r->w, monotonic() - r->start);
+  int rc = watch_sample(&r->w, cli_monotonic() - r->start);
   if (rc) return rc;
   if (r->log) watch_log_rows(r->log, &r->w);
   if (r->tui) tui_draw(r->tui, &r->w);
@@ -163,22 +157,9 @@ static int take_sample(struct run *r) {
   return 0;
 }
 
-/* Reads what the command wrote, without blocking: a grandchild may hold the pipe open. */
-static void drain(struct run *r, int *fd) {
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(*fd, buf, sizeof buf);
-    if (n > 0) {
-      tui_output(r->tui, buf, (size_t)n);
-      continue;
-    }
-    if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-      close(*fd);
-      *fd = -1;
-    }
-    if (n == 0 || errno != EINTR) return;
-  }
-}
+static void to_view(void *tui, const char *buf, size_t n) { tui_output(tui, buf, n); }
+
+static void drain(struct run *r, int *fd) { cli_drain(fd, to_view, r->tui); }
 
 static void reap(struct run *r) {
   if (r->has_child && !r->child_done && vf_child_wait(&r->child, false, &r->child_code) == 1)
@@ -217,10 +198,10 @@ static bool finished(struct run *r) {
 
 static int loop(struct run *r) {
   const struct watch_opts *o = &r->w.o;
-  r->start = monotonic();
+  r->start = cli_monotonic();
   r->next = 0;
   while (!finished(r)) {
-    double now = monotonic() - r->start;
+    double now = cli_monotonic() - r->start;
     bool sampling = !o->count || r->w.samples < o->count;
     if (sampling && !stop_sig && now >= r->next) {
       int rc = take_sample(r);
@@ -236,7 +217,7 @@ static int loop(struct run *r) {
       vf_child_signal(&r->child, stop_sig);
       stop_from_process = 0;
     }
-    wait_events(r, sampling && !stop_sig ? r->next - (monotonic() - r->start) : 0.2);
+    wait_events(r, sampling && !stop_sig ? r->next - (cli_monotonic() - r->start) : 0.2);
     reap(r);
   }
   return 0;

@@ -11,15 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "cli/probe_run.h"
 
 #define SAMPLE_S 0.1 /* NVML readings cost well under a millisecond */
-
-static double monotonic(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* text with every "{batch}" replaced by batch. */
 static char *substitute(const char *text, const char *batch) {
@@ -69,24 +64,9 @@ static void tail_add(struct probe_tail *t, const char *bytes, size_t n) {
   t->len += n;
 }
 
-/* Reads what is there without blocking: a grandchild may hold the pipe open after the
- * command exits. */
-static void drain(int *fd, struct probe_tail *t) {
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(*fd, buf, sizeof buf);
-    if (n > 0) {
-      tail_add(t, buf, (size_t)n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0 || errno != EAGAIN) {
-      close(*fd);
-      *fd = -1;
-    }
-    return;
-  }
-}
+static void to_tail(void *tail, const char *buf, size_t n) { tail_add(tail, buf, n); }
+
+static void drain(int *fd, struct probe_tail *t) { cli_drain(fd, to_tail, t); }
 
 /* The most the tree under root holds on any one GPU right now. */
 static uint64_t tree_bytes(struct vf_nvml *nvml, pid_t root) {
@@ -130,7 +110,7 @@ static void wait_events(struct watch_state *w, struct probe_launch *l, double un
   if (w->child.pidfd >= 0) fds[n++] = (struct pollfd){.fd = w->child.pidfd, .events = POLLIN};
   if (w->child.out_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.out_fd, .events = POLLIN};
   if (w->child.err_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.err_fd, .events = POLLIN};
-  double wait_s = until - monotonic();
+  double wait_s = until - cli_monotonic();
   /* Without a pidfd the exit is noticed by polling. */
   if (w->child.pidfd < 0 && wait_s > SAMPLE_S) wait_s = SAMPLE_S;
   poll(fds, n, wait_s > 0 ? (int)ceil(wait_s * 1000) : 0);
@@ -141,7 +121,7 @@ static void wait_events(struct watch_state *w, struct probe_launch *l, double un
 static void watch_child(const struct probe_runner *r, struct watch_state *w, struct probe_launch *l) {
   w->term_at = r->timeout_s ? w->start + r->timeout_s : INFINITY;
   while (!w->done) {
-    double now = monotonic();
+    double now = cli_monotonic();
     if (r->nvml && now >= w->next_sample) {
       uint64_t bytes = tree_bytes(r->nvml, w->child.pid);
       if (bytes > l->peak_bytes) l->peak_bytes = bytes;
@@ -191,12 +171,12 @@ int probe_launch(const struct probe_runner *r, uint64_t batch, struct probe_laun
                  struct vf_diag *d) {
   l->out.len = l->err.len = 0;
   l->peak_bytes = 0;
-  struct watch_state w = {.start = monotonic()};
+  struct watch_state w = {.start = cli_monotonic()};
   int rc = start(r, batch, &w.child, d);
   if (rc) return rc;
   watch_child(r, &w, l);
   vf_child_close(&w.child);
-  l->seconds = monotonic() - w.start;
+  l->seconds = cli_monotonic() - w.start;
   judge(l, w.timed_out);
   return 0;
 }
