@@ -1,6 +1,5 @@
 /* One launch of 'vramfit probe': the command runs with its output captured for the OOM
  * parser, NVML is sampled for its process tree, and a run past the time limit is stopped. */
-#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -8,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
