@@ -21,11 +21,15 @@ enum vf_attention { VF_ATTN_DEFAULT, VF_ATTN_EAGER, VF_ATTN_SDPA, VF_ATTN_FLASH 
 enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP };
 enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_ACTIVATIONS = 4 };
 
-/* Names as the contract spells them; vf_enum_parse() maps a name back. */
+/* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
+ * "default" entries stand for "not given": they have a name but are no one's spelling, so
+ * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
                     VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD };
 const char *vf_enum_name(enum vf_enum_kind kind, int value);
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
+/* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
+void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size);
 
 /* What a framework's modeling and training code does that changes memory. Read from
  * data/frameworks/<name>.json (src/io/profile.c). */

@@ -11,12 +11,11 @@ void setup_request_init(struct setup_request *r, const char *cmd) {
   vf_setup_default(&r->setup);
 }
 
-/* The enums' "default" entries stand for "not given" and are no user's spelling. */
 static int parse_enum(const struct setup_request *r, const char *flag, enum vf_enum_kind kind,
-                      const char *text, int *out, const char *choices) {
-  if (vf_enum_parse(kind, text, out) == 0 && !(kind == VF_ENUM_QUANT && *out == VF_QUANT_DEFAULT) &&
-      !(kind == VF_ENUM_ATTENTION && *out == VF_ATTN_DEFAULT) && !(kind == VF_ENUM_TASK && *out == VF_TASK_AUTO))
-    return 0;
+                      const char *text, int *out) {
+  if (vf_enum_parse(kind, text, out) == 0) return 0;
+  char choices[256];
+  vf_enum_choices(kind, choices, sizeof choices);
   cli_usage_error(r->cmd, "%s: '%s' is not one of %s", flag, text, choices);
   return VF_EINVAL;
 }
@@ -42,10 +41,11 @@ static int parse_offload(const struct setup_request *r, const char *text, uint32
 
 static int parse_precision(const struct setup_request *r, const char *flag, const char *text,
                            enum vf_precision *out, bool allow_none) {
+  /* Weights take fp32, bf16 or fp16; autocast none, bf16 or fp16. */
   const char *choices = allow_none ? "none, bf16, fp16" : "fp32, bf16, fp16";
   int v;
-  if (parse_enum(r, flag, VF_ENUM_PRECISION, text, &v, choices)) return VF_EINVAL;
-  if ((v == VF_PREC_NONE && !allow_none) || (allow_none && v == VF_PREC_FP32)) {
+  if (vf_enum_parse(VF_ENUM_PRECISION, text, &v) || (v == VF_PREC_NONE && !allow_none) ||
+      (allow_none && v == VF_PREC_FP32)) {
     cli_usage_error(r->cmd, "%s: '%s' is not one of %s", flag, text, choices);
     return VF_EINVAL;
   }
@@ -58,32 +58,31 @@ static int parse_choice(struct setup_request *r, int c, const char *arg) {
   int v = 0, rc;
   switch (c) {
   case O_TASK:
-    rc = parse_enum(r, "--task", VF_ENUM_TASK, arg, &v, "causal-lm, seq-classification, masked-lm");
+    rc = parse_enum(r, "--task", VF_ENUM_TASK, arg, &v);
     s->task = (enum vf_task)v;
     return rc;
   case O_OPTIMIZER:
-    rc = parse_enum(r, "--optimizer", VF_ENUM_OPTIMIZER, arg, &v,
-                    "adamw, adamw-8bit, paged-adamw-8bit, adafactor, sgd, sgd-momentum, lion, none");
+    rc = parse_enum(r, "--optimizer", VF_ENUM_OPTIMIZER, arg, &v);
     s->optimizer = (enum vf_optimizer)v;
     return rc;
   case O_METHOD:
-    rc = parse_enum(r, "--method", VF_ENUM_METHOD, arg, &v, "full, lora, qlora, dora, adapter, adapter-v2");
+    rc = parse_enum(r, "--method", VF_ENUM_METHOD, arg, &v);
     s->method = (enum vf_method)v;
     return rc;
   case O_QUANT:
-    rc = parse_enum(r, "--quant", VF_ENUM_QUANT, arg, &v, "none, nf4, nf4-dq, int8");
+    rc = parse_enum(r, "--quant", VF_ENUM_QUANT, arg, &v);
     s->quant = (enum vf_quant)v;
     return rc;
   case O_GRAD_CKPT:
-    rc = parse_enum(r, "--grad-ckpt", VF_ENUM_CKPT, arg, &v, "none, full, selective");
+    rc = parse_enum(r, "--grad-ckpt", VF_ENUM_CKPT, arg, &v);
     s->grad_ckpt = (enum vf_ckpt)v;
     return rc;
   case O_ATTENTION:
-    rc = parse_enum(r, "--attention", VF_ENUM_ATTENTION, arg, &v, "eager, sdpa, flash");
+    rc = parse_enum(r, "--attention", VF_ENUM_ATTENTION, arg, &v);
     s->attention = (enum vf_attention)v;
     return rc;
   case O_SHARD:
-    rc = parse_enum(r, "--shard", VF_ENUM_SHARD, arg, &v, "none, zero1, zero2, zero3, fsdp");
+    rc = parse_enum(r, "--shard", VF_ENUM_SHARD, arg, &v);
     s->shard = (enum vf_shard)v;
     return rc;
   default: /* every setup option is handled here or in setup_option */

@@ -29,14 +29,26 @@ const char *vf_enum_name(enum vf_enum_kind kind, int value) {
   return "unknown";
 }
 
+static bool placeholder(const char *name) {
+  return strcmp(name, "auto") == 0 || strcmp(name, "default") == 0;
+}
+
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value) {
   const char *const *t = enum_tables[kind];
   for (int i = 0; t[i]; i++)
-    if (strcmp(t[i], name) == 0) {
+    if (strcmp(t[i], name) == 0 && !placeholder(t[i])) {
       *value = i;
       return 0;
     }
   return VF_ENOTFOUND;
+}
+
+void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size) {
+  const char *const *t = enum_tables[kind];
+  size_t o = 0;
+  if (size) buf[0] = '\0';
+  for (int i = 0; t[i] && o < size; i++)
+    if (!placeholder(t[i])) o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", t[i]);
 }
 
 void vf_setup_default(struct vf_setup *s) {

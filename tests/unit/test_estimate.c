@@ -253,6 +253,24 @@ static void test_memory_savers(void **state) {
   assert_true(pp.phase_allocated[VF_PHASE_SETUP] < base.phase_allocated[VF_PHASE_SETUP]);
 }
 
+/* "auto" and "default" stand for "not given": named, but nobody's spelling. */
+static void test_enum_names(void **state) {
+  (void)state;
+  int v;
+  char buf[256];
+  assert_int_equal(vf_enum_parse(VF_ENUM_QUANT, "nf4-dq", &v), 0);
+  assert_int_equal(v, VF_QUANT_NF4_DQ);
+  assert_int_equal(vf_enum_parse(VF_ENUM_QUANT, "default", &v), VF_ENOTFOUND);
+  assert_int_equal(vf_enum_parse(VF_ENUM_TASK, "auto", &v), VF_ENOTFOUND);
+  assert_string_equal(vf_enum_name(VF_ENUM_ATTENTION, VF_ATTN_DEFAULT), "default");
+  vf_enum_choices(VF_ENUM_QUANT, buf, sizeof buf);
+  assert_string_equal(buf, "none, nf4, nf4-dq, int8");
+  vf_enum_choices(VF_ENUM_SHARD, buf, sizeof buf);
+  assert_string_equal(buf, "none, zero1, zero2, zero3, fsdp");
+  vf_enum_choices(VF_ENUM_ATTENTION, buf, 8); /* truncated, still terminated */
+  assert_string_equal(buf, "eager, ");
+}
+
 static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
   struct vf_model m;
   struct vf_profile p;
@@ -299,6 +317,7 @@ int main(void) {
       cmocka_unit_test(test_peaks_are_ordered), cmocka_unit_test(test_impossible_setups),
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
+      cmocka_unit_test(test_enum_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
