@@ -89,6 +89,9 @@ struct vf_setup {
 void vf_setup_default(struct vf_setup *s);
 /* Parses a LoRA target list ("q,v", "all-linear") into bits. */
 int vf_lora_targets_parse(const char *text, uint32_t *bits);
+/* The quantization of the base weights a setup means: --quant as given, nf4-dq for qlora
+ * when none is given, and VF_QUANT_NONE when the weights are not quantized. */
+enum vf_quant vf_setup_quant(const struct vf_setup *s);
 /* Rejects contradictory or impossible setups, with the reason in d. */
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d);
 

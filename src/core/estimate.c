@@ -171,9 +171,7 @@ static bool lora_method(enum vf_method m) {
   return m == VF_METHOD_LORA || m == VF_METHOD_QLORA || m == VF_METHOD_DORA;
 }
 
-static bool quantized(const struct vf_setup *s) {
-  return s->method == VF_METHOD_QLORA || (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT);
-}
+static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
 
 /* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
  * target kinds it implements, several for a fused one): 4-bit weights are dequantized for every matmul and the

@@ -153,9 +153,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
   uint32_t wb = vf_precision_bytes(s->weights);
   uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
   bool full = s->method == VF_METHOD_FULL;
-  enum vf_quant q = s->quant == VF_QUANT_DEFAULT
-                        ? (s->method == VF_METHOD_QLORA ? VF_QUANT_NF4_DQ : VF_QUANT_NONE)
-                        : s->quant;
+  enum vf_quant q = vf_setup_quant(s);
   int rc = 0;
   for (size_t i = 0; i < m->n_tensors && !rc; i++) {
     const struct vf_tensor *t = &m->tensors[i];

@@ -45,8 +45,7 @@ static double flops_per_token(const struct vf_model *m, const struct vf_setup *s
   double attention = 3 * attention_pass;
   if (s->grad_ckpt == VF_CKPT_FULL) linear += 2 * params, attention += attention_pass;
   if (s->grad_ckpt == VF_CKPT_SELECTIVE) linear += 0.5 * params, attention += attention_pass;
-  bool quantized = s->method == VF_METHOD_QLORA ||
-                   (s->quant != VF_QUANT_NONE && s->quant != VF_QUANT_DEFAULT);
+  bool quantized = vf_setup_quant(s) != VF_QUANT_NONE;
   return (linear + attention) * (quantized ? DEQUANT_SLOWDOWN : 1.0);
 }
 

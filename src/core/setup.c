@@ -99,6 +99,11 @@ int vf_lora_targets_parse(const char *text, uint32_t *bits) {
   return 0;
 }
 
+enum vf_quant vf_setup_quant(const struct vf_setup *s) {
+  if (s->quant != VF_QUANT_DEFAULT) return s->quant;
+  return s->method == VF_METHOD_QLORA ? VF_QUANT_NF4_DQ : VF_QUANT_NONE;
+}
+
 static int bad(struct vf_diag *d, const char *why) {
   return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
