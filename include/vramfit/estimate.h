@@ -44,7 +44,8 @@ struct vf_profile {
   bool gqa_expand;          /* K/V repeated to all heads before attention */
   uint32_t attn_out_copies; /* copies of the attention output kept when o_proj trains */
   bool fused_qkv;           /* one q,k,v projection (and one LoRA branch) per layer */
-  bool qkv_view_kept;       /* V stays a view of the fused q,k,v output, keeping all of it */
+  bool qkv_view_kept;       /* unexpanded V stays a view of the fused q,k,v output, keeping all of it */
+  bool lora_zero_pad;       /* a fused q,k,v LoRA adapting some of q, k, v keeps its zero-padded output */
   bool softcap_eager;       /* attention score soft-capping forces the eager path */
   bool untie_embeddings;    /* a separate output head even where the config ties it */
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
@@ -54,7 +55,10 @@ struct vf_profile {
    * fp32 up-cast, log-softmax), kept from there into the backward, and added at the loss
    * backward's peak. */
   uint32_t logits_peak_bytes, logits_kept_bytes, logits_backward_bytes;
-  uint32_t loss_chunks; /* >1: the loss runs over this many chunks of the logits */
+  uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
+  /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
+   * while converting it at load time (torchao's NF4 nearest-value search: 66). */
+  uint32_t quant_load_bytes;
   bool adapter_fp32;    /* LoRA weights kept in fp32 under 16-bit base weights */
   bool lora_dropout;    /* LoRA dropout active (a mask and a copy of each adapted input) */
   bool foreach_optimizer; /* multi-tensor optimizer step: one state-sized temporary */
@@ -63,6 +67,7 @@ struct vf_profile {
   bool quantize_head;      /* the output head is quantized along with the blocks */
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
+  bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
 };
 
 struct vf_setup {

@@ -58,6 +58,8 @@ struct ctx {
   struct saved *sv; /* per replayed layer, plus the head */
   struct grads grads;
   bool grads_kept; /* gradients of the previous micro batch are still there */
+  bool last_micro; /* this micro batch ends an accumulation cycle */
+  uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
   uint64_t accumulation; /* micro batches per optimizer step */
   bool has_head;         /* this pipeline stage computes the logits and the loss */
@@ -206,13 +208,28 @@ static void qkv_projections(struct ctx *x, struct saved *sv) {
   projection(x, sv, d->h, d->kv, BIT(VF_KIND_V));
 }
 
+/* What a fused q,k,v projection leaves alive beyond q, k and v: when V is not copied for
+ * expansion it stays a view of the whole output, which attention keeps; and a LoRA branch
+ * adapting only some of q, k, v zero-pads its output into place, and the padding's
+ * backward keeps the unpadded output. */
+static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
+  const struct dims *d = &x->d;
+  if (!x->p->fused_qkv && !x->m->arch.fused_qkv) return;
+  if (x->p->qkv_view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
+  uint32_t qkv = BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V), hit = x->s->lora_targets & qkv;
+  if (!x->p->lora_zero_pad || !lora_method(x->s->method) || !hit || hit == qkv) return;
+  uint64_t width = (hit & BIT(VF_KIND_Q) ? d->q : 0) + (hit & BIT(VF_KIND_K) ? d->kv : 0) +
+                   (hit & BIT(VF_KIND_V) ? d->kv : 0);
+  keep(x, sv, d->T * width * d->c);
+}
+
 static void attention_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   qkv_projections(x, sv);
-  if (x->p->qkv_view_kept && (x->p->fused_qkv || a->fused_qkv)) keep(x, sv, T * (d->q + d->kv) * c);
   bool expand = x->p->gqa_expand && d->kv < d->q;
+  fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   keep(x, sv, T * d->q * c);
   uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
@@ -277,13 +294,27 @@ static void layer_forward(struct ctx *x, struct saved *sv) {
   give(x, mid);
 }
 
+/* A weight quantized while the model loads exists first in 16 bits on the GPU, next to
+ * whatever its quantizer allocates, before its quantized form replaces it. */
+static void load_weight(struct ctx *x, const struct vf_param *p) {
+  uint32_t temp = x->p->quant_load_bytes;
+  if (!p->quantized || !temp) {
+    take(x, p->bytes, VF_CAT_WEIGHTS);
+    return;
+  }
+  uint32_t wide = take(x, p->numel * 2, VF_CAT_TEMPORARIES);
+  transient(x, p->numel * temp, VF_CAT_TEMPORARIES);
+  take(x, p->bytes, VF_CAT_WEIGHTS);
+  give(x, wide);
+}
+
 /* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
 static void layer_params(struct ctx *x, int32_t layer, struct grads *g) {
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (!g) take(x, p->bytes, VF_CAT_WEIGHTS);
+    if (!g) load_weight(x, p);
     else if (p->trainable) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
   }
 }
@@ -314,7 +345,27 @@ static bool sharded_grads(const struct vf_setup *s) {
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
+/* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
+ * gradients; the last one adds into them and reduce-scatters them to the shard. */
+static bool no_sync(const struct ctx *x) {
+  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
+}
+
+static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  uint32_t *held = &x->unsharded[layer + 1];
+  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
+  if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
+  if (!x->last_micro) return;
+  grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
+  give(x, *held);
+  *held = 0;
+}
+
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
+  if (no_sync(x)) {
+    no_sync_grads(x, layer, g);
+    return 0;
+  }
   if (x->grads_kept) return 0; /* accumulating into last micro batch's gradients */
   if (!sharded_grads(x->s)) {
     layer_params(x, layer, g);
@@ -368,7 +419,12 @@ static uint64_t loss_outputs(const struct ctx *x) {
   return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
 }
 
-static uint32_t loss_chunks(const struct ctx *x) { return x->p->loss_chunks ? x->p->loss_chunks : 1; }
+/* A chunked head splits each sequence into pieces of loss_chunk_tokens positions. */
+static uint64_t loss_chunks(const struct ctx *x) {
+  uint64_t len = x->d.s_kv, per = x->p->loss_chunk_tokens;
+  if (!per || x->task == VF_TASK_SEQ_CLS || len <= per) return 1;
+  return (len + per - 1) / per;
+}
 
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
@@ -533,6 +589,7 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
 static void one_step(struct ctx *x, bool last_micro) {
   struct saved *sv = x->sv;
   struct grads *g = &x->grads;
+  x->last_micro = last_micro;
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
   if (!x->grads_kept) g->n = 0;
   phase(x, VF_PHASE_FORWARD);
@@ -672,6 +729,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
                struct result *r) {
   x->layers = layers;
   x->grads_kept = x->states_made = false;
+  memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
   x->b.next_id = 0;
@@ -793,10 +851,12 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
-  x.sv = malloc(((layers < REPLAY_B ? layers : REPLAY_B) + 1) * sizeof *x.sv);
+  size_t replayed = (layers < REPLAY_B ? layers : REPLAY_B) + 1;
+  x.sv = malloc(replayed * sizeof *x.sv);
+  x.unsharded = calloc(replayed, sizeof *x.unsharded);
   /* Sized once for a typical replay (a few thousand events), grown if needed. */
   x.b.ev = vf_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
-  if (!x.sv || !x.b.ev) rc = VF_ENOMEM;
+  if (!x.sv || !x.unsharded || !x.b.ev) rc = VF_ENOMEM;
   /* A pipeline's first stage holds pp micro batches in flight (1F1B); its last holds one,
    * and the logits. Without a pipeline the one stage does both. */
   struct result best = {0};
@@ -810,6 +870,7 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   uint64_t paged = paged_state_bytes(&x);
   free(x.b.ev);
   free(x.sv);
+  free(x.unsharded);
   free(x.grads.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;

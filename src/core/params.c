@@ -136,7 +136,8 @@ static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const
   struct vf_param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
                           .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
   head.bytes = head.numel * vf_precision_bytes(s->weights);
-  if (pr->quantize_head && q != VF_QUANT_NONE && !full) head.bytes = quantized_bytes(q, head.numel);
+  head.quantized = pr->quantize_head && q != VF_QUANT_NONE && !full;
+  if (head.quantized) head.bytes = quantized_bytes(q, head.numel);
   ps->total += a->vocab * a->hidden;
   if (full) ps->trainable += a->vocab * a->hidden;
   int rc = push(ps, &head);
@@ -168,7 +169,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
                                   t->kind == VF_KIND_EMBEDDING);
     if (split) p.numel = n / s->tp;
     p.bytes = p.numel * wb;
-    if (linear && q != VF_QUANT_NONE && !full) p.bytes = quantized_bytes(q, p.numel);
+    p.quantized = linear && q != VF_QUANT_NONE && !full;
+    if (p.quantized) p.bytes = quantized_bytes(q, p.numel);
     if (t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD)) {
       p.linear = true;
       linear_shape(m, t, &p.in, &p.out);

@@ -14,6 +14,7 @@ struct vf_param {
   uint64_t bytes;      /* stored bytes on this GPU */
   bool trainable;
   bool linear;         /* a block's projection (quantizable, dequantized per matmul) */
+  bool quantized;      /* stored in a 4- or 8-bit format */
   uint64_t in, out;    /* linear shape on this GPU */
 };
 

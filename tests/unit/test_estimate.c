@@ -271,6 +271,119 @@ static void test_enum_names(void **state) {
   assert_string_equal(buf, "eager, ");
 }
 
+
+/* The toy with 2 K/V heads instead of 4: K and V are expanded for attention. */
+static const char toy_gqa_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+/* The toy model (or its grouped-query twin) under a framework profile with one behaviour
+ * switched by flip; setup by tweak. */
+static struct vf_estimate flipped_run(bool gqa, const char *framework, void (*flip)(struct vf_profile *, bool),
+                                      bool on, void (*tweak)(struct vf_setup *)) {
+  const char *cfg = gqa ? toy_gqa_config : toy_config;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "toy.json", &d), 0);
+  assert_int_equal(vf_profile_load(framework, &p, &d), 0);
+  flip(&p, on);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  tweak(&s);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), 0);
+  vf_model_cleanup(&m);
+  return e;
+}
+
+static void zero_pad(struct vf_profile *p, bool on) { p->lora_zero_pad = on; }
+static void view_kept(struct vf_profile *p, bool on) { p->qkv_view_kept = on; }
+static void no_sync_flag(struct vf_profile *p, bool on) { p->fsdp_no_sync = on; }
+static void lora_qv(struct vf_setup *s) { s->method = VF_METHOD_LORA; }
+static void lora_qkv(struct vf_setup *s) {
+  s->method = VF_METHOD_LORA;
+  s->lora_targets |= 1u << VF_KIND_K;
+}
+static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
+
+static uint64_t loss_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool), void (*tweak)(struct vf_setup *)) {
+  return flipped_run(gqa, fw, flip, true, tweak).phase_allocated[VF_PHASE_LOSS] -
+         flipped_run(gqa, fw, flip, false, tweak).phase_allocated[VF_PHASE_LOSS];
+}
+
+/* litgpt's fused q,k,v LoRA on q and v zero-pads the adapters' output (8 positions x
+ * (64 + 64) x 4 bytes per layer, kept for the padding's backward); adapting all three
+ * needs no padding. */
+static void test_lora_zero_pad(void **state) {
+  (void)state;
+  assert_int_equal(loss_gain(false, "litgpt", zero_pad, lora_qv), 2 * 4096);
+  assert_int_equal(loss_gain(false, "litgpt", zero_pad, lora_qkv), 0);
+}
+
+/* Without K/V expansion V is a view of the fused output, keeping q and k's share of it
+ * (8 x 128 x 4 bytes per layer); expanded, V is a copy and the output is freed. */
+static void test_qkv_view(void **state) {
+  (void)state;
+  assert_int_equal(loss_gain(false, "litgpt", view_kept, lora_qv), 2 * 4096);
+  assert_int_equal(loss_gain(true, "litgpt", view_kept, lora_qv), 0);
+}
+
+/* FSDP accumulating under no_sync keeps whole gradients through the next micro batch:
+ * per unit the full block instead of the half shard (root 131,584 for 65,536 bytes after
+ * 512-byte rounding, each layer 164,352 for 82,432). */
+static void test_fsdp_no_sync(void **state) {
+  (void)state;
+  struct vf_estimate on = flipped_run(false, "litgpt", no_sync_flag, true, fsdp_accumulating);
+  struct vf_estimate off = flipped_run(false, "litgpt", no_sync_flag, false, fsdp_accumulating);
+  assert_int_equal(on.phase_allocated[VF_PHASE_FORWARD] - off.phase_allocated[VF_PHASE_FORWARD],
+                   (131584 - 66048) + 2 * (164352 - 82432));
+}
+
+static void qlora_nf4(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16;
+  s->method = VF_METHOD_QLORA;
+  s->quant = VF_QUANT_NF4;
+}
+
+/* Quantizing at load: the last down projection (n = 4096 x 1024) is quantized next to
+ * every other weight, as a bf16 copy (2n) plus 66n of search temporaries, before its nf4
+ * form (n/2 + n/16 bytes) exists and before the cuBLAS workspaces are made. */
+static void test_quantize_at_load(void **state) {
+  (void)state;
+  static const char wide_mlp[] =
+      "{\"model_type\": \"llama\", \"hidden_size\": 1024, \"num_hidden_layers\": 4,"
+      " \"num_attention_heads\": 8, \"intermediate_size\": 4096, \"vocab_size\": 256,"
+      " \"max_position_embeddings\": 128, \"torch_dtype\": \"bfloat16\"}";
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, wide_mlp, strlen(wide_mlp), "wide.json", &d), 0);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  qlora_nf4(&s);
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_estimate with, without;
+  assert_int_equal(vf_profile_load("torchtune", &p, &d), 0);
+  assert_int_equal(p.quant_load_bytes, 66);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
+  p.quant_load_bytes = 0;
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &without, &d), 0);
+  uint64_t n = 4096 * 1024, gain = with.phase_allocated[VF_PHASE_SETUP] - without.phase_allocated[VF_PHASE_SETUP];
+  /* A block is not split when less than 1 MiB would remain: allocated may count that. */
+  assert_in_range(gain, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES + (1u << 20));
+  vf_model_cleanup(&m);
+}
+
 static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
   struct vf_model m;
   struct vf_profile p;
@@ -317,7 +430,9 @@ int main(void) {
       cmocka_unit_test(test_peaks_are_ordered), cmocka_unit_test(test_impossible_setups),
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
-      cmocka_unit_test(test_enum_names),
+      cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
+      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
+      cmocka_unit_test(test_quantize_at_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
