@@ -197,9 +197,12 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, VF_CAT_TEMPORARIES);
 }
 
+/* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
+static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
+
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
-  if (x->p->fused_qkv || x->m->arch.fused_qkv) {
+  if (fused_qkv(x)) {
     projection(x, sv, d->h, d->q + 2 * d->kv, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
     return;
   }
@@ -214,7 +217,7 @@ static void qkv_projections(struct ctx *x, struct saved *sv) {
  * backward keeps the unpadded output. */
 static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   const struct dims *d = &x->d;
-  if (!x->p->fused_qkv && !x->m->arch.fused_qkv) return;
+  if (!fused_qkv(x)) return;
   if (x->p->qkv_view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
   uint32_t qkv = BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V), hit = x->s->lora_targets & qkv;
   if (!x->p->lora_zero_pad || !lora_method(x->s->method) || !hit || hit == qkv) return;
@@ -342,9 +345,6 @@ static bool sharded_grads(const struct vf_setup *s) {
   return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
 }
 
-/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
- * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
- * are reduced only when the whole backward is done); 0 otherwise. */
 /* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
  * gradients; the last one adds into them and reduce-scatters them to the shard. */
 static bool no_sync(const struct ctx *x) {
@@ -361,6 +361,9 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   *held = 0;
 }
 
+/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
+ * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
+ * are reduced only when the whole backward is done); 0 otherwise. */
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
   if (no_sync(x)) {
     no_sync_grads(x, layer, g);
