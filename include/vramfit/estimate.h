@@ -49,8 +49,10 @@ struct vf_profile {
   bool softcap_eager;       /* attention score soft-capping forces the eager path */
   bool untie_embeddings;    /* a separate output head even where the config ties it */
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
+  uint32_t dequant_extra_bytes; /* per element, beyond the weight, while dequantizing one */
   bool rope_copies;         /* q and k rotated into new tensors */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
+  bool eager_softmax_saves_input; /* attention softmax keeps its input too (torch < 1.11) */
   /* Loss, in bytes per logit: alive at the loss forward's peak (e.g. 2 + 4 + 4: logits,
    * fp32 up-cast, log-softmax), kept from there into the backward, and added at the loss
    * backward's peak. */

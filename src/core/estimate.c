@@ -175,6 +175,10 @@ static bool lora_method(enum vf_method m) {
 
 static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
 
+/* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the
+ * compute-dtype weight, and what the dequantizer allocates on the way. */
+static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
+
 /* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
  * target kinds it implements, several for a fused one): 4-bit weights are dequantized for every matmul and the
  * quantized matmul keeps its input; a LoRA branch keeps a dropout mask and copy of its
@@ -184,7 +188,7 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct dims *d = &x->d;
   bool head = kind_bits == BIT(VF_KIND_HEAD);
   if (quantized(s) && (!head || x->p->quantize_head)) {
-    transient(x, in * out * d->c, VF_CAT_TEMPORARIES);
+    transient(x, in * out * dequant_bytes(x), VF_CAT_TEMPORARIES);
     if (x->p->quant_input_bytes) keep(x, sv, d->T * in * x->p->quant_input_bytes);
   }
   uint32_t hit = s->lora_targets & kind_bits;
@@ -250,10 +254,13 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   if (x->attn == VF_ATTN_EAGER) {
     uint64_t scores = T * d->heads * d->s_kv;
     bool fp32 = x->p->eager_softmax_fp32 && c < 4;
-    uint32_t raw = take(x, scores * (fp32 ? 4 : c), VF_CAT_TEMPORARIES);
+    uint64_t raw_bytes = scores * (fp32 ? 4 : c);
+    uint32_t raw = take(x, raw_bytes, VF_CAT_TEMPORARIES);
     if (fp32) keep(x, sv, scores * 4);
     keep(x, sv, scores * c);
     give(x, raw);
+    /* Freed and kept again rather than held, so pipeline and selective scaling apply. */
+    if (x->p->eager_softmax_saves_input) keep(x, sv, raw_bytes);
     if (dropout) {
       keep(x, sv, scores);
       keep(x, sv, scores * c);
@@ -397,6 +404,15 @@ static void recompute(struct ctx *x, struct saved *sv) {
   x->keep_share = kept;
 }
 
+static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
+  uint64_t n = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].quantized && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
+  return n;
+}
+
 static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct grads *g) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -406,6 +422,8 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   recompute(x, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
+  /* The input gradient of a quantized projection dequantizes its weight again. */
+  transient(x, largest_quantized(x, layer) * dequant_bytes(x), VF_CAT_TEMPORARIES);
   give(x, mlp);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)

@@ -346,6 +346,16 @@ static void test_fsdp_no_sync(void **state) {
                    (131584 - 66048) + 2 * (164352 - 82432));
 }
 
+static void softmax_input(struct vf_profile *p, bool on) { p->eager_softmax_saves_input = on; }
+static void eager(struct vf_setup *s) { s->attention = VF_ATTN_EAGER; }
+
+/* Under torch < 1.11 eager attention's softmax keeps its input as well as its output: one
+ * more fp32 score tensor per layer (4 heads x 8 x 8 keys x 4 bytes), alive into the loss. */
+static void test_softmax_saves_input(void **state) {
+  (void)state;
+  assert_int_equal(loss_gain(false, "hf", softmax_input, eager), 2 * 1024);
+}
+
 static void qlora_nf4(struct vf_setup *s) {
   s->weights = VF_PREC_BF16;
   s->method = VF_METHOD_QLORA;
@@ -382,6 +392,20 @@ static void test_quantize_at_load(void **state) {
   /* A block is not split when less than 1 MiB would remain: allocated may count that. */
   assert_in_range(gain, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES + (1u << 20));
   vf_model_cleanup(&m);
+}
+
+static void dequant_extra(struct vf_profile *p, bool on) { p->dequant_extra_bytes = on ? 12 : 0; }
+
+/* torchao's pure-PyTorch NF4 dequantization of 2024 holds 14 bytes per element (int64
+ * codes, looked-up values, scaled halves, the stacked result) where bitsandbytes' kernel
+ * writes only the 2-byte weight: the toy's largest weight (64 x 128) costs 8,192 x 12
+ * bytes more at the forward's peak, and its backward dequantizes again. */
+static void test_dequant_temporaries(void **state) {
+  (void)state;
+  struct vf_estimate on = flipped_run(false, "torchtune", dequant_extra, true, qlora_nf4);
+  struct vf_estimate off = flipped_run(false, "torchtune", dequant_extra, false, qlora_nf4);
+  assert_int_equal(on.phase_allocated[VF_PHASE_FORWARD] - off.phase_allocated[VF_PHASE_FORWARD], 8192 * 12);
+  assert_true(on.phase_allocated[VF_PHASE_BACKWARD] > off.phase_allocated[VF_PHASE_BACKWARD]);
 }
 
 static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
@@ -432,7 +456,7 @@ int main(void) {
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
-      cmocka_unit_test(test_quantize_at_load),
+      cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input), cmocka_unit_test(test_dequant_temporaries),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
