@@ -70,6 +70,7 @@ struct vf_profile {
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
+  bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
 };
 
 struct vf_setup {

@@ -358,10 +358,22 @@ static bool no_sync(const struct ctx *x) {
   return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
 }
 
+/* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
+ * gradient until the unit's last one arrives, then concatenates them into one whole flat
+ * gradient, the parts still alive. The root unit's head gradient comes first and its
+ * embedding gradient last, so the head's part waits through the whole backward. */
+static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && x->s->shard == VF_SHARD_FSDP; }
+
+/* The gradient parts a flat unit holds until its concatenation (0 when not flat). */
+static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
+  return flat_grads(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
+}
+
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   uint32_t *held = &x->unsharded[layer + 1];
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
+  else if (flat_grads(x)) transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
   if (!x->last_micro) return;
   grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
   give(x, *held);
@@ -430,7 +442,9 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
+  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
   layer_grads(x, layer, g, false);
+  give(x, parts);
   give(x, attn);
   release(x, sv);
   give(x, gathered);
@@ -464,6 +478,27 @@ static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   return loss;
 }
 
+/* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
+static uint64_t root_grad_bytes(const struct ctx *x, bool embedding) {
+  uint64_t n = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
+  return n * x->d.g;
+}
+
+/* The root unit's gradients once the embedding's has arrived (early: what the head's
+ * backward made of them). Returns what the caller frees when the backward is done. */
+static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
+  if (!flat_grads(x)) return x->has_head ? early : layer_grads(x, -1, g, true);
+  uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
+  uint32_t whole = layer_grads(x, -1, g, true);
+  give(x, late);
+  give(x, early);
+  return whole;
+}
+
 static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
   const struct dims *d = &x->d;
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
@@ -472,7 +507,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, st
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized(x->s) && x->p->quantize_head && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * d->c, VF_CAT_TEMPORARIES);
-  uint32_t root_grads = layer_grads(x, -1, g, true);
+  uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
   give(x, loss);
   release(x, sv);
@@ -645,8 +680,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
   give(x, grad_stream);
-  /* Without the head, the embedding's gradient is the stage's last. */
-  if (!x->has_head) root_grads = layer_grads(x, -1, g, true);
+  /* The embedding's gradient is the stage's last. */
+  root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
   give(x, root);
   phase(x, VF_PHASE_OPTIMIZER);

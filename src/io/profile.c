@@ -53,6 +53,7 @@ static const struct field fields[] = {
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
     FIELD("fsdp_no_sync", F_BOOL, fsdp_no_sync),
+    FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
 };
 
 static int set_field(struct vf_profile *p, const struct field *f, json_t *v, const char *file,

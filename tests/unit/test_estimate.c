@@ -311,6 +311,7 @@ static void lora_qkv(struct vf_setup *s) {
   s->method = VF_METHOD_LORA;
   s->lora_targets |= 1u << VF_KIND_K;
 }
+static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 1; }
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
 static uint64_t loss_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool), void (*tweak)(struct vf_setup *)) {
@@ -354,6 +355,20 @@ static void eager(struct vf_setup *s) { s->attention = VF_ATTN_EAGER; }
 static void test_softmax_saves_input(void **state) {
   (void)state;
   assert_int_equal(loss_gain(false, "hf", softmax_input, eager), 2 * 1024);
+}
+
+static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on; }
+
+/* FSDP1's flat units: at a layer's gradient reduction its parts (164,352 bytes) are alive
+ * next to their concatenation, and the root unit holds only its head's part (head and
+ * final norm, 66,048 after rounding) until the embedding's arrives, instead of its whole
+ * unsharded gradient and shard (131,584 + 66,048) from the head's backward on. */
+static void test_flat_params(void **state) {
+  (void)state;
+  struct vf_estimate on = flipped_run(false, "litgpt", flat_flag, true, fsdp_synced);
+  struct vf_estimate off = flipped_run(false, "litgpt", flat_flag, false, fsdp_synced);
+  assert_int_equal(on.phase_allocated[VF_PHASE_BACKWARD] - off.phase_allocated[VF_PHASE_BACKWARD],
+                   164352 + 66048 - (131584 + 66048));
 }
 
 static void qlora_nf4(struct vf_setup *s) {
@@ -456,7 +471,7 @@ int main(void) {
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
-      cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input), cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input), cmocka_unit_test(test_flat_params), cmocka_unit_test(test_dequant_temporaries),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
