@@ -506,7 +506,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, st
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized(x->s) && x->p->quantize_head && x->task == VF_TASK_CAUSAL_LM)
-    transient(x, d->h * d->vocab * d->c, VF_CAT_TEMPORARIES);
+    transient(x, d->h * d->vocab * dequant_bytes(x), VF_CAT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
   give(x, loss);

@@ -314,9 +314,11 @@ static void lora_qkv(struct vf_setup *s) {
 static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 1; }
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
-static uint64_t loss_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool), void (*tweak)(struct vf_setup *)) {
-  return flipped_run(gqa, fw, flip, true, tweak).phase_allocated[VF_PHASE_LOSS] -
-         flipped_run(gqa, fw, flip, false, tweak).phase_allocated[VF_PHASE_LOSS];
+/* What switching the behaviour on adds to one phase's allocated peak. */
+static int64_t phase_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool),
+                          void (*tweak)(struct vf_setup *), enum vf_phase ph) {
+  return (int64_t)flipped_run(gqa, fw, flip, true, tweak).phase_allocated[ph] -
+         (int64_t)flipped_run(gqa, fw, flip, false, tweak).phase_allocated[ph];
 }
 
 /* litgpt's fused q,k,v LoRA on q and v zero-pads the adapters' output (8 positions x
@@ -324,16 +326,16 @@ static uint64_t loss_gain(bool gqa, const char *fw, void (*flip)(struct vf_profi
  * needs no padding. */
 static void test_lora_zero_pad(void **state) {
   (void)state;
-  assert_int_equal(loss_gain(false, "litgpt", zero_pad, lora_qv), 2 * 4096);
-  assert_int_equal(loss_gain(false, "litgpt", zero_pad, lora_qkv), 0);
+  assert_int_equal(phase_gain(false, "litgpt", zero_pad, lora_qv, VF_PHASE_LOSS), 2 * 4096);
+  assert_int_equal(phase_gain(false, "litgpt", zero_pad, lora_qkv, VF_PHASE_LOSS), 0);
 }
 
 /* Without K/V expansion V is a view of the fused output, keeping q and k's share of it
  * (8 x 128 x 4 bytes per layer); expanded, V is a copy and the output is freed. */
 static void test_qkv_view(void **state) {
   (void)state;
-  assert_int_equal(loss_gain(false, "litgpt", view_kept, lora_qv), 2 * 4096);
-  assert_int_equal(loss_gain(true, "litgpt", view_kept, lora_qv), 0);
+  assert_int_equal(phase_gain(false, "litgpt", view_kept, lora_qv, VF_PHASE_LOSS), 2 * 4096);
+  assert_int_equal(phase_gain(true, "litgpt", view_kept, lora_qv, VF_PHASE_LOSS), 0);
 }
 
 /* FSDP accumulating under no_sync keeps whole gradients through the next micro batch:
@@ -341,9 +343,7 @@ static void test_qkv_view(void **state) {
  * 512-byte rounding, each layer 164,352 for 82,432). */
 static void test_fsdp_no_sync(void **state) {
   (void)state;
-  struct vf_estimate on = flipped_run(false, "litgpt", no_sync_flag, true, fsdp_accumulating);
-  struct vf_estimate off = flipped_run(false, "litgpt", no_sync_flag, false, fsdp_accumulating);
-  assert_int_equal(on.phase_allocated[VF_PHASE_FORWARD] - off.phase_allocated[VF_PHASE_FORWARD],
+  assert_int_equal(phase_gain(false, "litgpt", no_sync_flag, fsdp_accumulating, VF_PHASE_FORWARD),
                    (131584 - 66048) + 2 * (164352 - 82432));
 }
 
@@ -354,7 +354,7 @@ static void eager(struct vf_setup *s) { s->attention = VF_ATTN_EAGER; }
  * more fp32 score tensor per layer (4 heads x 8 x 8 keys x 4 bytes), alive into the loss. */
 static void test_softmax_saves_input(void **state) {
   (void)state;
-  assert_int_equal(loss_gain(false, "hf", softmax_input, eager), 2 * 1024);
+  assert_int_equal(phase_gain(false, "hf", softmax_input, eager, VF_PHASE_LOSS), 2 * 1024);
 }
 
 static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on; }
@@ -365,9 +365,7 @@ static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on;
  * unsharded gradient and shard (131,584 + 66,048) from the head's backward on. */
 static void test_flat_params(void **state) {
   (void)state;
-  struct vf_estimate on = flipped_run(false, "litgpt", flat_flag, true, fsdp_synced);
-  struct vf_estimate off = flipped_run(false, "litgpt", flat_flag, false, fsdp_synced);
-  assert_int_equal(on.phase_allocated[VF_PHASE_BACKWARD] - off.phase_allocated[VF_PHASE_BACKWARD],
+  assert_int_equal(phase_gain(false, "litgpt", flat_flag, fsdp_synced, VF_PHASE_BACKWARD),
                    164352 + 66048 - (131584 + 66048));
 }
 
@@ -417,10 +415,8 @@ static void dequant_extra(struct vf_profile *p, bool on) { p->dequant_extra_byte
  * bytes more at the forward's peak, and its backward dequantizes again. */
 static void test_dequant_temporaries(void **state) {
   (void)state;
-  struct vf_estimate on = flipped_run(false, "torchtune", dequant_extra, true, qlora_nf4);
-  struct vf_estimate off = flipped_run(false, "torchtune", dequant_extra, false, qlora_nf4);
-  assert_int_equal(on.phase_allocated[VF_PHASE_FORWARD] - off.phase_allocated[VF_PHASE_FORWARD], 8192 * 12);
-  assert_true(on.phase_allocated[VF_PHASE_BACKWARD] > off.phase_allocated[VF_PHASE_BACKWARD]);
+  assert_int_equal(phase_gain(false, "torchtune", dequant_extra, qlora_nf4, VF_PHASE_FORWARD), 8192 * 12);
+  assert_true(phase_gain(false, "torchtune", dequant_extra, qlora_nf4, VF_PHASE_BACKWARD) > 0);
 }
 
 static void expect_invalid(struct vf_setup *s, const char *model, const char *why) {
@@ -471,7 +467,8 @@ int main(void) {
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
-      cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input), cmocka_unit_test(test_flat_params), cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
+      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
