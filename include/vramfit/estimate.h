@@ -118,8 +118,9 @@ struct vf_estimate {
   uint64_t accumulation;
   uint64_t allocated_peak, reserved_peak, device_peak;
   enum vf_phase peak_phase;
-  /* At the reserved peak: live tensor bytes per category, the allocator's cached and
-   * fragmented bytes, and the CUDA context. They sum to device_peak. */
+  /* At the allocated peak: live tensor bytes per category; then the allocator's cached and
+   * fragmented bytes at its reserved peak beyond them, and the CUDA context. They sum to
+   * device_peak. */
   uint64_t by_category[VF_CAT_COUNT];
   uint64_t allocator_slack, context;
   uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];

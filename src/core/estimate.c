@@ -1,12 +1,13 @@
 /* Peak memory of a training step: the step is written as the sequence of allocations and
  * frees PyTorch makes (forward layer by layer, loss, backward layer by layer, optimizer),
  * and replayed through the caching-allocator model. Layers are identical, so a model is
- * replayed with REPLAY_A and REPLAY_B layers and each phase's peaks are extended to all. */
+ * replayed with REPLAY_A and REPLAY_B layers and each stretch's peaks are extended to all. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/grow.h"
 #include "core/diag.h"
+#include "core/estimate_internal.h"
 #include "core/params.h"
 #include "vramfit.h"
 
@@ -63,6 +64,8 @@ struct ctx {
   bool states_made; /* the optimizer has created its states */
   uint64_t accumulation; /* micro batches per optimizer step */
   bool has_head;         /* this pipeline stage computes the logits and the loss */
+  int micro;             /* index of the micro batch replayed, from 0 */
+  uint64_t replay_max;   /* models of more layers are extended from shorter replays */
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
@@ -87,7 +90,38 @@ static void give(struct ctx *x, uint32_t id) {
   if (id) push(&x->b, OP_FREE, id, 0, 0, 0);
 }
 
-static void phase(struct ctx *x, enum vf_phase ph) { push(&x->b, OP_PHASE, 0, 0, 0, (uint8_t)ph); }
+/* The replay's stretches, finer than the public phases: the extension to all layers is
+ * linear only where a stretch's high point falls at the same moment whatever the layer
+ * count. The highest live bytes of the layers' backward, for one, sit at the top layer or at
+ * the bottom one depending on what each layer saves and what its gradients add, and the
+ * root's gradient assembly can top either. So the first and last layer of each pass are
+ * stretches of their own (the middle ones peak at one end, always the same), and so is each
+ * micro batch of the replay. */
+enum stretch {
+  ST_FORWARD_BOTTOM, ST_FORWARD_MIDDLE, ST_FORWARD_TOP, ST_LOSS, ST_HEAD_BACKWARD,
+  ST_BACKWARD_BOTTOM, ST_BACKWARD_MIDDLE, ST_BACKWARD_TOP, ST_ROOT_BACKWARD, ST_OPTIMIZER,
+  ST_COUNT
+};
+static const enum vf_phase stretch_phase[ST_COUNT] = {
+    VF_PHASE_FORWARD,  VF_PHASE_FORWARD,  VF_PHASE_FORWARD,  VF_PHASE_LOSS,     VF_PHASE_BACKWARD,
+    VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_OPTIMIZER};
+
+/* The replay runs at most two optimizer steps of two micro batches each. */
+#define MICRO_MAX 4
+/* A unit of the extension: the setup, then each micro batch's stretches. */
+#define UNITS (1 + MICRO_MAX * ST_COUNT)
+
+static enum vf_phase unit_phase(int unit) { return unit ? stretch_phase[(unit - 1) % ST_COUNT] : VF_PHASE_SETUP; }
+
+static void mark(struct ctx *x, enum stretch st) {
+  push(&x->b, OP_PHASE, 0, 0, 0, (uint8_t)(1 + x->micro * ST_COUNT + st));
+}
+
+/* The stretch of a layer in a pass: its bottom, middle or top one. */
+static enum stretch layer_stretch(const struct ctx *x, uint64_t layer, enum stretch bottom) {
+  if (!layer) return bottom;
+  return (enum stretch)(bottom + (layer + 1 == x->layers ? 2 : 1));
+}
 
 static void transient(struct ctx *x, uint64_t bytes, enum vf_category cat) { give(x, take(x, bytes, cat)); }
 
@@ -648,13 +682,14 @@ static void one_step(struct ctx *x, bool last_micro) {
   x->last_micro = last_micro;
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
   if (!x->grads_kept) g->n = 0;
-  phase(x, VF_PHASE_FORWARD);
+  mark(x, ST_FORWARD_BOTTOM);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
   uint32_t root = take(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
+    mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS);
     autocast_copies(x, (int32_t)l, &sv[l]);
     if (x->s->grad_ckpt == VF_CKPT_FULL) {
@@ -671,20 +706,24 @@ static void one_step(struct ctx *x, bool last_micro) {
     give(x, input);
     input = out;
   }
-  phase(x, VF_PHASE_LOSS);
+  mark(x, ST_LOSS);
   uint32_t loss = 0, root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
   give(x, input);
-  phase(x, VF_PHASE_BACKWARD);
+  mark(x, ST_HEAD_BACKWARD);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
-  for (uint64_t l = x->layers; l-- > 0;) layer_backward(x, (int32_t)l, &sv[l], g);
+  for (uint64_t l = x->layers; l-- > 0;) {
+    mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
+    layer_backward(x, (int32_t)l, &sv[l], g);
+  }
+  mark(x, ST_ROOT_BACKWARD);
   give(x, grad_stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
   give(x, root);
-  phase(x, VF_PHASE_OPTIMIZER);
+  mark(x, ST_OPTIMIZER);
   /* Accumulating, the next micro batch adds into these gradients: the optimizer runs, and
    * zero_grad(set_to_none=True) frees them, only after the last one. */
   if (!last_micro) {
@@ -701,15 +740,14 @@ static void one_step(struct ctx *x, bool last_micro) {
 
 /* ---- Replay ---- */
 
-/* The highest points of one phase: allocated bytes, reserved bytes, and at the reserved
- * high point the live bytes per category. */
-struct phase_peak {
-  uint64_t allocated, reserved, live_at_reserved;
+/* The highest points of one unit: allocated bytes with their categories, and reserved bytes. */
+struct unit_peak {
+  uint64_t allocated, reserved;
   uint64_t cat[VF_CAT_COUNT];
 };
 
 struct result {
-  struct phase_peak ph[VF_PHASE_COUNT];
+  struct unit_peak unit[UNITS];
 };
 
 struct live {
@@ -717,13 +755,12 @@ struct live {
   uint8_t cat;
 };
 
-static void observe(struct phase_peak *pk, const struct vf_alloc_stats *st, const uint64_t *cat) {
-  if (st->allocated > pk->allocated) pk->allocated = st->allocated;
-  if (st->reserved > pk->reserved || (st->reserved == pk->reserved && st->allocated > pk->live_at_reserved)) {
-    pk->reserved = st->reserved;
-    pk->live_at_reserved = st->allocated;
+static void observe(struct unit_peak *pk, const struct vf_alloc_stats *st, const uint64_t *cat) {
+  if (st->allocated > pk->allocated) {
+    pk->allocated = st->allocated;
     memcpy(pk->cat, cat, sizeof pk->cat);
   }
+  if (st->reserved > pk->reserved) pk->reserved = st->reserved;
 }
 
 /* Every id is written by its allocation before its free reads it: no zeroing needed. */
@@ -733,17 +770,17 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
   if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
   uint64_t cat[VF_CAT_COUNT] = {0};
-  enum vf_phase ph = VF_PHASE_SETUP;
+  int unit = 0;
   struct vf_alloc_stats st;
   int rc = 0;
   for (size_t i = 0; i < b->n && !rc; i++) {
     const struct ev *e = &b->ev[i];
     struct live *l = &lv[e->id];
     if (e->op == OP_PHASE) {
-      /* What is live when a phase begins counts for it, even if it allocates nothing. */
-      ph = (enum vf_phase)e->phase;
+      /* What is live when a unit begins counts for it, even if it allocates nothing. */
+      unit = e->phase;
       vf_allocator_stats(a, &st);
-      observe(&r->ph[ph], &st, cat);
+      observe(&r->unit[unit], &st, cat);
     } else if (e->op == OP_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
@@ -753,7 +790,7 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
       l->cat = e->cat;
       cat[e->cat] += l->bytes;
       vf_allocator_stats(a, &st);
-      observe(&r->ph[ph], &st, cat);
+      observe(&r->unit[unit], &st, cat);
     }
   }
   free(lv);
@@ -790,19 +827,19 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.n = 0;
   x->b.next_id = 0;
   x->b.rc = 0;
-  phase(x, VF_PHASE_SETUP);
+  push(&x->b, OP_PHASE, 0, 0, 0, 0);
   persistent(x, x->s->gpu_cc_major);
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is two micro batches, the second adding into the first's
    * gradients (all further micro batches look like the second). */
   int micro = x->accumulation > 1 ? 2 : 1;
-  for (int i = 0; i < 2 * micro; i++) one_step(x, i % micro == micro - 1);
+  for (x->micro = 0; x->micro < 2 * micro; x->micro++) one_step(x, x->micro % micro == micro - 1);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);
   return replay(&x->b, conf, a, r);
 }
 
-/* Within a phase everything grows by the same bytes per layer, so x(L) = xb + k (xb - xa)
+/* Within a unit everything grows by the same bytes per layer, so x(L) = xb + k (xb - xa)
  * where k counts the further layers per layer step. */
 static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
   return xb >= xa ? xb + (uint64_t)(k * (double)(xb - xa)) : xb;
@@ -810,21 +847,22 @@ static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
 
 /* Live bytes extend linearly, and so, on average, does the allocator's cached and
  * fragmented memory: each layer's backward strands about the same bytes in split blocks.
- * But a few replayed layers see the allocator's jumps (a segment more or less), which a
- * linear extension multiplies; static-shape training reserves 5-30% above what it
+ * But a few replayed layers see the allocator's jumps (a segment more or less). Slack
+ * that shrank between the replays was being filled by the added layers and will jump
+ * again: the larger replay's figure stands. One that grew is extended, but a linear
+ * extension multiplies a jump; static-shape training reserves 5-30% above what it
  * allocates (shared/research/allocator.md §11), so the extended slack is capped there. */
 #define SLACK_CAP_PCT 30
 static void extend_result(const struct result *ra, struct result *rb, double k) {
-  for (int p = 0; p < VF_PHASE_COUNT; p++) {
-    const struct phase_peak *a = &ra->ph[p];
-    struct phase_peak *b = &rb->ph[p];
-    uint64_t slack = extend(a->reserved - a->live_at_reserved, b->reserved - b->live_at_reserved, k);
+  for (int u = 0; u < UNITS; u++) {
+    const struct unit_peak *a = &ra->unit[u];
+    struct unit_peak *b = &rb->unit[u];
+    uint64_t sa = a->reserved - a->allocated, sb = b->reserved - b->allocated;
+    uint64_t slack = sb >= sa ? extend(sa, sb, k) : sa;
     b->allocated = extend(a->allocated, b->allocated, k);
-    b->live_at_reserved = extend(a->live_at_reserved, b->live_at_reserved, k);
-    if (slack > b->live_at_reserved * SLACK_CAP_PCT / 100) slack = b->live_at_reserved * SLACK_CAP_PCT / 100;
+    if (slack > b->allocated * SLACK_CAP_PCT / 100) slack = b->allocated * SLACK_CAP_PCT / 100;
     for (int c = 0; c < VF_CAT_COUNT; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
-    b->reserved = b->live_at_reserved + slack;
-    if (b->reserved < b->allocated) b->reserved = b->allocated;
+    b->reserved = b->allocated + slack;
   }
 }
 
@@ -837,7 +875,7 @@ static int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_c
   struct vf_allocator a;
   int rc = vf_allocator_init(&a, alloc, 0);
   if (rc) return rc;
-  if (layers <= REPLAY_B) {
+  if (layers <= x->replay_max) {
     rc = run(x, layers, alloc, &a, out);
   } else {
     struct result ra;
@@ -851,8 +889,8 @@ static int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_c
 
 static uint64_t device_of(const struct result *r) {
   uint64_t top = 0;
-  for (int p = 0; p < VF_PHASE_COUNT; p++)
-    if (r->ph[p].reserved > top) top = r->ph[p].reserved;
+  for (int u = 0; u < UNITS; u++)
+    if (r->unit[u].reserved > top) top = r->unit[u].reserved;
   return top;
 }
 
@@ -873,19 +911,20 @@ static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
 
 /* The peak falls where live memory is highest: that is where an allocation fails. Reserved
  * memory never shrinks within a step, so its maximum is carried into later phases; the
- * slack is what the allocator holds beyond the live bytes at that point. */
+ * slack is what the allocator holds beyond the live bytes at the peak. */
 static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
-  enum vf_phase top = VF_PHASE_SETUP;
-  for (int p = 0; p < VF_PHASE_COUNT; p++) {
-    const struct phase_peak *pk = &r->ph[p];
+  int top = 0;
+  for (int u = 0; u < UNITS; u++) {
+    const struct unit_peak *pk = &r->unit[u];
+    enum vf_phase p = unit_phase(u);
     if (pk->reserved > out->reserved_peak) out->reserved_peak = pk->reserved;
-    if (pk->allocated > r->ph[top].allocated) top = (enum vf_phase)p;
-    out->phase_allocated[p] = pk->allocated;
-    out->phase_reserved[p] = pk->reserved;
+    if (pk->allocated > r->unit[top].allocated) top = u;
+    if (pk->allocated > out->phase_allocated[p]) out->phase_allocated[p] = pk->allocated;
+    if (pk->reserved > out->phase_reserved[p]) out->phase_reserved[p] = pk->reserved;
   }
-  const struct phase_peak *pk = &r->ph[top];
+  const struct unit_peak *pk = &r->unit[top];
   out->allocated_peak = pk->allocated;
-  out->peak_phase = top;
+  out->peak_phase = unit_phase(top);
   uint64_t live = 0;
   for (int c = 0; c < VF_CAT_COUNT; c++) live += out->by_category[c] = pk->cat[c];
   out->allocator_slack = out->reserved_peak > live ? out->reserved_peak - live : 0;
@@ -895,11 +934,18 @@ static void fill(struct vf_estimate *out, const struct result *r, const struct v
 
 int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                 const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d) {
+  return vf_estimate_replaying(m, s, p, alloc, REPLAY_B, out, d);
+}
+
+int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                          const struct vf_alloc_conf *alloc, uint64_t replay_max, struct vf_estimate *out,
+                          struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   struct vf_params ps;
-  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = task_for(m, s->task)};
+  if (replay_max < REPLAY_B) replay_max = REPLAY_B;
+  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = task_for(m, s->task), .replay_max = replay_max};
   x.attn = s->attention != VF_ATTN_DEFAULT ? s->attention : p->default_attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
@@ -907,7 +953,7 @@ int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
-  size_t replayed = (layers < REPLAY_B ? layers : REPLAY_B) + 1;
+  size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);
   x.unsharded = calloc(replayed, sizeof *x.unsharded);
   /* Sized once for a typical replay (a few thousand events), grown if needed. */

@@ -4,8 +4,10 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "core/estimate_internal.h"
 #include "core/params.h"
 #include "vramfit.h"
 
@@ -369,6 +371,52 @@ static void test_flat_params(void **state) {
                    164352 + 66048 - (131584 + 66048));
 }
 
+/* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
+static void assert_extension_exact(const struct vf_model *m, const struct vf_setup *s, const char *framework) {
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate extended, replayed;
+  assert_int_equal(vf_profile_load(framework, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(m, s, &p, &c, &extended, &d), 0);
+  assert_int_equal(vf_estimate_replaying(m, s, &p, &c, UINT64_MAX, &replayed, &d), 0);
+  /* Only the 512-byte rounding of tensors summed over all layers (a flat shard, the
+   * optimizer's foreach temporary) is not linear in the layer count. */
+  for (int ph = 0; ph < VF_PHASE_COUNT; ph++)
+    assert_in_range(extended.phase_allocated[ph], replayed.phase_allocated[ph] - 65536,
+                    replayed.phase_allocated[ph] + 65536);
+  assert_int_equal(extended.peak_phase, replayed.peak_phase);
+}
+
+/* Models deeper than six layers are extended from replays of three and six. The highest
+ * moment of a phase can move as layers are added: here the toy with a 16,384-token
+ * vocabulary and 40 layers under litgpt's FSDP, accumulating, whose backward peaks at the
+ * root's gradient assembly at its end with few layers, and at the top layer's backward
+ * (everything the forward saved) with many. The extension still matches the full replay. */
+static void test_layer_extension(void **state) {
+  (void)state;
+  const char deep[] = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 40,"
+                      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+                      " \"vocab_size\": 16384, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}";
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, deep, strlen(deep), "deep.json", &d), 0);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 64;
+  fsdp_accumulating(&s);
+  assert_extension_exact(&m, &s, "litgpt");
+  vf_model_cleanup(&m);
+  /* A calibration case's setup: gemma-2b, bf16, FSDP on 4 GPUs with litgpt. */
+  load(&m, "gemma-2b");
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16, s.batch = 4, s.seq = 512, s.shard = VF_SHARD_FSDP, s.gpus = 4;
+  assert_extension_exact(&m, &s, "litgpt");
+  vf_model_cleanup(&m);
+}
+
 static void qlora_nf4(struct vf_setup *s) {
   s->weights = VF_PREC_BF16;
   s->method = VF_METHOD_QLORA;
@@ -469,6 +517,7 @@ int main(void) {
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_layer_extension),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

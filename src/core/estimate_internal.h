@@ -1,0 +1,14 @@
+/* The estimator with its layer extension exposed, so tests can check the extension
+ * against a replay of every layer. */
+#ifndef VF_CORE_ESTIMATE_INTERNAL_H
+#define VF_CORE_ESTIMATE_INTERNAL_H
+
+#include "vramfit.h"
+
+/* vf_estimate(), replaying models of up to replay_max layers one by one (vf_estimate: 6)
+ * and extending deeper ones from replays of 3 and 6 layers. */
+int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                          const struct vf_alloc_conf *alloc, uint64_t replay_max, struct vf_estimate *out,
+                          struct vf_diag *d);
+
+#endif
