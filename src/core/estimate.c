@@ -106,8 +106,8 @@ static const enum vf_phase stretch_phase[ST_COUNT] = {
     VF_PHASE_FORWARD,  VF_PHASE_FORWARD,  VF_PHASE_FORWARD,  VF_PHASE_LOSS,     VF_PHASE_BACKWARD,
     VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_BACKWARD, VF_PHASE_OPTIMIZER};
 
-/* The replay runs at most two optimizer steps of two micro batches each. */
-#define MICRO_MAX 4
+/* The replay runs two optimizer steps of at most three micro batches each. */
+#define MICRO_MAX 6
 /* A unit of the extension: the setup, then each micro batch's stretches. */
 #define UNITS (1 + MICRO_MAX * ST_COUNT)
 
@@ -830,9 +830,11 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   push(&x->b, OP_PHASE, 0, 0, 0, 0);
   persistent(x, x->s->gpu_cc_major);
   /* Two optimizer steps: states appear in the first, the second has everything. With
-   * accumulation each step is two micro batches, the second adding into the first's
-   * gradients (all further micro batches look like the second). */
-  int micro = x->accumulation > 1 ? 2 : 1;
+   * accumulation each step is up to three micro batches: the first makes the gradients, a
+   * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole
+   * gradient is alive then, next to the one being added), the last adds and ends the step.
+   * All further micro batches look like the middle one. */
+  int micro = x->accumulation < 3 ? (int)x->accumulation : 3;
   for (x->micro = 0; x->micro < 2 * micro; x->micro++) one_step(x, x->micro % micro == micro - 1);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);

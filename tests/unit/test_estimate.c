@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/estimate_internal.h"
@@ -389,20 +390,29 @@ static void assert_extension_exact(const struct vf_model *m, const struct vf_set
   assert_int_equal(extended.peak_phase, replayed.peak_phase);
 }
 
+/* The toy with a 16,384-token vocabulary, so that the root unit's gradients (two
+ * 4 MiB tensors) outweigh a layer's, and `layers` layers. */
+static void load_big_vocab(struct vf_model *m, unsigned layers) {
+  char cfg[400];
+  snprintf(cfg, sizeof cfg,
+           "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": %u,"
+           " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+           " \"vocab_size\": 16384, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}",
+           layers);
+  struct vf_diag d;
+  vf_model_init(m);
+  assert_int_equal(vf_model_from_config_json(m, cfg, strlen(cfg), "big-vocab.json", &d), 0);
+}
+
 /* Models deeper than six layers are extended from replays of three and six. The highest
- * moment of a phase can move as layers are added: here the toy with a 16,384-token
- * vocabulary and 40 layers under litgpt's FSDP, accumulating, whose backward peaks at the
- * root's gradient assembly at its end with few layers, and at the top layer's backward
- * (everything the forward saved) with many. The extension still matches the full replay. */
+ * moment of a phase can move as layers are added: here the big-vocabulary toy with 40
+ * layers under litgpt's FSDP, accumulating, whose backward peaks at the root's gradient
+ * assembly at its end with few layers, and at the top layer's backward (everything the
+ * forward saved) with many. The extension still matches the full replay. */
 static void test_layer_extension(void **state) {
   (void)state;
-  const char deep[] = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 40,"
-                      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
-                      " \"vocab_size\": 16384, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}";
   struct vf_model m;
-  struct vf_diag d;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, deep, strlen(deep), "deep.json", &d), 0);
+  load_big_vocab(&m, 40);
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 64;
@@ -414,6 +424,25 @@ static void test_layer_extension(void **state) {
   vf_setup_default(&s);
   s.weights = VF_PREC_BF16, s.batch = 4, s.seq = 512, s.shard = VF_SHARD_FSDP, s.gpus = 4;
   assert_extension_exact(&m, &s, "litgpt");
+  vf_model_cleanup(&m);
+}
+
+/* A middle micro batch under no_sync adds into whole gradients and keeps them: when the
+ * big-vocabulary toy's root unit assembles its gradient at the end of the backward, both
+ * layers still hold theirs whole (164,352 bytes each), where the last micro batch has
+ * reduce-scattered them to half shards (82,432 each). */
+static void test_no_sync_middle_micro(void **state) {
+  (void)state;
+  struct vf_model m;
+  load_big_vocab(&m, 2);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  fsdp_accumulating(&s);
+  uint64_t two = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_BACKWARD];
+  s.accumulation = 3;
+  uint64_t three = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_BACKWARD];
+  assert_int_equal(three - two, 2 * (164352 - 82432));
   vf_model_cleanup(&m);
 }
 
@@ -517,7 +546,7 @@ int main(void) {
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
-      cmocka_unit_test(test_layer_extension),
+      cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
