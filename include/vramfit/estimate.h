@@ -20,12 +20,15 @@ enum vf_ckpt { VF_CKPT_NONE, VF_CKPT_FULL, VF_CKPT_SELECTIVE };
 enum vf_attention { VF_ATTN_DEFAULT, VF_ATTN_EAGER, VF_ATTN_SDPA, VF_ATTN_FLASH };
 enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP };
 enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_ACTIVATIONS = 4 };
+/* Whether batches all have --seq tokens per sample (packed or fixed-length data) or are
+ * padded to their own longest sample, so that their lengths vary from step to step. */
+enum vf_lengths { VF_LENGTHS_DEFAULT, VF_LENGTHS_FIXED, VF_LENGTHS_VARIED };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
-                    VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD };
+                    VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS };
 const char *vf_enum_name(enum vf_enum_kind kind, int value);
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -71,6 +74,7 @@ struct vf_profile {
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
+  bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
 };
 
 struct vf_setup {
@@ -85,6 +89,7 @@ struct vf_setup {
   enum vf_quant quant;
   enum vf_ckpt grad_ckpt;
   enum vf_attention attention;
+  enum vf_lengths lengths;
   uint64_t gpus, tp, pp, cp;
   enum vf_shard shard;
   uint32_t offload; /* VF_OFFLOAD_* bits */
@@ -116,6 +121,7 @@ struct vf_estimate {
   /* What the estimate assumed where the setup left it open. */
   enum vf_attention attention;
   uint64_t accumulation;
+  enum vf_lengths lengths;
   uint64_t allocated_peak, reserved_peak, device_peak;
   enum vf_phase peak_phase;
   /* At the allocated peak: live tensor bytes per category; then the allocator's cached and

@@ -8,6 +8,9 @@ static const char usage[] =
     "with a breakdown at the peak.\n\n"
     "  --batch N            micro batch per GPU (1)\n"
     "  --seq N              tokens per sample, the longest in the batch (2048)\n"
+    "  --lengths L          fixed (every batch --seq long: packed or fixed-length data) |\n"
+    "                       varied (each batch padded to its longest sample; the caching\n"
+    "                       allocator then reserves more) (the framework's recipes)\n"
     "  --accumulation N     micro batches per optimizer step; gradients persist between them\n"
     "                       (the framework's stock recipes: litgpt accumulates, the others 1)\n"
     "  --task T             causal-lm | seq-classification | masked-lm\n"
@@ -59,9 +62,10 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
                                            "phase", vf_phase_name(e->peak_phase)));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
-  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:I}", "framework", framework, "attention",
+  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:I, s:s}", "framework", framework, "attention",
                                               vf_enum_name(VF_ENUM_ATTENTION, e->attention),
-                                              "accumulation", (json_int_t)e->accumulation));
+                                              "accumulation", (json_int_t)e->accumulation, "lengths",
+                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths)));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(e->device_peak <= capacity) : json_null());
   return o;
@@ -83,9 +87,9 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
   cli_group_digits(e->params, total, sizeof total);
   cli_group_digits(e->trainable_params, trainable, sizeof trainable);
   printf("%s: %s parameters, %s trainable\n", m->name, total, trainable);
-  printf("%s: %s attention, %llu micro batch%s per optimizer step\n\n", framework,
+  printf("%s: %s attention, %llu micro batch%s per optimizer step, %s lengths\n\n", framework,
          vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
-         e->accumulation == 1 ? "" : "es");
+         e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths));
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
   row("allocator slack", e->allocator_slack, cap);

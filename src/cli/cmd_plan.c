@@ -22,7 +22,8 @@ static const char usage[] =
     "                               lora-r, quant and the model), none (capacity)\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n\n"
     "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
-    "--accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt, --gpus, ...).\n\n"
+    "--lengths, --accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt,\n"
+    "--gpus, ...).\n\n"
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 

@@ -85,6 +85,10 @@ static int parse_choice(struct setup_request *r, int c, const char *arg) {
     rc = parse_enum(r, "--shard", VF_ENUM_SHARD, arg, &v);
     s->shard = (enum vf_shard)v;
     return rc;
+  case O_LENGTHS:
+    rc = parse_enum(r, "--lengths", VF_ENUM_LENGTHS, arg, &v);
+    s->lengths = (enum vf_lengths)v;
+    return rc;
   default: /* every setup option is handled here or in setup_option */
     return VF_EINTERNAL;
   }

@@ -13,6 +13,13 @@
 
 enum { OP_ALLOC = 1, OP_FREE = 2, OP_PHASE = 3 };
 
+/* Live bytes are counted per category, with the temporaries sized by the weights (casts,
+ * dequantizations, optimizer scratch, unsharded gradients) apart from those sized by the
+ * batch's tokens: only the latter change with a batch's length. Both are reported as
+ * temporaries. */
+#define WEIGHT_TEMPORARIES ((enum vf_category)VF_CAT_COUNT)
+#define CAT_SLOTS (VF_CAT_COUNT + 1)
+
 struct ev {
   uint64_t bytes;
   uint32_t id;
@@ -222,7 +229,7 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct dims *d = &x->d;
   bool head = kind_bits == BIT(VF_KIND_HEAD);
   if (quantized(s) && (!head || x->p->quantize_head)) {
-    transient(x, in * out * dequant_bytes(x), VF_CAT_TEMPORARIES);
+    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
     if (x->p->quant_input_bytes) keep(x, sv, d->T * in * x->p->quant_input_bytes);
   }
   uint32_t hit = s->lora_targets & kind_bits;
@@ -232,7 +239,7 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
     keep(x, sv, d->T * in * d->c);
   }
   keep(x, sv, d->T * s->lora_r * (uint64_t)__builtin_popcount(hit) * d->c);
-  if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, VF_CAT_TEMPORARIES);
+  if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, WEIGHT_TEMPORARIES);
 }
 
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
@@ -346,8 +353,8 @@ static void load_weight(struct ctx *x, const struct vf_param *p) {
     take(x, p->bytes, VF_CAT_WEIGHTS);
     return;
   }
-  uint32_t wide = take(x, p->numel * 2, VF_CAT_TEMPORARIES);
-  transient(x, p->numel * temp, VF_CAT_TEMPORARIES);
+  uint32_t wide = take(x, p->numel * 2, WEIGHT_TEMPORARIES);
+  transient(x, p->numel * temp, WEIGHT_TEMPORARIES);
   take(x, p->bytes, VF_CAT_WEIGHTS);
   give(x, wide);
 }
@@ -428,7 +435,7 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
     return 0;
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
-  uint32_t unsharded = take(x, full, VF_CAT_TEMPORARIES);
+  uint32_t unsharded = take(x, full, WEIGHT_TEMPORARIES);
   grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
@@ -469,7 +476,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
-  transient(x, largest_quantized(x, layer) * dequant_bytes(x), VF_CAT_TEMPORARIES);
+  transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
   give(x, mlp);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
@@ -540,7 +547,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, st
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized(x->s) && x->p->quantize_head && x->task == VF_TASK_CAUSAL_LM)
-    transient(x, d->h * d->vocab * dequant_bytes(x), VF_CAT_TEMPORARIES);
+    transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
   give(x, loss);
@@ -630,9 +637,9 @@ static void optimizer_step(struct ctx *x, bool first) {
   if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
   /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
-    transient(x, elems * state_elem_bytes(x), VF_CAT_TEMPORARIES);
+    transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
-    transient(x, x->ps->max_linear_elems * 4 * 2, VF_CAT_TEMPORARIES);
+    transient(x, x->ps->max_linear_elems * 4 * 2, WEIGHT_TEMPORARIES);
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
@@ -670,7 +677,7 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
     if (!p->linear) continue;
-    hold(x, sv, take(x, p->numel * x->d.c, VF_CAT_TEMPORARIES), p->numel * x->d.c, VF_CAT_TEMPORARIES);
+    hold(x, sv, take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES), p->numel * x->d.c, WEIGHT_TEMPORARIES);
   }
 }
 
@@ -743,7 +750,7 @@ static void one_step(struct ctx *x, bool last_micro) {
 /* The highest points of one unit: allocated bytes with their categories, and reserved bytes. */
 struct unit_peak {
   uint64_t allocated, reserved;
-  uint64_t cat[VF_CAT_COUNT];
+  uint64_t cat[CAT_SLOTS];
 };
 
 struct result {
@@ -769,7 +776,7 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
   struct live *lv = malloc((b->next_id + 1) * sizeof *lv);
   if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
-  uint64_t cat[VF_CAT_COUNT] = {0};
+  uint64_t cat[CAT_SLOTS] = {0};
   int unit = 0;
   struct vf_alloc_stats st;
   int rc = 0;
@@ -863,7 +870,7 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
     uint64_t slack = sb >= sa ? extend(sa, sb, k) : sa;
     b->allocated = extend(a->allocated, b->allocated, k);
     if (slack > b->allocated * SLACK_CAP_PCT / 100) slack = b->allocated * SLACK_CAP_PCT / 100;
-    for (int c = 0; c < VF_CAT_COUNT; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
+    for (int c = 0; c < CAT_SLOTS; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
     b->reserved = b->allocated + slack;
   }
 }
@@ -887,6 +894,20 @@ static int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_c
   }
   vf_allocator_cleanup(&a);
   return rc;
+}
+
+/* Batches padded to their longest sample change length from step to step. The caching
+ * allocator keeps the blocks it cut for earlier, shorter batches: the longest batch's
+ * tensors do not fit in them and take new segments, while smaller requests keep the old
+ * blocks split, so they seldom merge back into whole segments. At the longest batch's
+ * peak the cache holds up to one more set of the tensors sized by the batch's tokens
+ * (shared/research/allocator.md §11: variable shapes reserve more). */
+static void strand_shorter_batches(struct result *r) {
+  for (int u = 0; u < UNITS; u++) {
+    struct unit_peak *pk = &r->unit[u];
+    uint64_t stranded = pk->allocated + pk->cat[VF_CAT_ACTIVATIONS] + pk->cat[VF_CAT_TEMPORARIES];
+    if (pk->reserved < stranded) pk->reserved = stranded;
+  }
 }
 
 static uint64_t device_of(const struct result *r) {
@@ -928,7 +949,9 @@ static void fill(struct vf_estimate *out, const struct result *r, const struct v
   out->allocated_peak = pk->allocated;
   out->peak_phase = unit_phase(top);
   uint64_t live = 0;
-  for (int c = 0; c < VF_CAT_COUNT; c++) live += out->by_category[c] = pk->cat[c];
+  for (int c = 0; c < VF_CAT_COUNT; c++) out->by_category[c] = pk->cat[c];
+  out->by_category[VF_CAT_TEMPORARIES] += pk->cat[WEIGHT_TEMPORARIES];
+  for (int c = 0; c < VF_CAT_COUNT; c++) live += out->by_category[c];
   out->allocator_slack = out->reserved_peak > live ? out->reserved_peak - live : 0;
   out->context = s->context_bytes;
   out->device_peak = live + out->allocator_slack + out->context;
@@ -952,6 +975,9 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
   x.accumulation = s->accumulation ? s->accumulation : (p->default_accumulation ? p->default_accumulation : 1);
+  enum vf_lengths lengths = s->lengths != VF_LENGTHS_DEFAULT ? s->lengths
+                            : p->varied_lengths              ? VF_LENGTHS_VARIED
+                                                             : VF_LENGTHS_FIXED;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
@@ -969,6 +995,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
     x.has_head = s->pp == 1 || stage == 1;
     x.d.in_flight = stage == 0 ? s->pp : 1;
     rc = replay_layers(&x, layers, alloc, &r);
+    if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&r);
     if (!rc && device_of(&r) > device_of(&best)) best = r;
   }
   uint64_t paged = paged_state_bytes(&x);
@@ -983,6 +1010,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   fill(out, &best, s);
   out->attention = x.attn;
   out->accumulation = x.accumulation;
+  out->lengths = lengths;
   out->by_category[VF_CAT_OPTIMIZER] += paged;
   out->device_peak += paged;
   return 0;

@@ -14,12 +14,14 @@ static const char *const quant_names[] = {"default", "none", "nf4", "nf4-dq", "i
 static const char *const ckpt_names[] = {"none", "full", "selective", NULL};
 static const char *const attention_names[] = {"default", "eager", "sdpa", "flash", NULL};
 static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
+static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
     [VF_ENUM_OPTIMIZER] = optimizer_names, [VF_ENUM_METHOD] = method_names,
     [VF_ENUM_QUANT] = quant_names,       [VF_ENUM_CKPT] = ckpt_names,
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
+    [VF_ENUM_LENGTHS] = lengths_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {

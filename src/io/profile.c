@@ -54,6 +54,7 @@ static const struct field fields[] = {
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
     FIELD("fsdp_no_sync", F_BOOL, fsdp_no_sync),
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
+    FIELD("varied_lengths", F_BOOL, varied_lengths),
 };
 
 static int set_field(struct vf_profile *p, const struct field *f, json_t *v, const char *file,

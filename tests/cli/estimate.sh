@@ -45,6 +45,14 @@ one=$(grep -o '"device_bytes": [0-9]*' "$TMP/out" | grep -o '[0-9]*$')
 run estimate llama-3.2-1b --weights bf16 --batch 8 --json
 eight=$(grep -o '"device_bytes": [0-9]*' "$TMP/out" | grep -o '[0-9]*$')
 [ "$eight" -gt "$one" ] && ok || bad "batch 8 ($eight) not above batch 1 ($one)"
+# Batches padded to their longest sample reserve more than fixed-length ones, and say so.
+run estimate llama-3.2-1b --weights bf16 --lengths varied --json
+varied=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+grep -q '"lengths": "varied"' "$TMP/out" && ok || bad "no assumed lengths in --json"
+run estimate llama-3.2-1b --weights bf16 --lengths fixed --json
+fixed=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+[ "$varied" -gt "$fixed" ] && ok || bad "varied lengths ($varied) not above fixed ($fixed)"
+succeeds 'torchtune: sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
 
 # ---- impossible or contradictory setups: exit 2 with the reason ---------------------------
 fails 2 'contradicts --quant none' estimate llama-2-7b --method qlora --quant none
@@ -60,6 +68,7 @@ fails 2 "^vramfit estimate: --batch expects a whole number, got 'x'$" estimate g
 fails 2 "^vramfit estimate: --optimizer: 'adam' is not one of" estimate gpt2 --optimizer adam
 fails 2 "^vramfit estimate: --lora-targets: 'q,zz'" estimate gpt2 --method lora --lora-targets q,zz
 fails 2 "^vramfit estimate: --weights: 'int4' is not one of fp32, bf16, fp16$" estimate gpt2 --weights int4
+fails 2 "^vramfit estimate: --lengths: 'random' is not one of fixed, varied$" estimate gpt2 --lengths random
 fails 2 "^vramfit estimate: --gpu: unknown GPU 'nope'" estimate gpt2 --gpu nope
 fails 2 "^vramfit estimate: --alloc-conf: byte 0: Unrecognized key 'foo'" estimate gpt2 --alloc-conf foo:1
 fails 2 "^vramfit estimate: unknown framework 'jax'" estimate gpt2 --framework jax

@@ -446,6 +446,38 @@ static void test_no_sync_middle_micro(void **state) {
   vf_model_cleanup(&m);
 }
 
+static struct vf_estimate toy_lengths(enum vf_lengths lengths, enum vf_precision amp, const char *framework) {
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.batch = 4, s.seq = 2048, s.amp = amp, s.lengths = lengths;
+  struct vf_estimate e = run(&m, &s, framework);
+  vf_model_cleanup(&m);
+  return e;
+}
+
+/* Batches of varied lengths leave the cache holding one more set of the tensors sized by
+ * the batch's tokens: reserved reaches the allocated peak plus the activations and
+ * temporaries live there, less the temporaries sized by the weights (under autocast the
+ * two layers' bf16 weight copies, 81,920 bytes each). Fixed lengths reserve less here. */
+static void test_varied_lengths(void **state) {
+  (void)state;
+  struct vf_estimate fixed = toy_lengths(VF_LENGTHS_FIXED, VF_PREC_NONE, "hf");
+  struct vf_estimate varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_NONE, "hf");
+  uint64_t tokens = varied.by_category[VF_CAT_ACTIVATIONS] + varied.by_category[VF_CAT_TEMPORARIES];
+  assert_int_equal(varied.lengths, VF_LENGTHS_VARIED);
+  assert_int_equal(varied.allocated_peak, fixed.allocated_peak);
+  assert_int_equal(varied.reserved_peak, varied.allocated_peak + tokens);
+  assert_true(fixed.reserved_peak < varied.reserved_peak);
+  varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_BF16, "hf");
+  tokens = varied.by_category[VF_CAT_ACTIVATIONS] + varied.by_category[VF_CAT_TEMPORARIES] - 2 * 81920;
+  assert_int_equal(varied.reserved_peak, varied.allocated_peak + tokens);
+  /* The framework's recipes decide when the setup does not: torchtune pads, hf does not. */
+  assert_int_equal(toy_lengths(VF_LENGTHS_DEFAULT, VF_PREC_NONE, "hf").lengths, VF_LENGTHS_FIXED);
+  assert_int_equal(toy_lengths(VF_LENGTHS_DEFAULT, VF_PREC_NONE, "torchtune").lengths, VF_LENGTHS_VARIED);
+}
+
 static void qlora_nf4(struct vf_setup *s) {
   s->weights = VF_PREC_BF16;
   s->method = VF_METHOD_QLORA;
@@ -547,6 +579,7 @@ int main(void) {
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
+      cmocka_unit_test(test_varied_lengths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
