@@ -858,7 +858,7 @@ static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
  * fragmented memory: each layer's backward strands about the same bytes in split blocks.
  * But a few replayed layers see the allocator's jumps (a segment more or less). Slack
  * that shrank between the replays was being filled by the added layers and will jump
- * again: the larger replay's figure stands. One that grew is extended, but a linear
+ * again: the shorter replay's, higher, figure stands. One that grew is extended, but a linear
  * extension multiplies a jump; static-shape training reserves 5-30% above what it
  * allocates (shared/research/allocator.md §11), so the extended slack is capped there. */
 #define SLACK_CAP_PCT 30

@@ -391,8 +391,9 @@ static void assert_extension_exact(const struct vf_model *m, const struct vf_set
 }
 
 /* The toy with a 16,384-token vocabulary, so that the root unit's gradients (two
- * 4 MiB tensors) outweigh a layer's, and `layers` layers. */
-static void load_big_vocab(struct vf_model *m, unsigned layers) {
+ * 4 MiB tensors) outweigh a layer's, and `layers` layers; trained with FSDP on two GPUs,
+ * accumulating two micro batches of seq tokens. */
+static void big_vocab_fsdp(struct vf_model *m, struct vf_setup *s, unsigned layers, uint64_t seq) {
   char cfg[400];
   snprintf(cfg, sizeof cfg,
            "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": %u,"
@@ -402,6 +403,9 @@ static void load_big_vocab(struct vf_model *m, unsigned layers) {
   struct vf_diag d;
   vf_model_init(m);
   assert_int_equal(vf_model_from_config_json(m, cfg, strlen(cfg), "big-vocab.json", &d), 0);
+  vf_setup_default(s);
+  s->seq = seq;
+  fsdp_accumulating(s);
 }
 
 /* Models deeper than six layers are extended from replays of three and six. The highest
@@ -412,11 +416,8 @@ static void load_big_vocab(struct vf_model *m, unsigned layers) {
 static void test_layer_extension(void **state) {
   (void)state;
   struct vf_model m;
-  load_big_vocab(&m, 40);
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 64;
-  fsdp_accumulating(&s);
+  big_vocab_fsdp(&m, &s, 40, 64);
   assert_extension_exact(&m, &s, "litgpt");
   vf_model_cleanup(&m);
   /* A calibration case's setup: gemma-2b, bf16, FSDP on 4 GPUs with litgpt. */
@@ -434,11 +435,8 @@ static void test_layer_extension(void **state) {
 static void test_no_sync_middle_micro(void **state) {
   (void)state;
   struct vf_model m;
-  load_big_vocab(&m, 2);
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 8;
-  fsdp_accumulating(&s);
+  big_vocab_fsdp(&m, &s, 2, 8);
   uint64_t two = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_BACKWARD];
   s.accumulation = 3;
   uint64_t three = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_BACKWARD];
