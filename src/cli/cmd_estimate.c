@@ -12,7 +12,7 @@ static const char usage[] =
     "                       varied (each batch padded to its longest sample; the caching\n"
     "                       allocator then reserves more) (the framework's recipes)\n"
     "  --accumulation N     micro batches per optimizer step; gradients persist between them\n"
-    "                       (the framework's stock recipes: litgpt accumulates, the others 1)\n"
+    "                       (the framework's stock recipes: litgpt 4, torchtune 8, the others 1)\n"
     "  --task T             causal-lm | seq-classification | masked-lm\n"
     "  --framework F        hf | litgpt | torchtune | lightning | deepspeed | megatron | torchtitan (hf)\n"
     "  --weights D          dtype the weights are stored in: fp32 | bf16 | fp16 (fp32)\n"
