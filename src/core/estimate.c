@@ -11,7 +11,7 @@
 #include "core/params.h"
 #include "vramfit.h"
 
-enum { OP_ALLOC = 1, OP_FREE = 2, OP_PHASE = 3 };
+enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3 };
 
 /* Live bytes are counted per category, with the temporaries sized by the weights (casts,
  * dequantizations, optimizer scratch, unsharded gradients) apart from those sized by the
@@ -23,7 +23,7 @@ enum { OP_ALLOC = 1, OP_FREE = 2, OP_PHASE = 3 };
 struct ev {
   uint64_t bytes;
   uint32_t id;
-  uint8_t op, cat, phase;
+  uint8_t op, cat, unit;
 };
 
 struct builder {
@@ -75,7 +75,7 @@ struct ctx {
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
 };
 
-static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t phase) {
+static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t unit) {
   if (b->rc) return;
   struct ev *grown = vf_grow(b->ev, &b->cap, b->n + 1, sizeof *grown);
   if (!grown) {
@@ -83,7 +83,7 @@ static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uin
     return;
   }
   b->ev = grown;
-  b->ev[b->n++] = (struct ev){.bytes = bytes, .id = id, .op = op, .cat = cat, .phase = phase};
+  b->ev[b->n++] = (struct ev){.bytes = bytes, .id = id, .op = op, .cat = cat, .unit = unit};
 }
 
 static uint32_t take(struct ctx *x, uint64_t bytes, enum vf_category cat) {
@@ -116,12 +116,15 @@ static const enum vf_phase stretch_phase[ST_COUNT] = {
 /* The replay runs two optimizer steps of at most three micro batches each. */
 #define MICRO_MAX 6
 /* A unit of the extension: the setup, then each micro batch's stretches. */
+#define UNIT_SETUP 0
 #define UNITS (1 + MICRO_MAX * ST_COUNT)
 
-static enum vf_phase unit_phase(int unit) { return unit ? stretch_phase[(unit - 1) % ST_COUNT] : VF_PHASE_SETUP; }
+static enum vf_phase unit_phase(int unit) {
+  return unit == UNIT_SETUP ? VF_PHASE_SETUP : stretch_phase[(unit - 1) % ST_COUNT];
+}
 
 static void mark(struct ctx *x, enum stretch st) {
-  push(&x->b, OP_PHASE, 0, 0, 0, (uint8_t)(1 + x->micro * ST_COUNT + st));
+  push(&x->b, OP_UNIT, 0, 0, 0, (uint8_t)(1 + x->micro * ST_COUNT + st));
 }
 
 /* The stretch of a layer in a pass: its bottom, middle or top one. */
@@ -777,15 +780,15 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
   if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
   uint64_t cat[CAT_SLOTS] = {0};
-  int unit = 0;
+  int unit = UNIT_SETUP;
   struct vf_alloc_stats st;
   int rc = 0;
   for (size_t i = 0; i < b->n && !rc; i++) {
     const struct ev *e = &b->ev[i];
     struct live *l = &lv[e->id];
-    if (e->op == OP_PHASE) {
+    if (e->op == OP_UNIT) {
       /* What is live when a unit begins counts for it, even if it allocates nothing. */
-      unit = e->phase;
+      unit = e->unit;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
     } else if (e->op == OP_FREE) {
@@ -834,7 +837,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.n = 0;
   x->b.next_id = 0;
   x->b.rc = 0;
-  push(&x->b, OP_PHASE, 0, 0, 0, 0);
+  push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x, x->s->gpu_cc_major);
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
@@ -910,7 +913,7 @@ static void strand_shorter_batches(struct result *r) {
   }
 }
 
-static uint64_t device_of(const struct result *r) {
+static uint64_t reserved_of(const struct result *r) {
   uint64_t top = 0;
   for (int u = 0; u < UNITS; u++)
     if (r->unit[u].reserved > top) top = r->unit[u].reserved;
@@ -936,11 +939,11 @@ static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
  * memory never shrinks within a step, so its maximum is carried into later phases; the
  * slack is what the allocator holds beyond the live bytes at the peak. */
 static void fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s) {
-  int top = 0;
+  int top = UNIT_SETUP;
+  out->reserved_peak = reserved_of(r);
   for (int u = 0; u < UNITS; u++) {
     const struct unit_peak *pk = &r->unit[u];
     enum vf_phase p = unit_phase(u);
-    if (pk->reserved > out->reserved_peak) out->reserved_peak = pk->reserved;
     if (pk->allocated > r->unit[top].allocated) top = u;
     if (pk->allocated > out->phase_allocated[p]) out->phase_allocated[p] = pk->allocated;
     if (pk->reserved > out->phase_reserved[p]) out->phase_reserved[p] = pk->reserved;
@@ -996,7 +999,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
     x.d.in_flight = stage == 0 ? s->pp : 1;
     rc = replay_layers(&x, layers, alloc, &r);
     if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&r);
-    if (!rc && device_of(&r) > device_of(&best)) best = r;
+    if (!rc && reserved_of(&r) > reserved_of(&best)) best = r;
   }
   uint64_t paged = paged_state_bytes(&x);
   free(x.b.ev);
