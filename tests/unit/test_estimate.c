@@ -420,10 +420,10 @@ static void test_layer_extension(void **state) {
   big_vocab_fsdp(&m, &s, 40, 64);
   assert_extension_exact(&m, &s, "litgpt");
   vf_model_cleanup(&m);
-  /* A calibration case's setup: gemma-2b, bf16, FSDP on 4 GPUs with litgpt. */
+  /* Calibration case litgpt-ch-03: gemma-2b, bf16, full checkpointing, FSDP on 4 GPUs. */
   load(&m, "gemma-2b");
   vf_setup_default(&s);
-  s.weights = VF_PREC_BF16, s.batch = 4, s.seq = 512, s.shard = VF_SHARD_FSDP, s.gpus = 4;
+  s.weights = VF_PREC_BF16, s.seq = 512, s.grad_ckpt = VF_CKPT_FULL, s.shard = VF_SHARD_FSDP, s.gpus = 4;
   assert_extension_exact(&m, &s, "litgpt");
   vf_model_cleanup(&m);
 }
