@@ -52,6 +52,9 @@ struct vf_profile {
   bool softcap_eager;       /* attention score soft-capping forces the eager path */
   bool untie_embeddings;    /* a separate output head even where the config ties it */
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
+  /* The training loop holds each micro batch's autograd graph (in litgpt, through its loss
+   * and logits variables) until the next micro batch's loss is computed. */
+  bool graph_held;
   uint32_t dequant_extra_bytes; /* per element, beyond the weight, while dequantizing one */
   bool rope_copies;         /* q and k rotated into new tensors */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
@@ -60,6 +63,10 @@ struct vf_profile {
    * fp32 up-cast, log-softmax), kept from there into the backward, and added at the loss
    * backward's peak. */
   uint32_t logits_peak_bytes, logits_kept_bytes, logits_backward_bytes;
+  /* Of the kept bytes, those the training loop still holds after the backward: the logits
+   * Lightning Fabric converts to fp32 after the forward (convert_output) stay in the loop's
+   * variable until the next micro batch's forward has made its own (0: none held). */
+  uint32_t logits_held_bytes;
   uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */

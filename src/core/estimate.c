@@ -73,6 +73,8 @@ struct ctx {
   bool has_head;         /* this pipeline stage computes the logits and the loss */
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
+  uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
+  struct grads graph;    /* tensors the last micro batch's autograd graph still references */
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t unit) {
@@ -152,6 +154,7 @@ struct saved {
   uint32_t id[MAX_SAVED]; /* 0 while offloaded to the host */
   uint64_t bytes[MAX_SAVED];
   uint8_t cat[MAX_SAVED];
+  bool on_graph[MAX_SAVED]; /* an attribute of its autograd node: lives as long as the graph */
   size_t n;
 };
 
@@ -164,6 +167,7 @@ static void hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, e
   }
   sv->id[sv->n] = id;
   sv->bytes[sv->n] = bytes;
+  sv->on_graph[sv->n] = false;
   sv->cat[sv->n++] = (uint8_t)cat;
 }
 
@@ -172,9 +176,21 @@ static void keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
   hold(x, sv, take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
+/* A tensor kept on its autograd node rather than saved for backward is not released by
+ * the backward: it lives until the graph is freed (drop_graph). */
 static void release(struct ctx *x, struct saved *sv) {
-  for (size_t i = 0; i < sv->n; i++) give(x, sv->id[i]);
+  for (size_t i = 0; i < sv->n; i++) {
+    if (sv->on_graph[i]) grad_push(x, &x->graph, sv->id[i]);
+    else give(x, sv->id[i]);
+  }
   sv->n = 0;
+}
+
+/* The training loop's variables (litgpt's loss and logits) hold the last micro batch's
+ * graph until the next micro batch's loss replaces it. */
+static void drop_graph(struct ctx *x) {
+  for (size_t i = 0; i < x->graph.n; i++) give(x, x->graph.id[i]);
+  x->graph.n = 0;
 }
 
 /* Activation offloading moves a layer's saved tensors to the host after its forward and
@@ -182,7 +198,7 @@ static void release(struct ctx *x, struct saved *sv) {
 static void offload(struct ctx *x, struct saved *sv) {
   if (!(x->s->offload & VF_OFFLOAD_ACTIVATIONS)) return;
   for (size_t i = 0; i < sv->n; i++)
-    if (sv->cat[i] == VF_CAT_ACTIVATIONS) {
+    if (sv->cat[i] == VF_CAT_ACTIVATIONS && !sv->on_graph[i]) {
       give(x, sv->id[i]);
       sv->id[i] = 0;
     }
@@ -223,6 +239,16 @@ static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF
  * compute-dtype weight, and what the dequantizer allocates on the way. */
 static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
 
+/* bitsandbytes' 4-bit matmul keeps its input for the input gradient, once per input tensor
+ * however many projections read it, as an attribute of its autograd node (ctx.tensors),
+ * which the backward does not release and checkpointing does not see. */
+static void quantized_input(struct ctx *x, struct saved *sv, uint64_t in, bool head) {
+  if (!quantized(x->s) || (head && !x->p->quantize_head) || !x->p->quant_input_bytes) return;
+  size_t before = sv->n;
+  keep(x, sv, x->d.T * in * x->p->quant_input_bytes);
+  if (sv->n > before) sv->on_graph[before] = x->p->graph_held && x->s->grad_ckpt == VF_CKPT_NONE;
+}
+
 /* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
  * target kinds it implements, several for a fused one): 4-bit weights are dequantized for every matmul and the
  * quantized matmul keeps its input; a LoRA branch keeps a dropout mask and copy of its
@@ -231,10 +257,7 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
   bool head = kind_bits == BIT(VF_KIND_HEAD);
-  if (quantized(s) && (!head || x->p->quantize_head)) {
-    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
-    if (x->p->quant_input_bytes) keep(x, sv, d->T * in * x->p->quant_input_bytes);
-  }
+  if (quantized(s) && (!head || x->p->quantize_head)) transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   if (x->p->lora_dropout) {
@@ -250,6 +273,7 @@ static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arc
 
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
+  quantized_input(x, sv, d->h, false);
   if (fused_qkv(x)) {
     projection(x, sv, d->h, d->q + 2 * d->kv, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
     return;
@@ -315,6 +339,7 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
   }
+  quantized_input(x, sv, d->q, false);
   projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
   if (dropout) keep(x, sv, T * d->h);
 }
@@ -327,11 +352,13 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
   }
+  quantized_input(x, sv, d->h, false);
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
   /* Activation input, and for a gated MLP its output and the up projection. */
   for (int i = 0; i < (a->glu ? 3 : 1); i++) keep(x, sv, T * d->ffn * c);
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
+  quantized_input(x, sv, d->ffn, false);
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
@@ -505,19 +532,39 @@ static uint64_t loss_chunks(const struct ctx *x) {
   return (len + per - 1) / per;
 }
 
+/* Logits the training loop holds past the backward: converted from the head's output, in
+ * full, after the forward; the previous micro batch's are released only then. With batch
+ * lengths that vary the previous batch may be shorter, but a long run also meets two of
+ * its longest batches in a row. */
+static uint32_t hold_logits(struct ctx *x, uint64_t n) {
+  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 0 : x->p->logits_held_bytes;
+  if (!per) return 0;
+  /* Converting to the dtype it already has returns the same tensor. */
+  uint32_t raw = per != x->d.c ? take(x, n * x->d.c, VF_CAT_TEMPORARIES) : 0;
+  uint32_t held = take(x, n * per, VF_CAT_TEMPORARIES);
+  give(x, raw);
+  give(x, x->held_logits);
+  x->held_logits = held;
+  return per;
+}
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
 static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   norm_saves(x, sv);
-  if (x->task == VF_TASK_CAUSAL_LM) projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
+  if (x->task == VF_TASK_CAUSAL_LM) {
+    quantized_input(x, sv, d->h, true);
+    projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
+  }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
   if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
-  uint32_t loss = take(x, n * kept, VF_CAT_TEMPORARIES);
+  uint32_t held = hold_logits(x, n);
+  uint32_t loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
   if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
   return loss;
 }
@@ -719,6 +766,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   mark(x, ST_LOSS);
   uint32_t loss = 0, root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  drop_graph(x);
   give(x, input);
   mark(x, ST_HEAD_BACKWARD);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
@@ -832,6 +880,8 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
                struct result *r) {
   x->layers = layers;
   x->grads_kept = x->states_made = false;
+  x->held_logits = 0;
+  x->graph.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1006,6 +1056,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.sv);
   free(x.unsharded);
   free(x.grads.id);
+  free(x.graph.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);
