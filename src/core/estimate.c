@@ -250,14 +250,16 @@ static void quantized_input(struct ctx *x, struct saved *sv, uint64_t in, bool h
 }
 
 /* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
- * target kinds it implements, several for a fused one): 4-bit weights are dequantized for every matmul and the
- * quantized matmul keeps its input; a LoRA branch keeps a dropout mask and copy of its
- * input and its rank-r intermediate; DoRA builds the merged weight to take its norm. */
+ * target kinds it implements, several for a fused one): 4-bit weights are dequantized for
+ * every matmul (the input a quantized matmul keeps is its caller's, quantized_input); a
+ * LoRA branch keeps a dropout mask and copy of its input and its rank-r intermediate; DoRA
+ * builds the merged weight to take its norm. */
 static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
   bool head = kind_bits == BIT(VF_KIND_HEAD);
-  if (quantized(s) && (!head || x->p->quantize_head)) transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
+  if (quantized(s) && (!head || x->p->quantize_head))
+    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   if (x->p->lora_dropout) {
