@@ -147,6 +147,11 @@ static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
   g->id[g->n++] = id;
 }
 
+static void give_all(struct ctx *x, struct grads *g) {
+  for (size_t i = 0; i < g->n; i++) give(x, g->id[i]);
+  g->n = 0;
+}
+
 /* Tensors a layer keeps for backward: with selective checkpointing, LoRA on every
  * projection, quantized inputs and four norms, a layer stays under 150. */
 #define MAX_SAVED 192
@@ -188,10 +193,7 @@ static void release(struct ctx *x, struct saved *sv) {
 
 /* The training loop's variables (litgpt's loss and logits) hold the last micro batch's
  * graph until the next micro batch's loss replaces it. */
-static void drop_graph(struct ctx *x) {
-  for (size_t i = 0; i < x->graph.n; i++) give(x, x->graph.id[i]);
-  x->graph.n = 0;
-}
+static void drop_graph(struct ctx *x) { give_all(x, &x->graph); }
 
 /* Activation offloading moves a layer's saved tensors to the host after its forward and
  * brings them back for its backward. */
@@ -239,11 +241,16 @@ static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF
  * compute-dtype weight, and what the dequantizer allocates on the way. */
 static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
 
+/* The weight of a projection (or of the output head) is stored in 4 bits. */
+static bool quantized_weight(const struct ctx *x, bool head) {
+  return quantized(x->s) && (!head || x->p->quantize_head);
+}
+
 /* bitsandbytes' 4-bit matmul keeps its input for the input gradient, once per input tensor
  * however many projections read it, as an attribute of its autograd node (ctx.tensors),
  * which the backward does not release and checkpointing does not see. */
 static void quantized_input(struct ctx *x, struct saved *sv, uint64_t in, bool head) {
-  if (!quantized(x->s) || (head && !x->p->quantize_head) || !x->p->quant_input_bytes) return;
+  if (!quantized_weight(x, head) || !x->p->quant_input_bytes) return;
   size_t before = sv->n;
   keep(x, sv, x->d.T * in * x->p->quant_input_bytes);
   if (sv->n > before) sv->on_graph[before] = x->p->graph_held && x->s->grad_ckpt == VF_CKPT_NONE;
@@ -257,8 +264,7 @@ static void quantized_input(struct ctx *x, struct saved *sv, uint64_t in, bool h
 static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
-  bool head = kind_bits == BIT(VF_KIND_HEAD);
-  if (quantized(s) && (!head || x->p->quantize_head))
+  if (quantized_weight(x, kind_bits == BIT(VF_KIND_HEAD)))
     transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
@@ -598,7 +604,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, st
   uint32_t grad_logits = take(x, loss_outputs(x) * per / loss_chunks(x), VF_CAT_TEMPORARIES);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
-  if (quantized(x->s) && x->p->quantize_head && x->task == VF_TASK_CAUSAL_LM)
+  if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
@@ -795,7 +801,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* zero_grad(set_to_none=False), torch's default before 2.0, zeroes them in place. */
   x->grads_kept = !x->p->zero_grad_frees;
   if (x->grads_kept) return;
-  for (size_t i = 0; i < g->n; i++) give(x, g->id[i]);
+  give_all(x, g);
 }
 
 /* ---- Replay ---- */
