@@ -9,8 +9,11 @@ CMAKE_GEN  := -G Ninja
 
 APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
                 libyaml-dev libjansson-dev libcmocka-dev libncurses-dev
+# The tracer's environments: venvs of Debian's Python 3.11 and a C++ shim against torch.
+TRACE_APT_PACKAGES := python3 python3-venv g++
+TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning
 
-.PHONY: all deps build demo check test asan fuzz bench clean
+.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test
 
 all: build
 
@@ -26,10 +29,19 @@ build: deps $(BUILD)/build.ninja
 demo: build
 	sh scripts/demo.sh $(BUILD)/vramfit
 
-test: build
+test: build trace-env
 	cd $(BUILD) && ctest --output-on-failure
 
-asan: deps
+# One Python environment per traced framework under .venv-trace/ (pinned requirements in
+# python/requirements/); `vramfit trace` and the tracer's tests run in them.
+trace-env:
+	@sh scripts/deps.sh $(TRACE_APT_PACKAGES)
+	sh scripts/trace-env.sh $(TRACE_FRAMEWORKS)
+
+trace-test: trace-env
+	sh scripts/trace-tests.sh
+
+asan: deps trace-env
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -40,8 +52,8 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) --target fuzzers
 	sh scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-check: test asan fuzz
-	@echo "make check: all tests passed (plain, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
+check: test trace-test asan fuzz
+	@echo "make check: all tests passed (plain, tracer, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
 
 bench: build
 	sh bench/run.sh $(BUILD)

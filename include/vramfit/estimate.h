@@ -107,6 +107,9 @@ struct vf_setup {
 
 /* Contract defaults: batch 1, seq 2048, fp32 weights, AdamW, full, LoRA r 8 on q,v. */
 void vf_setup_default(struct vf_setup *s);
+/* Fills what the setup left to the framework (task, attention, accumulation, lengths)
+ * with what the model and the framework's profile say. */
+void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p);
 /* Parses a LoRA target list ("q,v", "all-linear") into bits. */
 int vf_lora_targets_parse(const char *text, uint32_t *bits);
 /* The quantization of the base weights a setup means: --quant as given, nf4-dq for qlora

@@ -175,5 +175,8 @@ int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char
 size_t vf_catalog_count(void);
 /* Copies the i-th catalogue name (in name order) into buf; VF_ENOTFOUND past the end. */
 int vf_catalog_name(size_t i, char *buf, size_t size);
+/* The config.json of catalogue model name (lower case), NUL-terminated, freed with
+ * vf_free(). VF_ENOTFOUND, VF_ENOMEM. */
+int vf_catalog_config(const char *name, char **json, size_t *len);
 
 #endif

@@ -28,14 +28,26 @@ int cli_exit_code(int err) {
   }
 }
 
-int cli_usage_error(const char *cmd, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static void say(const char *cmd, const char *fmt, va_list ap) {
   fprintf(stderr, "vramfit %s: ", cmd);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(cmd, fmt, ap);
   va_end(ap);
   return EXIT_BAD_INPUT;
+}
+
+int cli_error(const char *cmd, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(cmd, fmt, ap);
+  va_end(ap);
+  return code;
 }
 
 int cli_option_error(const char *cmd, int c, char **argv) {

@@ -25,12 +25,15 @@ int cmd_gpus(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 
 /* Maps a VF_E* code to the contract's exit code. */
 int cli_exit_code(int err);
 
 /* Prints "vramfit CMD: MESSAGE" on stderr (one line) and returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "vramfit CMD: MESSAGE" on stderr (one line) and returns code. */
+int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The one-line error, exit code 2, for what getopt_long returned as ':' (an option's value
  * is missing) or anything else unknown. Needs opterr = 0 and ':' leading the optstring
  * (after a '+'), so that a missing value is told apart from an unknown option. */

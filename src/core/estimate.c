@@ -988,11 +988,6 @@ static uint64_t paged_state_bytes(const struct ctx *x) {
   return n * 2;
 }
 
-static enum vf_task task_for(const struct vf_model *m, enum vf_task t) {
-  if (t != VF_TASK_AUTO) return t;
-  return m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
-}
-
 /* The peak falls where live memory is highest: that is where an allocation fails. Reserved
  * memory never shrinks within a step, so its maximum is carried into later phases; the
  * slack is what the allocator holds beyond the live bytes at the peak. */
@@ -1030,15 +1025,15 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   struct vf_params ps;
+  struct vf_setup resolved = *s;
+  vf_setup_resolve(&resolved, m, p);
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
-  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = task_for(m, s->task), .replay_max = replay_max};
-  x.attn = s->attention != VF_ATTN_DEFAULT ? s->attention : p->default_attention;
+  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = resolved.task, .replay_max = replay_max};
+  x.attn = resolved.attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
-  x.accumulation = s->accumulation ? s->accumulation : (p->default_accumulation ? p->default_accumulation : 1);
-  enum vf_lengths lengths = s->lengths != VF_LENGTHS_DEFAULT ? s->lengths
-                            : p->varied_lengths              ? VF_LENGTHS_VARIED
-                                                             : VF_LENGTHS_FIXED;
+  x.accumulation = resolved.accumulation;
+  enum vf_lengths lengths = resolved.lengths;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;

@@ -72,6 +72,15 @@ void vf_setup_default(struct vf_setup *s) {
   s->shard = VF_SHARD_NONE;
 }
 
+void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p) {
+  if (s->task == VF_TASK_AUTO)
+    s->task = m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
+  if (s->attention == VF_ATTN_DEFAULT) s->attention = p->default_attention;
+  if (!s->accumulation) s->accumulation = p->default_accumulation ? p->default_accumulation : 1;
+  if (s->lengths == VF_LENGTHS_DEFAULT)
+    s->lengths = p->varied_lengths ? VF_LENGTHS_VARIED : VF_LENGTHS_FIXED;
+}
+
 int vf_lora_targets_parse(const char *text, uint32_t *bits) {
   static const enum vf_kind linear[] = {VF_KIND_Q, VF_KIND_K, VF_KIND_V, VF_KIND_O,
                                         VF_KIND_GATE, VF_KIND_UP, VF_KIND_DOWN};

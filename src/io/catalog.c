@@ -62,3 +62,18 @@ int vf_catalog_name(size_t i, char *buf, size_t size) {
   free(p.path);
   return rc;
 }
+
+int vf_catalog_config(const char *name, char **json, size_t *len) {
+  char path[160];
+  const char *text;
+  if (snprintf(path, sizeof path, MODELS_DIR "%s.json", name) >= (int)sizeof path) return VF_ENOTFOUND;
+  int rc = vf_data_get(path, &text, len);
+  if (rc) return rc;
+  *json = malloc(*len + 1);
+  if (*json) {
+    memcpy(*json, text, *len);
+    (*json)[*len] = '\0';
+  }
+  vf_data_release(text);
+  return *json ? 0 : VF_ENOMEM;
+}

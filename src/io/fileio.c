@@ -53,3 +53,10 @@ int vf_ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
+
+int vf_write_file(const char *path, const char *bytes, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return VF_EIO;
+  int failed = fwrite(bytes, 1, len, f) != len;
+  return (fclose(f) || failed) ? VF_EIO : 0;
+}

@@ -10,6 +10,10 @@
  * VF_EIO when it cannot be opened or read, VF_ERANGE when larger than max; d names it. */
 int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d);
 
+/* Creates or truncates path and writes len bytes to it: scratch files only (no backup,
+ * not atomic). VF_EIO. */
+int vf_write_file(const char *path, const char *bytes, size_t len);
+
 /* True when path names a directory / a regular file. */
 int vf_is_dir(const char *path);
 int vf_is_file(const char *path);

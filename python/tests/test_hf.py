@@ -1,0 +1,86 @@
+"""The hf driver on tiny configs: the Trainer's own step runs and is measured."""
+import os
+
+import pytest
+
+from conftest import TINY
+from vramfit.trace.__main__ import trace
+from vramfit.trace.spec import Spec, Unsupported
+
+pytest.importorskip("transformers")  # this file runs in the hf environment only
+
+
+def spec(**kw):
+    base = dict(model="tiny", config=os.path.join(TINY, "tiny-llama", "config.json"),
+                framework="hf", weights="bf16", batch=2, seq=128)
+    base.update(kw)
+    return Spec(**base)
+
+
+def run(tmp_path, **kw):
+    summary = trace(spec(**kw), str(tmp_path / "events"))
+    events = (tmp_path / "events").read_text().splitlines()
+    return summary, events
+
+
+def live_peak(events):
+    live, peak = {}, 0
+    for line in events[1:]:
+        f = line.split()
+        if f[0] == "a":
+            live[f[1]] = int(f[2])
+            peak = max(peak, sum(live.values()))
+        elif f[0] == "f":
+            live.pop(f[1])
+    return peak
+
+
+def test_full_finetune_runs_two_steps(tmp_path):
+    summary, events = run(tmp_path)
+    assert summary["framework"]["name"] == "transformers"
+    phases = [e.split()[1] for e in events if e.startswith("p ")]
+    assert phases == ["load", "forward", "loss", "backward", "optimizer"] * 1 + \
+        ["forward", "loss", "backward", "optimizer"]
+    assert summary["sdpa_backends"] == {"flash": 4}  # 2 layers x 2 steps
+    assert summary["cublas_workspaces"] == 2  # the forward's thread and autograd's
+
+
+def test_accumulation_runs_every_micro_batch(tmp_path):
+    _, events = run(tmp_path, accumulation=3)
+    assert sum(1 for e in events if e == "p forward") == 6
+
+
+def test_lora_trains_less_than_full(tmp_path):
+    full, full_events = run(tmp_path)
+    lora, lora_events = run(tmp_path, method="lora", lora_targets=["q", "v"])
+    assert live_peak(lora_events) < live_peak(full_events)
+    labels = [e for e in lora_events if e.startswith("c ") and e.endswith("optimizer")]
+    assert labels  # AdamW states of the adapters
+
+
+def test_fp32_grouped_query_attention_falls_back_to_math(tmp_path):
+    # No flash for fp32, and 2.13's memory-efficient kernel takes no grouped-query
+    # attention: the math path keeps fp32 scores, as on the GPU.
+    summary, _ = run(tmp_path, weights="fp32")
+    assert summary["sdpa_backends"] == {"math": 4}
+
+
+def test_eager_attention_keeps_the_scores(tmp_path):
+    _, sdpa = run(tmp_path, seq=512)
+    _, eager = run(tmp_path, seq=512, attention="eager")
+    # eager keeps softmax outputs of [B, H, L, L]: 2 x 4 x 512 x 512 x 2 bytes per layer
+    assert live_peak(eager) > live_peak(sdpa) + 2 * 4 * 512 * 512 * 2
+
+
+def test_encoder_classification(tmp_path):
+    summary, events = run(tmp_path, config=os.path.join(TINY, "tiny-bert", "config.json"),
+                          task="seq-classification", weights="fp32")
+    assert "BertForSequenceClassification" in summary["notes"][0]
+    assert live_peak(events) > 0
+
+
+def test_unsupported_setups_are_refused(tmp_path):
+    with pytest.raises(Unsupported, match="selective"):
+        run(tmp_path, grad_ckpt="selective")
+    with pytest.raises(Unsupported, match="--gpus 2"):
+        Spec.from_json('{"model": "m", "config": "c", "gpus": 2}')

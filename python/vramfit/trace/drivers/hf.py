@@ -1,0 +1,235 @@
+"""Hugging Face transformers + PEFT, trained by the Trainer's own loop.
+
+The model is built from its config with random weights, adapted with PEFT where the setup
+asks, and trained by ``Trainer.train()`` for ``spec.steps`` optimizer steps over a dataset of
+token ids of the right shape: the Trainer's optimizer, accumulation, autocast, gradient
+clipping and ``zero_grad`` are the release's own. What the tracer adds is only the phase
+markers (module hooks and a wrapper around the accelerator's backward).
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from typing import Any
+
+from ..spec import Spec, Unsupported
+from . import Run, materialize
+
+PACKAGES = ("transformers", "peft", "accelerate", "bitsandbytes")
+
+# Module names of each projection kind, per model family, as regular expressions over the
+# module's full name (GPT-2's attention and MLP output projections share the name c_proj).
+TARGETS: dict[str, dict[str, str]] = {
+    "llama": {"q": r"q_proj", "k": r"k_proj", "v": r"v_proj", "o": r"o_proj",
+              "gate": r"gate_proj", "up": r"up_proj", "down": r"down_proj"},
+    "phi": {"q": r"q_proj", "k": r"k_proj", "v": r"v_proj", "o": r"self_attn\.dense",
+            "up": r"fc1", "down": r"fc2"},
+    "phi3": {"q": r"qkv_proj", "k": r"qkv_proj", "v": r"qkv_proj", "o": r"o_proj",
+             "gate": r"gate_up_proj", "up": r"gate_up_proj", "down": r"down_proj"},
+    "gpt2": {"q": r"c_attn", "k": r"c_attn", "v": r"c_attn", "o": r"attn\.c_proj",
+             "up": r"c_fc", "down": r"mlp\.c_proj"},
+    "gpt_neox": {"q": r"query_key_value", "k": r"query_key_value", "v": r"query_key_value",
+                 "o": r"attention\.dense", "up": r"dense_h_to_4h", "down": r"dense_4h_to_h"},
+    "falcon": {"q": r"query_key_value", "k": r"query_key_value", "v": r"query_key_value",
+               "o": r"self_attention\.dense", "up": r"dense_h_to_4h", "down": r"dense_4h_to_h"},
+    "bert": {"q": r"self\.query", "k": r"self\.key", "v": r"self\.value",
+             "o": r"attention\.output\.dense", "up": r"intermediate\.dense",
+             "down": r"\d+\.output\.dense"},
+}
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "gemma": "llama", "gemma2": "llama",
+             "mixtral": "llama", "roberta": "bert", "stablelm": "llama"}
+
+OPTIMIZERS = {"adamw": None,  # the Trainer's default AdamW for this release
+              "adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit",
+              "adafactor": "adafactor", "sgd": "sgd", "sgd-momentum": "sgd",
+              "lion": "lion_32bit", "none": "sgd"}
+
+# The recipes PEFT and TRL document use a LoRA dropout of 0.05 (trl/scripts, peft examples).
+LORA_DROPOUT = 0.05
+
+
+def _model_class(spec: Spec) -> Any:
+    import transformers as tf
+    return {"causal-lm": tf.AutoModelForCausalLM,
+            "seq-classification": tf.AutoModelForSequenceClassification,
+            "masked-lm": tf.AutoModelForMaskedLM}[spec.task]
+
+
+def _attention(spec: Spec) -> str:
+    # flash is traced as SDPA's flash kernel on every input (see rules.SdpaPolicy.force).
+    return {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}[spec.attention]
+
+
+def _lora_targets(spec: Spec, model_type: str) -> Any:
+    if spec.lora_targets == ["all-linear"]:
+        return "all-linear"
+    names = TARGETS.get(model_type) or TARGETS.get(FAMILY_OF.get(model_type, ""), {})
+    patterns = sorted({names[k] for k in spec.lora_targets if k in names})
+    missing = [k for k in spec.lora_targets if k not in names and k != "head"]
+    if missing:
+        raise Unsupported(f"--lora-targets {missing[0]}: {model_type} has no such projection")
+    if "head" in spec.lora_targets:
+        patterns.append(r"lm_head")
+    return r".*(" + "|".join(patterns) + r")$"
+
+
+def _build(spec: Spec, run: Run) -> Any:
+    import torch
+    import transformers as tf
+
+    config = tf.AutoConfig.from_pretrained(spec.config)
+    if spec.task == "seq-classification":
+        config.num_labels = 2
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
+    # As from_pretrained does: the modules are made on the meta device, then every
+    # parameter is given its memory on the GPU once (loading writes into it) and the
+    # tied weights are tied again (modeling_utils.py, _load_pretrained_model).
+    with torch.device("meta"):
+        model = _model_class(spec).from_config(config, dtype=dtype,
+                                               attn_implementation=_attention(spec))
+    materialize(model, "cuda")
+    model.tie_weights()
+    if spec.quantized:
+        raise Unsupported("--quant/--method qlora: bitsandbytes quantization is not traced "
+                          "by the hf driver yet")
+    if spec.method in ("adapter", "adapter-v2"):
+        raise Unsupported(f"--method {spec.method}: LLaMA-Adapter is litgpt's; hf has no such method")
+    if spec.lora:
+        import peft
+        lora = peft.LoraConfig(r=spec.lora_r, lora_alpha=2 * spec.lora_r,
+                               lora_dropout=LORA_DROPOUT, use_dora=spec.method == "dora",
+                               target_modules=_lora_targets(spec, config.model_type),
+                               task_type={"causal-lm": "CAUSAL_LM",
+                                          "seq-classification": "SEQ_CLS",
+                                          "masked-lm": None}[spec.task])
+        model = peft.get_peft_model(model, lora)
+    run.note(f"{model.__class__.__name__} {config.model_type}, attention {_attention(spec)}")
+    return model
+
+
+class Batches:
+    """A dataset of token ids: every sample has ``seq`` tokens (fixed lengths) or, with
+    varied lengths, the first step's batches are shorter and padded by the collator."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+
+    def __len__(self) -> int:
+        return self.spec.batch * self.spec.micro_batches
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+        spec = self.spec
+        step = i // (spec.batch * spec.accumulation)
+        length = spec.seq if spec.lengths == "fixed" or step > 0 else max(1, spec.seq * 3 // 4)
+        sample: dict[str, Any] = {"input_ids": torch.ones(length, dtype=torch.long),
+                                  "attention_mask": torch.ones(length, dtype=torch.long)}
+        if spec.task == "seq-classification":
+            sample["labels"] = torch.tensor(1)
+        else:
+            sample["labels"] = torch.ones(length, dtype=torch.long)
+        return sample
+
+
+def _collate(spec: Spec) -> Any:
+    import torch
+
+    def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+        width = max(s["input_ids"].numel() for s in samples)
+        if spec.lengths == "varied":
+            width = spec.seq if samples is not None and _is_second_step(samples, spec) else width
+        batch: dict[str, Any] = {}
+        for key in samples[0]:
+            values = [s[key] for s in samples]
+            if values[0].dim() == 0:
+                batch[key] = torch.stack(values)
+            else:
+                batch[key] = torch.stack([torch.nn.functional.pad(v, (0, width - v.numel()))
+                                          for v in values])
+        return batch
+
+    return collate
+
+
+def _is_second_step(samples: list[dict[str, Any]], spec: Spec) -> bool:
+    return samples[0]["input_ids"].numel() == spec.seq
+
+
+def _fields(cls: Any) -> set[str]:
+    import dataclasses
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _training_args(spec: Spec, out_dir: str) -> Any:
+    import transformers as tf
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=out_dir, per_device_train_batch_size=spec.batch,
+        gradient_accumulation_steps=spec.accumulation, max_steps=spec.steps,
+        bf16=spec.amp == "bf16", fp16=spec.amp == "fp16", report_to=[],
+        save_strategy="no", logging_strategy="no", eval_strategy="no",
+        dataloader_num_workers=0, dataloader_pin_memory=False, disable_tqdm=True,
+        remove_unused_columns=False, use_cpu=False)
+    # transformers 5.23 renamed the flag (the old name still works, with a warning).
+    ckpt = "activation_checkpointing" if "activation_checkpointing" in _fields(tf.TrainingArguments) \
+        else "gradient_checkpointing"
+    kwargs[ckpt] = spec.grad_ckpt == "full"
+    optim = OPTIMIZERS[spec.optimizer]
+    if optim:
+        kwargs["optim"] = optim
+    if spec.optimizer == "sgd-momentum":
+        kwargs["optim_args"] = "momentum=0.9"
+    return tf.TrainingArguments(**kwargs)
+
+
+def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
+    model.register_forward_pre_hook(lambda *_: run.phase("forward"))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = head or getattr(model, "classifier", None) or getattr(model, "score", None)
+    if head is not None:
+        head.register_forward_hook(lambda *_: run.phase("loss"))
+    backward = trainer.accelerator.backward
+
+    def marked_backward(loss: Any, **kwargs: Any) -> Any:
+        run.phase("backward")
+        return backward(loss, **kwargs)
+
+    trainer.accelerator.backward = marked_backward
+    create = trainer.create_optimizer
+
+    def marked_create(*args: Any, **kwargs: Any) -> Any:
+        optimizer = create(*args, **kwargs)
+
+        def before_step(*_: Any) -> None:
+            run.phase("optimizer")
+            run.label_model(model, optimizer)
+
+        optimizer.register_step_pre_hook(before_step)
+        return optimizer
+
+    trainer.create_optimizer = marked_create
+
+
+def _as_on_a_gpu() -> None:
+    """transformers takes a fake tensor for a sign of graph capture (utils/import_utils.py
+    ``is_tracing``) and then keeps explicit causal masks, which moves SDPA from the flash
+    to the memory-efficient kernel. On the GPU the tensors are real: say so."""
+    from transformers.utils import import_utils
+    import_utils.is_fake_tensor = lambda _x: False
+
+
+def run(spec: Spec, run: Run) -> None:
+    if spec.grad_ckpt == "selective":
+        raise Unsupported("--grad-ckpt selective: the hf Trainer checkpoints whole layers only")
+    import transformers as tf
+
+    _as_on_a_gpu()
+
+    run.framework("transformers", tf.__version__)
+    run.phase("load")
+    model = _build(spec, run)
+    with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
+        trainer = tf.Trainer(model=model, args=_training_args(spec, out_dir),
+                             train_dataset=Batches(spec), data_collator=_collate(spec))
+        _mark_phases(trainer, model, run)
+        trainer.train()

@@ -1,0 +1,208 @@
+"""A fake CUDA device on a CPU-only PyTorch build.
+
+Tensors live on ``cuda:0`` under FakeTensorMode: they have shapes, dtypes and a device but
+no data, so a 70B model's training step runs in seconds on a laptop-sized machine. Three
+things make that possible:
+
+* the C++ shim (shim/fakecuda.cpp, built by ``make trace-env``) tells autograd's engine that
+  CUDA exists, so backward passes of fake CUDA tensors run;
+* ``FakeCudaMode`` is FakeTensorMode told to avoid initialising the device, which makes
+  ``torch.tensor(..., device="cuda")`` build on the CPU and move (PyTorch's own path for
+  tracing CUDA programs on CPU-only machines);
+* the Python ``torch.cuda`` API the frameworks call (is_available, capabilities, streams,
+  memory statistics, RNG) answers as a real device would, the memory figures coming from
+  the tracker.
+
+``load_shim()`` must run before ``import torch``.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import types
+from typing import Any, Callable
+
+SHIM_ENV = "VRAMFIT_FAKECUDA_SHIM"
+
+
+class ShimMissing(RuntimeError):
+    """The fake-CUDA shim is not built (``make trace-env`` builds it)."""
+
+
+def load_shim(path: str | None = None) -> None:
+    """Loads the shim library globally; must precede the first ``import torch``."""
+    path = path or os.environ.get(SHIM_ENV, "")
+    if not path or not os.path.exists(path):
+        raise ShimMissing(f"fake-CUDA shim not found at '{path}'")
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def fake_mode() -> Any:
+    """A FakeTensorMode that creates CUDA tensors without a CUDA runtime."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class FakeCudaMode(FakeTensorMode):
+        # The property reads torch.cuda.is_available(), which we make say True for the
+        # frameworks; the mode itself must keep treating the device as absent.
+        avoid_device_init = True
+
+    # Inputs the frameworks build outside the mode (datasets, constants) become fake on use.
+    return FakeCudaMode(allow_non_fake_inputs=True)
+
+
+class _Stream:
+    """A CUDA stream stand-in: everything on the fake device is synchronous."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+        self.device = device
+        self.priority = priority
+        self.cuda_stream = 0
+        self.stream_id = 0
+        self.device_index = 0
+        self.device_type = 1
+
+    def wait_stream(self, _other: Any) -> None: ...
+    def wait_event(self, _event: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        return True
+
+    def record_event(self, event: Any = None) -> Any:
+        return event or _Event()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __enter__(self) -> "_Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+class _Event:
+    def __init__(self, *_: Any, **__: Any) -> None: ...
+    def record(self, _stream: Any = None) -> None: ...
+    def wait(self, _stream: Any = None) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, _other: Any) -> float:
+        return 0.0
+
+
+class DeviceFacts:
+    """What the impersonated GPU reports."""
+
+    def __init__(self, name: str, capability: tuple[int, int], total_bytes: int) -> None:
+        self.name = name
+        self.capability = capability
+        self.total_bytes = total_bytes
+
+
+def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
+            on_empty_cache: Callable[[], None]) -> None:
+    """Makes ``torch.cuda`` describe one GPU with ``facts``; ``memory()`` gives the
+    tracker's current and peak bytes, ``on_empty_cache`` records empty_cache() calls."""
+    import torch
+
+    cuda = torch.cuda
+    props = types.SimpleNamespace(
+        name=facts.name, major=facts.capability[0], minor=facts.capability[1],
+        total_memory=facts.total_bytes, multi_processor_count=132, is_integrated=False,
+        is_multi_gpu_board=False, gcnArchName="", uuid="GPU-fake", L2_cache_size=50 << 20,
+        warp_size=32)
+
+    def stat(key: str) -> Callable[..., int]:
+        return lambda *_a, **_k: memory()[key]
+
+    answers: dict[str, Any] = {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "_lazy_init": lambda: None,
+        "init": lambda: None,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": lambda _d: None,
+        "get_device_name": lambda *_a: facts.name,
+        "get_device_capability": lambda *_a: facts.capability,
+        "get_device_properties": lambda *_a: props,
+        "is_bf16_supported": lambda *_a, **_k: facts.capability[0] >= 8,
+        "is_tf32_supported": lambda: facts.capability[0] >= 8,
+        "synchronize": lambda *_a: None,
+        "ipc_collect": lambda: None,
+        "empty_cache": lambda: on_empty_cache(),
+        "Stream": _Stream,
+        "Event": _Event,
+        "current_stream": lambda *_a: _Stream(),
+        "default_stream": lambda *_a: _Stream(),
+        "stream": lambda _s=None: contextlib.nullcontext(),
+        "set_stream": lambda _s: None,
+        "manual_seed": lambda _s: None,
+        "manual_seed_all": lambda _s: None,
+        "seed": lambda: None,
+        "seed_all": lambda: None,
+        "initial_seed": lambda: 0,
+        "get_rng_state": lambda *_a: torch.zeros(16, dtype=torch.uint8),
+        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)],
+        "set_rng_state": lambda *_a: None,
+        "set_rng_state_all": lambda *_a: None,
+        "mem_get_info": lambda *_a: (facts.total_bytes - memory()["reserved"],
+                                     facts.total_bytes),
+        "memory_allocated": stat("allocated"),
+        "max_memory_allocated": stat("peak_allocated"),
+        "memory_reserved": stat("reserved"),
+        "max_memory_reserved": stat("peak_reserved"),
+        "reset_peak_memory_stats": lambda *_a: None,
+        "reset_max_memory_allocated": lambda *_a: None,
+        "memory_stats": lambda *_a: {
+            "allocated_bytes.all.current": memory()["allocated"],
+            "allocated_bytes.all.peak": memory()["peak_allocated"],
+            "reserved_bytes.all.current": memory()["reserved"],
+            "reserved_bytes.all.peak": memory()["peak_reserved"],
+            "num_alloc_retries": 0, "num_ooms": 0},
+        "set_per_process_memory_fraction": lambda *_a, **_k: None,
+    }
+    for name, value in answers.items():
+        setattr(cuda, name, value)
+        if hasattr(cuda, "memory") and hasattr(cuda.memory, name):
+            setattr(cuda.memory, name, value)
+    _keep_modules_in_place(torch)
+
+
+def _keep_modules_in_place(torch: Any) -> None:
+    """``Module.to()`` moves each parameter and buffer with ``Tensor.to`` and puts the
+    result in its place, as ``Module._apply`` does on a GPU.
+
+    ``_apply`` itself cannot be used: for fake parameters it swaps the tensor objects,
+    which fails while the fake mode holds weak references to them, and ``param.data =``
+    would leave a fake tensor's device unchanged. A tensor already on the device in the
+    dtype is kept (``Tensor.to`` returns it), so no memory moves."""
+
+    def move(t: Any, device: Any, dtype: Any) -> Any:
+        wanted = dtype if dtype is not None and (t.is_floating_point() or t.is_complex()) else None
+        return t.to(device=device, dtype=wanted)
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        moved: dict[int, Any] = {}
+        with torch.no_grad():
+            for module in self.modules():
+                for kind in ("_parameters", "_buffers"):
+                    table = getattr(module, kind)
+                    for name, t in list(table.items()):
+                        if t is None:
+                            continue
+                        if id(t) not in moved:
+                            new = move(t, device, dtype)
+                            if new is not t and kind == "_parameters":
+                                new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                            moved[id(t)] = new
+                        table[name] = moved[id(t)]
+        return self
+
+    torch.nn.Module.to = to

@@ -1,0 +1,89 @@
+"""The setup to trace, as `vramfit trace` passes it (JSON on standard input).
+
+Field names and values are the `vramfit estimate` options of the contract; `config` is the
+path of the model's Hugging Face config.json (the catalogue's copy for a catalogue name).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class Unsupported(ValueError):
+    """The framework cannot run this setup, or the tracer cannot trace it yet."""
+
+
+@dataclass
+class Gpu:
+    name: str = "NVIDIA H100 80GB HBM3"
+    capability: tuple[int, int] = (9, 0)
+    total_bytes: int = 80 * 2**30
+
+
+@dataclass
+class Spec:
+    model: str
+    config: str
+    framework: str = "hf"
+    framework_version: str = ""
+    task: str = "causal-lm"
+    batch: int = 1
+    seq: int = 2048
+    accumulation: int = 1
+    lengths: str = "fixed"
+    weights: str = "fp32"
+    amp: str = "none"
+    optimizer: str = "adamw"
+    method: str = "full"
+    lora_r: int = 8
+    lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
+    quant: str = "none"
+    grad_ckpt: str = "none"
+    attention: str = "sdpa"
+    loss: str = "default"
+    gpus: int = 1
+    shard: str = "none"
+    offload: list[str] = field(default_factory=list)
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    steps: int = 2
+    gpu: Gpu = field(default_factory=Gpu)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Spec":
+        raw: dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise Unsupported(f"unknown setup field '{unknown[0]}'")
+        gpu = raw.pop("gpu", None)
+        spec = cls(**raw)
+        if gpu:
+            spec.gpu = Gpu(name=gpu.get("name", Gpu.name),
+                           capability=tuple(gpu.get("capability", Gpu.capability)),
+                           total_bytes=int(gpu.get("total_bytes", Gpu.total_bytes)))
+        spec.check_single_device()
+        return spec
+
+    def check_single_device(self) -> None:
+        """Traces run one process on one device: parallel layouts are refused, by name."""
+        layout = [(self.gpus > 1, f"--gpus {self.gpus}"), (self.shard != "none", f"--shard {self.shard}"),
+                  (self.tp > 1, f"--tp {self.tp}"), (self.pp > 1, f"--pp {self.pp}"),
+                  (self.cp > 1, f"--cp {self.cp}"), (bool(self.offload), "--offload")]
+        for present, flag in layout:
+            if present:
+                raise Unsupported(f"{flag}: traces run one GPU without sharding or offload")
+
+    @property
+    def micro_batches(self) -> int:
+        return self.steps * self.accumulation
+
+    @property
+    def lora(self) -> bool:
+        return self.method in ("lora", "qlora", "dora")
+
+    @property
+    def quantized(self) -> bool:
+        return self.quant != "none" or self.method == "qlora"

@@ -1,0 +1,204 @@
+"""Every allocation and free of CUDA tensor storage, as the caching allocator sees them.
+
+``Tracker`` is a TorchDispatchMode pushed above the fake-CUDA mode. Each op's outputs are
+looked at once: a storage not seen before is an allocation of ``storage.nbytes()`` bytes,
+and a weak reference on the storage's Python object reports its free (PyTorch keeps that
+object alive exactly as long as the C++ storage, torch/csrc/Storage.cpp). Views share a
+storage and so count once, as they do on the GPU. Sizes are recorded unrounded; the C side
+replays the events through its caching-allocator model, which rounds and splits blocks as
+PyTorch does.
+
+The mode also answers what fake tensors cannot: data-dependent scalars (``.item()``, ``if
+tensor:``) get a value from what is known of the tensor (a fill value, a NaN check: never
+NaN) or a documented default, and in-place random fills leave the tensor as it is.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+ROUND = 512  # the allocator's smallest block; for the running figures only
+HINTED_NUMEL = 16  # tensors larger than this never get a value hint
+
+
+def _ops(*names: str) -> set[Any]:
+    found = set()
+    for name in names:
+        packet, _, overload = name.partition(".")
+        op = getattr(aten, packet, None)
+        if op is not None and hasattr(op, overload or "default"):
+            found.add(getattr(op, overload or "default"))
+    return found
+
+
+# Random fills need a CUDA generator, which a CPU-only build lacks; their values never
+# change memory, so the tensor is returned untouched.
+RANDOM_FILLS = _ops("uniform_", "normal_", "bernoulli_.float", "bernoulli_.Tensor",
+                    "exponential_", "random_", "random_.from", "random_.to",
+                    "log_normal_", "cauchy_", "geometric_")
+NEVER_TRUE = _ops("isnan", "isinf", "isposinf", "isneginf")
+ALWAYS_TRUE = _ops("isfinite")
+SAME_VALUE = _ops("any", "any.dim", "any.dims", "all", "all.dim", "all.dims", "max", "min",
+                  "amax", "amin", "clone", "_to_copy", "abs", "detach", "alias", "view",
+                  "squeeze", "squeeze.dim", "unsqueeze", "reshape", "expand", "lift_fresh",
+                  "lift_fresh_copy", "_local_scalar_dense", "mean", "mean.dim")
+SCALARS = _ops("_local_scalar_dense", "is_nonzero", "equal")
+
+
+@dataclass
+class Hints:
+    """Values assumed where data would decide. ``full_masks``: attention masks hold no
+    padding, so ``mask.all()`` is true (fixed-length batches)."""
+    full_masks: bool = True
+    known: WeakTensorKeyDictionary = field(default_factory=WeakTensorKeyDictionary)
+
+
+class Tracker(TorchDispatchMode):
+    """Records ``("a", id, bytes)``, ``("f", id)``, ``("p", phase)`` and ``("e",)``
+    (empty_cache) events for storages on the CUDA device."""
+
+    def __init__(self, hints: Hints | None = None,
+                 after_op: Callable[[Any, tuple, dict, Any, "Tracker"], None] | None = None) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+        self.hints = hints or Hints()
+        self.after_op = after_op
+        self._ids: dict[int, int] = {}
+        self._next = 1
+        self._lock = threading.Lock()
+        self.current = 0
+        self.peak = 0
+        self.peak_phase = ""
+        self._phase = ""
+
+    # ---- what the driver says ----------------------------------------------------------
+    def phase(self, name: str) -> None:
+        with self._lock:
+            self._phase = name
+            self.events.append(("p", name))
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            self.events.append(("e",))
+
+    def label(self, tensors: Iterable[torch.Tensor], category: str) -> None:
+        """Names the category of tensors that are alive now (weights, gradients,
+        optimizer); everything else is an activation or temporary."""
+        with self._lock:
+            for t in tensors:
+                sid = self._ids.get(id(t.untyped_storage()))
+                if sid is not None:
+                    self.events.append(("c", sid, category))
+
+    def storage_id(self, t: torch.Tensor) -> int | None:
+        return self._ids.get(id(t.untyped_storage()))
+
+    def allocate(self, nbytes: int) -> int:
+        """An allocation a CUDA kernel makes beside its outputs (a workspace); returns its
+        id for ``release``."""
+        with self._lock:
+            return self._record_alloc(nbytes)
+
+    def release(self, sid: int) -> None:
+        with self._lock:
+            self._record_free(sid, 0)
+
+    def memory(self) -> dict[str, int]:
+        return {"allocated": self.current, "peak_allocated": self.peak,
+                "reserved": self.current, "peak_reserved": self.peak}
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def _record_alloc(self, nbytes: int) -> int:
+        sid = self._next
+        self._next += 1
+        self.events.append(("a", sid, nbytes))
+        self.current += -(-nbytes // ROUND) * ROUND if nbytes else 0
+        if self.current > self.peak:
+            self.peak = self.current
+            self.peak_phase = self._phase
+        return sid
+
+    def _record_free(self, sid: int, nbytes: int) -> None:
+        self.events.append(("f", sid))
+        self.current -= -(-nbytes // ROUND) * ROUND if nbytes else 0
+
+    def _freed(self, key: int, sid: int, nbytes: int) -> None:
+        with self._lock:
+            if self._ids.get(key) == sid:
+                del self._ids[key]
+            self._record_free(sid, nbytes)
+
+    def _see(self, t: Any) -> None:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            return
+        storage = t.untyped_storage()
+        key = id(storage)
+        with self._lock:
+            if key in self._ids:
+                return
+            nbytes = storage.nbytes()
+            sid = self._record_alloc(nbytes)
+            self._ids[key] = sid
+        weakref.finalize(storage, self._freed, key, sid, nbytes)
+
+    # ---- data-dependent values --------------------------------------------------------------
+    def _hint(self, func: Any, args: tuple, out: Any) -> None:
+        # A weak reference on a parameter would stop Module._apply from swapping it; the
+        # values that decide control flow are flags and scalars, never weights.
+        if not isinstance(out, torch.Tensor):
+            return
+        known = self.hints.known
+        if func in NEVER_TRUE:  # a finite run: no NaN or inf anywhere
+            known[out] = False
+        elif func in ALWAYS_TRUE:
+            known[out] = True
+        elif out.requires_grad or out.numel() > HINTED_NUMEL:
+            return
+        elif func in (aten.zeros.default, aten.zero_.default, aten.zeros_like.default):
+            known[out] = 0
+        elif func in (aten.ones.default, aten.ones_like.default):
+            known[out] = 1
+        elif func in (aten.full.default, aten.fill_.Scalar, aten.full_like.default):
+            known[out] = args[1]
+        elif func in SAME_VALUE and args and isinstance(args[0], torch.Tensor):
+            if args[0] in known:
+                known[out] = known[args[0]]
+
+    def _scalar(self, func: Any, args: tuple) -> Any:
+        t = args[0]
+        if t in self.hints.known:
+            value = self.hints.known[t]
+        elif t.dtype == torch.bool:
+            value = self.hints.full_masks
+        else:
+            value = 1
+        if func is aten.equal.default or func is aten.is_nonzero.default or t.dtype == torch.bool:
+            return bool(value)
+        return float(value) if t.dtype.is_floating_point else int(value)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in RANDOM_FILLS:
+            return args[0]
+        if func in SCALARS:
+            try:
+                return func(*args, **kwargs)
+            except Exception:  # data-dependent: FakeTensorMode cannot know
+                return self._scalar(func, args)
+        out = func(*args, **kwargs)
+        for t in tree_flatten(out)[0]:
+            self._see(t)
+        self._hint(func, args, out)
+        if self.after_op is not None:
+            self.after_op(func, args, kwargs, out, self)
+        return out

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs the tracer's pytest suites, each in the environment it needs: test_<framework>.py in
+# .venv-trace/<framework>, the framework-free tests (tracker, rules) in the hf one. A
+# missing environment is a failure: `make trace-env` builds them.
+set -eu
+cd "$(dirname "$0")/.."
+root=${VRAMFIT_TRACE_ENV:-.venv-trace}
+status=0
+for test in python/tests/test_*.py; do
+  name=$(basename "$test" .py)
+  fw=${name#test_}
+  [ -d "$root/$fw" ] || fw=hf
+  env=$root/$fw
+  if [ ! -x "$env/bin/python" ]; then
+    echo "trace-tests: $env is missing; run 'make trace-env'" >&2
+    exit 1
+  fi
+  echo "trace-tests: $test in $env"
+  VRAMFIT_FAKECUDA_SHIM=$env/lib/vramfit_fakecuda.so \
+    "$env/bin/python" -m pytest -q -p no:cacheprovider -p no:warnings "$test" || status=1
+done
+exit $status

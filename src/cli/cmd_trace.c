@@ -1,0 +1,312 @@
+/* vramfit trace MODEL [estimate options]: the framework's own training code, run on the CPU
+ * against a fake CUDA device, measured as the CUDA caching allocator would count it. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/setup_opts.h"
+#include "cli/trace_run.h"
+#include "io/fileio.h"
+
+static const char usage[] =
+    "usage: vramfit trace MODEL [estimate options] [--json] [--events FILE] [--timeout S]\n\n"
+    "Runs the framework's own training code for the setup (two optimizer steps of\n"
+    "--accumulation micro batches, from building the model on) on this machine's CPU, with\n"
+    "every tensor on a fake CUDA device, and measures what torch.cuda.max_memory_allocated()\n"
+    "and max_memory_reserved() would report: each storage allocation and free is replayed\n"
+    "through the caching-allocator model. No GPU and no weights are needed: the model is\n"
+    "built from its config with random values. Where CUDA kernels keep other tensors than\n"
+    "the fake device shows (the SDPA backends, cuBLAS workspaces), the tracer follows CUDA.\n\n"
+    "MODEL is a catalogue name, a config.json, or a folder holding one. The options are\n"
+    "estimate's (see 'vramfit estimate --help'); traced frameworks: hf (transformers, PEFT,\n"
+    "the Trainer), litgpt, torchtune, lightning. One GPU: --gpus, --shard, --tp, --pp, --cp\n"
+    "and --offload are not traced.\n\n"
+    "  --json         machine-readable output\n"
+    "  --events FILE  keep the allocation events (one per line) in FILE\n"
+    "  --timeout S    stop the tracer after S seconds (exit 4)\n\n"
+    "The tracer runs in the Python environments 'make trace-env' builds, one per framework\n"
+    "(torch 2.13 for the CPU and the framework's pinned release) under .venv-trace/;\n"
+    "VRAMFIT_TRACE_ENV names another root.\n\n"
+    "Exit status: 0; 2 bad input or a setup the framework cannot run; 3 the environment or\n"
+    "the framework is missing; 4 the tracer failed or ran past --timeout.\n";
+
+enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_TIMEOUT };
+
+static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
+                                     {"events", required_argument, NULL, O_EVENTS},
+                                     {"timeout", required_argument, NULL, O_TIMEOUT},
+                                     {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
+
+struct trace_args {
+  struct setup_request r;
+  bool json;
+  const char *events, *model;
+  uint64_t timeout_s;
+};
+
+/* Scratch files of one trace, removed at the end. */
+struct scratch {
+  char dir[64], setup[96], events[96], summary[96], config[96];
+};
+
+static int scratch_make(struct scratch *s) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(s->dir, sizeof s->dir, "%s/vramfit-trace-XXXXXX", tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+  if (!mkdtemp(s->dir)) return VF_EIO;
+  snprintf(s->setup, sizeof s->setup, "%s/setup.json", s->dir);
+  snprintf(s->events, sizeof s->events, "%s/events", s->dir);
+  snprintf(s->summary, sizeof s->summary, "%s/summary.json", s->dir);
+  snprintf(s->config, sizeof s->config, "%s/config.json", s->dir);
+  return 0;
+}
+
+static void scratch_remove(const struct scratch *s) {
+  unlink(s->setup);
+  unlink(s->events);
+  unlink(s->summary);
+  unlink(s->config);
+  rmdir(s->dir);
+}
+
+/* The config.json the tracer builds the model from: the catalogue's copy, the file given,
+ * or the one in the folder given. */
+static int config_path(const struct vf_model *m, const char *arg, const struct scratch *s,
+                       char *out, size_t size) {
+  if (strcmp(m->source, "catalogue") == 0) {
+    char *text;
+    size_t len;
+    if (vf_catalog_config(m->name, &text, &len)) return VF_ENOTFOUND;
+    int rc = vf_write_file(s->config, text, len);
+    vf_free(text);
+    snprintf(out, size, "%s", s->config);
+    return rc;
+  }
+  if (vf_is_dir(arg)) snprintf(out, size, "%s/config.json", arg);
+  else snprintf(out, size, "%s", arg);
+  return vf_ends_with(out, ".json") && !vf_ends_with(out, ".index.json") && vf_is_file(out)
+             ? 0 : VF_EUNSUPPORTED;
+}
+
+static json_t *kinds_json(uint32_t bits) {
+  json_t *a = json_array();
+  for (int k = 0; k <= VF_KIND_HEAD; k++)
+    if (bits & (1u << k)) json_array_append_new(a, json_string(vf_kind_name((enum vf_kind)k)));
+  return a;
+}
+
+static json_t *offload_json(uint32_t bits) {
+  static const char *const names[] = {"optimizer", "params", "activations"};
+  json_t *a = json_array();
+  for (int i = 0; i < 3; i++)
+    if (bits & (1u << i)) json_array_append_new(a, json_string(names[i]));
+  return a;
+}
+
+/* The setup as the tracer reads it (python/vramfit/trace/spec.py). */
+static json_t *setup_json(const struct trace_args *a, const struct setup_context *c, const char *config,
+                          const char *framework, const char *version) {
+  const struct vf_setup *s = &a->r.setup;
+  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "model", c->model.name,
+                        "config", config, "framework", framework, "framework_version", version, "task",
+                        vf_enum_name(VF_ENUM_TASK, s->task), "batch", (json_int_t)s->batch, "seq",
+                        (json_int_t)s->seq, "accumulation", (json_int_t)s->accumulation, "lengths",
+                        vf_enum_name(VF_ENUM_LENGTHS, s->lengths), "weights",
+                        vf_enum_name(VF_ENUM_PRECISION, s->weights), "amp", vf_enum_name(VF_ENUM_PRECISION, s->amp));
+  json_object_set_new(o, "optimizer", json_string(vf_enum_name(VF_ENUM_OPTIMIZER, s->optimizer)));
+  json_object_set_new(o, "method", json_string(vf_enum_name(VF_ENUM_METHOD, s->method)));
+  json_object_set_new(o, "lora_r", json_integer((json_int_t)s->lora_r));
+  json_object_set_new(o, "lora_targets", kinds_json(s->lora_targets));
+  json_object_set_new(o, "quant", json_string(vf_enum_name(VF_ENUM_QUANT, vf_setup_quant(s))));
+  json_object_set_new(o, "grad_ckpt", json_string(vf_enum_name(VF_ENUM_CKPT, s->grad_ckpt)));
+  json_object_set_new(o, "attention", json_string(vf_enum_name(VF_ENUM_ATTENTION, s->attention)));
+  json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
+  json_object_set_new(o, "shard", json_string(vf_enum_name(VF_ENUM_SHARD, s->shard)));
+  json_object_set_new(o, "offload", offload_json(s->offload));
+  json_object_set_new(o, "tp", json_integer((json_int_t)s->tp));
+  json_object_set_new(o, "pp", json_integer((json_int_t)s->pp));
+  json_object_set_new(o, "cp", json_integer((json_int_t)s->cp));
+  /* The GPU's generation picks kernels and workspace sizes; without one the tracer
+   * impersonates an H100. */
+  if (c->gpu.cc_major)
+    json_object_set_new(o, "gpu", json_pack("{s:s, s:[i,i], s:I}", "name", c->gpu.full_name, "capability",
+                                            c->gpu.cc_major, c->gpu.cc_minor, "total_bytes",
+                                            (json_int_t)c->gpu.capacity_bytes));
+  return o;
+}
+
+struct traced {
+  struct vf_trace events;
+  struct vf_trace_result result;
+  json_t *summary; /* what the tracer reported: framework release, torch, notes */
+};
+
+static int read_results(const struct scratch *s, const struct trace_args *a, const struct vf_alloc_conf *conf,
+                        struct traced *t) {
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  json_error_t je;
+  if (!(t->summary = json_load_file(s->summary, 0, &je)))
+    return cli_error("trace", EXIT_INTERNAL, "the tracer's summary is unreadable: %s", je.text);
+  char *text;
+  size_t len;
+  int rc = vf_read_file(s->events, SIZE_MAX / 2, &text, &len, &d);
+  if (!rc) rc = vf_trace_parse(text, len, &t->events, &d);
+  if (!rc && a->events && vf_write_file(a->events, text, len)) {
+    rc = VF_EIO;
+    snprintf(d.file, sizeof d.file, "%s", a->events);
+    snprintf(d.msg, sizeof d.msg, "cannot write the events");
+  }
+  free(text);
+  if (rc) {
+    cli_diag_error("trace", rc, &d);
+    return rc == VF_EIO ? EXIT_ENV : EXIT_INTERNAL;
+  }
+  if ((rc = vf_trace_replay(&t->events, conf, &t->result)))
+    return cli_error("trace", EXIT_INTERNAL, "replaying the tracer's events: %s", vf_strerror(rc));
+  return EXIT_OK;
+}
+
+static const char *phase_of(const struct traced *t, size_t i) {
+  return i < t->events.nphases ? t->events.phases[i] : "load";
+}
+
+static json_t *result_json(const struct trace_args *a, const struct setup_context *c, struct traced *t,
+                           const char *framework) {
+  const struct vf_trace_result *r = &t->result;
+  json_t *phases = json_object(), *breakdown = json_object();
+  for (size_t i = 0; i < t->events.nphases; i++)
+    json_object_set_new(phases, t->events.phases[i],
+                        json_pack("{s:I, s:I}", "allocated_bytes", (json_int_t)r->phase_peak[i].allocated,
+                                  "reserved_bytes", (json_int_t)r->phase_peak[i].reserved));
+  for (int k = VF_CAT_WEIGHTS; k <= VF_CAT_ACTIVATIONS; k++)
+    json_object_set_new(breakdown, vf_category_name((enum vf_category)k), json_integer((json_int_t)r->by_category[k]));
+  json_t *fw = json_object_get(t->summary, "framework");
+  json_t *o = json_object();
+  json_object_set_new(o, "model", json_pack("{s:s}", "name", c->model.name));
+  json_object_set_new(o, "traced", json_pack("{s:I, s:I, s:s, s:o, s:o, s:I}", "allocated_bytes",
+                                             (json_int_t)r->allocated_peak, "reserved_bytes",
+                                             (json_int_t)r->reserved_peak, "phase", phase_of(t, r->peak_phase),
+                                             "phases", phases, "breakdown", breakdown, "events",
+                                             (json_int_t)r->events));
+  json_object_set_new(o, "framework", json_pack("{s:s, s:O, s:O}", "name", framework, "package",
+                                                json_object_get(fw, "name"), "version",
+                                                json_object_get(fw, "version")));
+  json_object_set(o, "torch", json_object_get(t->summary, "torch"));
+  json_object_set(o, "seconds", json_object_get(t->summary, "seconds"));
+  json_object_set(o, "sdpa_backends", json_object_get(t->summary, "sdpa_backends"));
+  json_object_set(o, "notes", json_object_get(t->summary, "notes"));
+  (void)a;
+  return o;
+}
+
+static void result_text(const struct setup_context *c, const struct traced *t, const char *framework) {
+  const struct vf_trace_result *r = &t->result;
+  json_t *fw = json_object_get(t->summary, "framework");
+  printf("%s: traced %s (%s %s, torch %s) in %.1f s\n\n", c->model.name, framework,
+         json_string_value(json_object_get(fw, "name")), json_string_value(json_object_get(fw, "version")),
+         json_string_value(json_object_get(t->summary, "torch")),
+         json_number_value(json_object_get(t->summary, "seconds")));
+  char a[32], b[32];
+  printf("  phase          allocated      reserved\n");
+  for (size_t i = 0; i < t->events.nphases; i++) {
+    cli_format_bytes(r->phase_peak[i].allocated, a, sizeof a);
+    cli_format_bytes(r->phase_peak[i].reserved, b, sizeof b);
+    printf("  %-10s  %12s  %12s%s\n", t->events.phases[i], a, b, i == r->peak_phase ? "  <- peak" : "");
+  }
+  printf("\n  at the peak (%s)\n", phase_of(t, r->peak_phase));
+  for (int k = VF_CAT_WEIGHTS; k <= VF_CAT_ACTIVATIONS; k++) {
+    cli_format_bytes(r->by_category[k], a, sizeof a);
+    printf("  %-22s %12s\n", k == VF_CAT_ACTIVATIONS ? "activations, temporaries" : vf_category_name((enum vf_category)k), a);
+  }
+  cli_format_bytes(r->allocated_peak, a, sizeof a);
+  cli_format_bytes(r->reserved_peak, b, sizeof b);
+  printf("\n  max_memory_allocated   %12s\n  max_memory_reserved    %12s\n", a, b);
+}
+
+static int parse_args(int argc, char **argv, struct trace_args *a) {
+  setup_request_init(&a->r, "trace");
+  optind = 1;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+    if (c == O_HELP || c == 'h') return fputs(usage, stdout), -1;
+    if (c == ':' || c == '?') return cli_option_error("trace", c, argv);
+    if (c == O_JSON) a->json = true;
+    else if (c == O_EVENTS) a->events = optarg;
+    else if (c == O_TIMEOUT) {
+      if (cli_parse_u64("trace", "--timeout", optarg, &a->timeout_s)) return EXIT_BAD_INPUT;
+    } else if (setup_option(&a->r, c, optarg)) return EXIT_BAD_INPUT;
+  }
+  if (optind != argc - 1)
+    return cli_usage_error("trace", optind == argc ? "MODEL is missing; see 'vramfit trace --help'"
+                                                   : "expects exactly one MODEL");
+  a->model = argv[optind];
+  return EXIT_OK;
+}
+
+/* Runs the tracer on a prepared setup and prints what it measured. */
+static int trace_setup(const struct trace_args *a, const struct setup_context *c, const struct trace_env *env,
+                       const struct scratch *s, const char *framework, const char *version) {
+  char config[PATH_MAX];
+  if (config_path(&c->model, a->model, s, config, sizeof config))
+    return cli_usage_error("trace", "%s: the tracer builds models from a Hugging Face config.json: give a "
+                           "catalogue name, a config.json or a folder holding one", a->model);
+  json_t *setup = setup_json(a, c, config, framework, version);
+  int rc = json_dump_file(setup, s->setup, 0);
+  json_decref(setup);
+  if (rc) return cli_error("trace", EXIT_ENV, "%s: cannot write the setup", s->setup);
+  int code = trace_run(env, s->setup, s->events, s->summary, (double)a->timeout_s);
+  if (code) return code;
+  struct traced t = {0};
+  vf_trace_init(&t.events);
+  if ((code = read_results(s, a, &c->conf, &t)) == EXIT_OK) {
+    if (a->json) code = cli_print_json(result_json(a, c, &t, framework));
+    else result_text(c, &t, framework);
+  }
+  vf_trace_cleanup(&t.events);
+  json_decref(t.summary);
+  return code;
+}
+
+/* The frameworks python/vramfit/trace/drivers/ can run. */
+static const char *const traced_frameworks[] = {"hf", "litgpt", "torchtune", "lightning"};
+
+static bool is_traced(const char *framework) {
+  for (size_t i = 0; i < sizeof traced_frameworks / sizeof *traced_frameworks; i++)
+    if (strcmp(framework, traced_frameworks[i]) == 0) return true;
+  return false;
+}
+
+/* Checks the resolved setup and the tracer's environment, then traces in a scratch folder. */
+static int trace_loaded(const struct trace_args *a, const struct setup_context *c, const char *framework,
+                        const char *version) {
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  if (vf_setup_validate(&a->r.setup, &c->model, &d)) return cli_diag_error("trace", VF_EINVAL, &d);
+  if (!is_traced(framework))
+    return cli_usage_error("trace", "--framework %s: no tracer driver (traced: hf, litgpt, torchtune, lightning)",
+                           framework);
+  struct trace_env env;
+  int code = trace_env_find(&env, framework);
+  if (code) return code;
+  struct scratch s;
+  if (scratch_make(&s)) return cli_error("trace", EXIT_ENV, "cannot create a scratch folder in $TMPDIR");
+  code = trace_setup(a, c, &env, &s, framework, version);
+  scratch_remove(&s);
+  return code;
+}
+
+int cmd_trace(int argc, char **argv) {
+  struct trace_args a = {0};
+  int code = parse_args(argc, argv, &a);
+  if (code) return code < 0 ? EXIT_OK : code;
+  char framework[64];
+  const char *at = strchr(a.r.framework, '@');
+  snprintf(framework, sizeof framework, "%.*s", at ? (int)(at - a.r.framework) : 63, a.r.framework);
+  a.r.framework = framework;
+  struct setup_context ctx;
+  if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
+  vf_setup_resolve(&a.r.setup, &ctx.model, &ctx.profile);
+  code = trace_loaded(&a, &ctx, framework, at ? at + 1 : "");
+  setup_context_cleanup(&ctx);
+  return code;
+}
