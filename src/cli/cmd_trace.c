@@ -285,8 +285,11 @@ static int trace_loaded(const struct trace_args *a, const struct setup_context *
   if (!is_traced(framework))
     return cli_usage_error("trace", "--framework %s: no tracer driver (traced: hf, litgpt, torchtune, lightning)",
                            framework);
+  /* A release other than the pinned one has an environment of its own: litgpt@0.4. */
+  char env_name[96];
+  snprintf(env_name, sizeof env_name, "%s%s%s", framework, *version ? "@" : "", version);
   struct trace_env env;
-  int code = trace_env_find(&env, framework);
+  int code = trace_env_find(&env, env_name);
   if (code) return code;
   struct scratch s;
   if (scratch_make(&s)) return cli_error("trace", EXIT_ENV, "cannot create a scratch folder in $TMPDIR");

@@ -36,8 +36,8 @@ int trace_env_find(struct trace_env *e, const char *framework) {
   const char *missing = access(e->python, X_OK) ? e->python : access(e->shim, R_OK) ? e->shim : NULL;
   if (missing)
     return cli_error("trace", EXIT_ENV,
-                     "the %s tracer's Python environment is missing (%s); run 'make trace-env' in %s",
-                     framework, missing, VF_SOURCE_DIR);
+                     "the %s tracer's Python environment is missing (%s); run 'make trace-env "
+                     "TRACE_FRAMEWORKS=%s' in %s", framework, missing, framework, VF_SOURCE_DIR);
   char init[PATH_MAX];
   if (path_in(init, sizeof init, e->package_dir, "vramfit/trace/__main__.py") || access(init, R_OK))
     return cli_error("trace", EXIT_ENV, "the tracer's package is missing from %s (set VRAMFIT_PYTHON_DIR)",
