@@ -39,6 +39,7 @@ static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, 
 
 struct trace_args {
   struct setup_request r;
+  enum vf_attention attention; /* as given, before the profile's default fills it */
   bool json;
   const char *events, *model;
   uint64_t timeout_s;
@@ -88,6 +89,10 @@ static int config_path(const struct vf_model *m, const char *arg, const struct s
 }
 
 static json_t *kinds_json(uint32_t bits) {
+  uint32_t all_linear;
+  vf_lora_targets_parse("all-linear", &all_linear);
+  /* The framework's own "all linear layers" rule, which knows the model's projections. */
+  if (bits == all_linear) return json_pack("[s]", "all-linear");
   json_t *a = json_array();
   for (int k = 0; k <= VF_KIND_HEAD; k++)
     if (bits & (1u << k)) json_array_append_new(a, json_string(vf_kind_name((enum vf_kind)k)));
@@ -118,7 +123,9 @@ static json_t *setup_json(const struct trace_args *a, const struct setup_context
   json_object_set_new(o, "lora_targets", kinds_json(s->lora_targets));
   json_object_set_new(o, "quant", json_string(vf_enum_name(VF_ENUM_QUANT, vf_setup_quant(s))));
   json_object_set_new(o, "grad_ckpt", json_string(vf_enum_name(VF_ENUM_CKPT, s->grad_ckpt)));
-  json_object_set_new(o, "attention", json_string(vf_enum_name(VF_ENUM_ATTENTION, s->attention)));
+  /* Unless asked for one, the framework picks its attention as it does for users. */
+  json_object_set_new(o, "attention", json_string(a->attention == VF_ATTN_DEFAULT
+                                                      ? "default" : vf_enum_name(VF_ENUM_ATTENTION, s->attention)));
   json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
   json_object_set_new(o, "shard", json_string(vf_enum_name(VF_ENUM_SHARD, s->shard)));
   json_object_set_new(o, "offload", offload_json(s->offload));
@@ -308,6 +315,7 @@ int cmd_trace(int argc, char **argv) {
   a.r.framework = framework;
   struct setup_context ctx;
   if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
+  a.attention = a.r.setup.attention;
   vf_setup_resolve(&a.r.setup, &ctx.model, &ctx.profile);
   code = trace_loaded(&a, &ctx, framework, at ? at + 1 : "");
   setup_context_cleanup(&ctx);

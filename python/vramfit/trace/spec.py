@@ -40,7 +40,7 @@ class Spec:
     lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
     quant: str = "none"
     grad_ckpt: str = "none"
-    attention: str = "sdpa"
+    attention: str = "default"  # the framework's choice
     loss: str = "default"
     gpus: int = 1
     shard: str = "none"

@@ -40,7 +40,7 @@ FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "gemma": "llama", "gemma2": "
              "mixtral": "llama", "roberta": "bert", "stablelm": "llama"}
 
 OPTIMIZERS = {"adamw": None,  # the Trainer's default AdamW for this release
-              "adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit",
+              "adamw-8bit": "adamw_bnb_8bit",
               "adafactor": "adafactor", "sgd": "sgd", "sgd-momentum": "sgd",
               "lion": "lion_32bit", "none": "sgd"}
 
@@ -55,9 +55,12 @@ def _model_class(spec: Spec) -> Any:
             "masked-lm": tf.AutoModelForMaskedLM}[spec.task]
 
 
-def _attention(spec: Spec) -> str:
-    # flash is traced as SDPA's flash kernel on every input (see rules.SdpaPolicy.force).
-    return {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}[spec.attention]
+def _attention(spec: Spec) -> dict[str, str]:
+    # flash is traced as SDPA's flash kernel on every input (see rules.SdpaPolicy.force);
+    # by default the model class picks (sdpa where it has it, eager where not: Gemma-2).
+    if spec.attention == "default":
+        return {}
+    return {"attn_implementation": {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}[spec.attention]}
 
 
 def _lora_targets(spec: Spec, model_type: str) -> Any:
@@ -80,13 +83,16 @@ def _build(spec: Spec, run: Run) -> Any:
     config = tf.AutoConfig.from_pretrained(spec.config)
     if spec.task == "seq-classification":
         config.num_labels = 2
+        # Decoders find each sequence's last token by the pad id and refuse batches without
+        # one (modeling_llama.py LlamaForSequenceClassification); recipes set it to eos.
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = getattr(config, "eos_token_id", None) or 0
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
     # As from_pretrained does: the modules are made on the meta device, then every
     # parameter is given its memory on the GPU once (loading writes into it) and the
     # tied weights are tied again (modeling_utils.py, _load_pretrained_model).
     with torch.device("meta"):
-        model = _model_class(spec).from_config(config, dtype=dtype,
-                                               attn_implementation=_attention(spec))
+        model = _model_class(spec).from_config(config, dtype=dtype, **_attention(spec))
     materialize(model, "cuda")
     model.tie_weights()
     if spec.quantized:
@@ -103,7 +109,8 @@ def _build(spec: Spec, run: Run) -> Any:
                                           "seq-classification": "SEQ_CLS",
                                           "masked-lm": None}[spec.task])
         model = peft.get_peft_model(model, lora)
-    run.note(f"{model.__class__.__name__} {config.model_type}, attention {_attention(spec)}")
+    run.note(f"{model.__class__.__name__} {config.model_type}, "
+             f"attention {model.config._attn_implementation}")
     return model
 
 
@@ -221,6 +228,13 @@ def _as_on_a_gpu() -> None:
 def run(spec: Spec, run: Run) -> None:
     if spec.grad_ckpt == "selective":
         raise Unsupported("--grad-ckpt selective: the hf Trainer checkpoints whole layers only")
+    if spec.optimizer == "paged-adamw-8bit":
+        # bitsandbytes pages the states in CUDA managed memory (cudaMallocManaged), outside
+        # the caching allocator and out of max_memory_allocated; its page manager needs a
+        # real CUDA driver.
+        raise Unsupported("--optimizer paged-adamw-8bit: its states live in CUDA managed memory, "
+                          "which the tracer cannot allocate; trace adamw-8bit (the same states, "
+                          "in the allocator) instead")
     import transformers as tf
 
     _as_on_a_gpu()
