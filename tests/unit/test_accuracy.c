@@ -1,6 +1,7 @@
 /* The estimator's accuracy targets, checked on every build: each published measurement
  * (../shared/calibration/published.tsv) runs through the built vramfit, and the test fails
- * when a kind's median |error| is above 5% or any case is underestimated by more than 10%.
+ * when a kind's median |error| is above 5% or its 90th percentile above 12%, or any case is
+ * underestimated by more than 10% (the estimator's targets, bench/README.md).
  * The traced corpus (bench/traced/NAME.tsv) is run when it exists and held to its own
  * targets (median 2%, 90th percentile 5%, no underestimate beyond 5%) when the CMake option
  * VF_GATE_TRACED_ACCURACY is ON; OFF, its figures are printed only.
@@ -16,7 +17,7 @@
 
 #include "accuracy.h"
 
-static const struct acc_limits published_limits = {0.05, -1, 0.10};
+static const struct acc_limits published_limits = {0.05, 0.12, 0.10};
 static const struct acc_limits traced_limits = {0.02, 0.05, 0.05};
 
 static const char *env(const char *name) {
