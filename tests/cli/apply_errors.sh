@@ -131,6 +131,26 @@ refused "litgpt --gpus against devices" 'lora\.yaml:[0-9]+:10: devices 1 x num_n
 refused "a family the tool lacks" 'hf\.yaml:1:1: precision=bf16-true has no place in a hf config' hf.yaml hf.yaml --set precision=bf16-true
 refused "a literal path is a path" 'hf\.yaml:2:1: no key precision; --create adds it' hf.yaml hf.yaml --set .precision=bf16
 
+# A DPO config (TRL <= 0.27 wording) is no GRPO config: its max_length is the whole sample.
+cat >dpo.yaml <<'EOF'
+model_name_or_path: Qwen/Qwen2-0.5B-Instruct
+dataset_name: trl-lib/ultrafeedback_binarized
+learning_rate: 5.0e-07
+num_train_epochs: 1
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 8
+gradient_checkpointing: true
+beta: 0.1
+max_length: 1024
+max_prompt_length: 512
+max_completion_length: 512
+logging_steps: 25
+output_dir: Qwen2-0.5B-DPO
+EOF
+"$VRAMFIT" apply dpo.yaml --set seq=2048 >out.txt 2>err.txt
+expect "DPO: seq is max_length" grep -qx 'max_length: 2048' dpo.yaml
+expect "DPO: detected as trl" grep -q 'max_length 1024 -> 2048' err.txt
+
 # ---- Hydra: the defaults list decides where a value comes from ----
 mkdir -p conf/data conf/trainer
 cp "$CASES/hydra_defaults/conf/config.yaml" conf/config.yaml
