@@ -7,8 +7,10 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 10
 CMAKE_GEN  := -G Ninja
 
+# python3-yaml and tmux are test prerequisites: the tests fail, not skip, without them.
 APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
-                libyaml-dev libjansson-dev libcmocka-dev libncurses-dev
+                libyaml-dev libjansson-dev libcmocka-dev libncurses-dev \
+                python3 python3-yaml tmux
 # The tracer's environments: venvs of Debian's Python 3.11 and a C++ shim against torch.
 TRACE_APT_PACKAGES := python3 python3-venv g++
 TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning

@@ -9,7 +9,7 @@ for bin in "$dir"/bench/bench_*; do
   name=$(basename "$bin")
   echo "== $name"
   case "$name" in
-  bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" ;;
+  bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" "$src/bench/traced" ;;
   bench_speed) "$bin" "$dir/vramfit" ;;
   bench_inspect) "$bin" 21 "$dir/vramfit" ;;
   *) "$bin" ;;

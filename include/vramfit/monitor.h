@@ -155,6 +155,13 @@ enum vf_oom_source {
   VF_OOM_HOST,       /* host RAM: DefaultCPUAllocator */
 };
 
+/* A process the report lists ("Process 48213 has 6.02 GiB memory in use"). */
+struct vf_oom_proc {
+  unsigned pid;
+  uint64_t bytes;
+};
+#define VF_OOM_MAX_PROCS 8
+
 /* Unknown numbers are VF_BYTES_UNKNOWN. */
 struct vf_oom_report {
   enum vf_oom_source source;
@@ -167,24 +174,48 @@ struct vf_oom_report {
   char excerpt[320]; /* the report's first line, trimmed */
   uint64_t tried_bytes, capacity_bytes, free_bytes, process_bytes;
   uint64_t allocated_bytes, reserved_unallocated_bytes;
-  uint64_t other_process_bytes; /* sum of other processes the message lists */
+  uint64_t other_process_bytes; /* sum of the processes the message lists, each pid once */
+  uint64_t allowed_bytes;       /* PyTorch <= 2.0: the per-process limit ("N allowed;") */
+  uint64_t private_pool_bytes;  /* allocated in private pools (CUDA Graphs) */
+  struct vf_oom_proc procs[VF_OOM_MAX_PROCS]; /* the processes listed, in order */
+  unsigned n_procs;
 };
 
 /* Finds the first certain out-of-memory report in a log (else the first likely one) and reads
- * its numbers. Returns 0 with source VF_OOM_NONE when there is none. Pure. */
+ * its numbers from the report itself (its line, and the lines a wrapped PyTorch message or an
+ * NCCL warning continues on). Log lines at INFO level are never reports: TensorFlow logs the
+ * allocations it retries there. Returns 0 with source VF_OOM_NONE when there is none. Pure. */
 int vf_oom_parse(const char *text, size_t len, struct vf_oom_report *out);
 
 enum vf_oom_cause {
   VF_OOM_CAUSE_UNKNOWN,
   VF_OOM_CAUSE_FRAGMENTATION, /* reserved-but-unallocated could have held the request */
-  VF_OOM_CAUSE_OTHER_PROCESS, /* memory held outside this process */
+  VF_OOM_CAUSE_OTHER_PROCESS, /* memory held outside this process (or outside PyTorch) */
   VF_OOM_CAUSE_LEAK,          /* ran for a while, then ran out asking for little */
   VF_OOM_CAUSE_TOO_LARGE,     /* the setting needs more than the GPU has */
+  VF_OOM_CAUSE_LIMIT,         /* a per-process limit below the GPU's capacity was reached */
+  VF_OOM_CAUSE_NOT_FULL,      /* the GPU had more free than was asked for */
 };
 
-/* The most likely cause of a parsed report. Pure. */
+/* What a report's numbers say, with the figures the explanation needs. */
+struct vf_oom_analysis {
+  enum vf_oom_cause cause;
+  int self_listed;        /* index into procs of the entry that is the run itself (a container
+                           * names it by a pid the run cannot see as its own), or -1 */
+  uint64_t others_bytes;  /* held by other processes: those listed (less the run itself), or
+                           * capacity - free - this process; VF_BYTES_UNKNOWN when not known */
+  uint64_t outside_bytes; /* PyTorch <= 2.0: capacity - free - reserved, held outside PyTorch
+                           * (other processes, this one's CUDA context and non-PyTorch use) */
+  uint64_t limit_bytes;   /* what the run may use: the allowed limit, else the capacity */
+};
+
+/* The most likely cause of a parsed report and the figures behind it. Pure. */
+void vf_oom_analyze(const struct vf_oom_report *r, struct vf_oom_analysis *out);
+/* vf_oom_analyze's cause. Pure. */
 enum vf_oom_cause vf_oom_cause(const struct vf_oom_report *r);
 /* "PyTorch", "cuBLAS", ... */
 const char *vf_oom_source_name(enum vf_oom_source s);
+/* "fragmentation", "other_process", "leak", "too_large", "limit", "not_full", "unknown" */
+const char *vf_oom_cause_name(enum vf_oom_cause c);
 
 #endif

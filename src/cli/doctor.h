@@ -3,6 +3,7 @@
 #ifndef VF_CLI_DOCTOR_H
 #define VF_CLI_DOCTOR_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -15,9 +16,11 @@ struct doctor {
   unsigned problems;   /* warnings and failures reported */
   struct vf_nvml *nvml; /* NULL without a driver */
   int gpu;             /* the GPU a run started here gets; -1 when none */
+  json_t *json;        /* --json: the object being built ("findings", "log"); NULL for text */
 };
 
-/* Prints "  TAG   TOPIC  MESSAGE" and counts warnings and failures. */
+/* Prints "  TAG   TOPIC  MESSAGE" (or adds {"level", "topic", "message"} to the --json
+ * findings) and counts warnings and failures. */
 void doctor_report(struct doctor *d, enum doctor_level level, const char *topic,
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -26,5 +29,8 @@ void doctor_check_env(struct doctor *d);
 /* Free memory on the run's GPU against a plan's (or estimate's) peak. Returns an exit code
  * for an unreadable plan, else 0. */
 int doctor_check_plan(struct doctor *d, const char *path);
+/* The out-of-memory report in a training log and its likely cause. Returns an exit code for
+ * an unreadable log, else 0. */
+int doctor_check_log(struct doctor *d, const char *path);
 
 #endif

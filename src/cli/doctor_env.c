@@ -11,15 +11,22 @@
 void doctor_report(struct doctor *d, enum doctor_level level, const char *topic,
                    const char *fmt, ...) {
   static const char *const tags[] = {"ok", "info", "warn", "FAIL"};
+  static const char *const names[] = {"ok", "info", "warn", "fail"};
   static const char *const colors[] = {"\033[32m", "\033[36m", "\033[33m", "\033[31m"};
   if (level >= DOCTOR_WARN) d->problems++;
-  printf("  %s%-4s%s  %-10s ", d->color ? colors[level] : "", tags[level], d->color ? "\033[0m" : "",
-         topic);
+  char msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  vprintf(fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  putchar('\n');
+  if (d->json) {
+    json_array_append_new(json_object_get(d->json, "findings"),
+                          json_pack("{s:s, s:s, s:s}", "level", names[level], "topic", topic,
+                                    "message", msg));
+    return;
+  }
+  printf("  %s%-4s%s  %-10s %s\n", d->color ? colors[level] : "", tags[level],
+         d->color ? "\033[0m" : "", topic, msg);
 }
 
 static void check_driver(struct doctor *d) {

@@ -4,11 +4,16 @@
  *  - HF Trainer + DeepSpeed JSON: concrete batch values must match TrainingArguments;
  *  - Lightning + DeepSpeed JSON: no gradient_accumulation_steps in the JSON at all;
  *  - DeepSpeed: not fp16 and bf16 together; offload_param only with ZeRO stage 3;
- *  - torchtune: optimizer_in_bwd needs gradient_accumulation_steps 1. */
+ *  - torchtune: optimizer_in_bwd needs gradient_accumulation_steps 1;
+ *  - litgpt: the accumulation is global_batch_size / (devices x num_nodes) / micro batch;
+ *  - a TrainingArguments file naming a DeepSpeed JSON the call does not hold gets a note;
+ *  - Hydra: values its defaults list overrides (edit_hydra.c). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/edit_internal.h"
+#include "io/fileio.h"
 
 static bool fmt_is(const struct afile *f, const char *name) {
   return f->fmt && strcmp(f->fmt->name, name) == 0;
@@ -204,11 +209,102 @@ static int check_torchtune(const struct afile *f, struct vf_diag *d) {
   return 0;
 }
 
+/* A litgpt value before (after = false) or after the edits, else the map's default. */
+static bool litgpt_value(const struct afile *f, const char *path, bool after, struct vf_value *v) {
+  if (after ? afile_get(f, path, v, NULL) != 0 : orig_value(f, path, v)) return true;
+  const json_t *def = vf_format_default(f->fmt, path);
+  return def && vf_value_from_json(def, v) == 0;
+}
+
+static bool litgpt_int(const struct afile *f, const char *path, bool after, long long *out) {
+  struct vf_value v;
+  if (!litgpt_value(f, path, after, &v) || v.kind != VF_VALUE_INT) return false;
+  *out = v.i;
+  return true;
+}
+
+/* The GPUs litgpt trains on: devices x num_nodes, or --gpus where devices is "auto" (every
+ * GPU of the machine, litgpt/utils.py parse_devices). */
+static int litgpt_world(const struct astate *s, const struct afile *f, long long *w, struct vf_diag *d) {
+  long long devices, nodes;
+  char why[512];
+  if (!litgpt_int(f, "num_nodes", true, &nodes) || nodes < 1) nodes = 1;
+  if (!litgpt_int(f, "devices", true, &devices) || devices < 1) {
+    if (!s->o->gpus)
+      return refuse(f, "devices", d, "devices is \"auto\" (every GPU of the machine), so the "
+                    "accumulation that train.global_batch_size gives is unknown: pass --gpus N");
+    *w = (long long)s->o->gpus;
+    return 0;
+  }
+  *w = devices * nodes;
+  if (!s->o->gpus || (uint64_t)*w == s->o->gpus) return 0;
+  snprintf(why, sizeof why, "devices %lld x num_nodes %lld = %lld GPUs, but --gpus %llu: set "
+           "devices too (--set devices=N), or leave --gpus out", devices, nodes, *w,
+           (unsigned long long)s->o->gpus);
+  return refuse(f, "devices", d, why);
+}
+
+/* litgpt has no accumulation key: it divides train.global_batch_size by the micro batch and
+ * the GPUs (litgpt/args.py). A new micro batch keeps the accumulation the file gives; both
+ * are written as the global batch that gives them. */
+static int check_litgpt(const struct astate *s, struct afile *f, struct vf_diag *d) {
+  long long m0, m1, g0, w = 1, want;
+  struct vf_value given;
+  if (!litgpt_int(f, "train.micro_batch_size", false, &m0) ||
+      !litgpt_int(f, "train.micro_batch_size", true, &m1) ||
+      !litgpt_int(f, "train.global_batch_size", false, &g0) || m0 < 1 || m1 < 1 ||
+      (m1 == m0 && !f->accumulation) || afile_get(f, "train.global_batch_size", &given, NULL) == 2)
+    return 0;
+  int rc = litgpt_world(s, f, &w, d);
+  if (rc) return rc;
+  char why[512];
+  long long a0 = g0 / w / m0, a1 = f->accumulation ? f->accumulation : a0;
+  if (a0 < 1) {
+    snprintf(why, sizeof why, "train.global_batch_size %lld is below micro %lld x %lld GPUs: "
+             "litgpt stops on it; fix it first", g0, m0, w);
+    return refuse(f, "train.global_batch_size", d, why);
+  }
+  if (__builtin_mul_overflow(m1, a1, &want) || __builtin_mul_overflow(want, w, &want))
+    return refuse(f, "train.global_batch_size", d, "micro x accumulation x GPUs is too large");
+  if (want == g0 && orig_value(f, "train.global_batch_size", &given)) return 0;
+  snprintf(why, sizeof why, "= micro %lld x accumulation %lld x %lld GPU%s", m1, a1, w, w == 1 ? "" : "s");
+  struct vf_value v = {.kind = VF_VALUE_INT, .i = want};
+  return afile_add(f, f->accumulation ? "accumulation" : "batch", "train.global_batch_size", &v,
+                   s->o->create, 0, why, d);
+}
+
+static bool in_call(const struct astate *s, const char *name) {
+  for (size_t i = 0; i < s->n; i++)
+    if (strcmp(base(name), base(s->f[i].pub->path)) == 0 || strcmp(base(name), base(s->f[i].pub->target)) == 0)
+      return true;
+  return false;
+}
+
+/* An HF-style file names its DeepSpeed JSON ("deepspeed: ds.json"), whose batch values must
+ * agree with it; apply can keep them so only when the JSON is one of the call's files. */
+static int note_deepspeed_json(struct astate *s, const struct afile *f) {
+  struct vf_value v;
+  if (!hf_family(f) || !orig_value(f, "deepspeed", &v) || v.kind != VF_VALUE_STRING ||
+      !vf_ends_with(v.s, ".json") || in_call(s, v.s))
+    return 0;
+  char near[4096];
+  const char *slash = strrchr(f->pub->target, '/');
+  snprintf(near, sizeof near, "%.*s/%s", slash ? (int)(slash - f->pub->target) : 1,
+           slash ? f->pub->target : ".", v.s);
+  if (access(v.s, F_OK) != 0 && (v.s[0] == '/' || access(near, F_OK) != 0))
+    return vf_apply_note(s->a, "%s: deepspeed: %s was not found (from here or beside the file): "
+                         "the run will fail to load it", f->pub->path, v.s);
+  return vf_apply_note(s->a, "%s: deepspeed: %s is not among the files given, so its batch "
+                       "values were not checked against this file: give it too", f->pub->path, v.s);
+}
+
 int vf_check_consistency(struct astate *s, struct vf_diag *d) {
   for (size_t i = 0; i < s->n; i++) {
     int rc = fmt_is(&s->f[i], "deepspeed") ? check_deepspeed(s, &s->f[i], d)
              : fmt_is(&s->f[i], "torchtune") ? check_torchtune(&s->f[i], d)
-                                             : 0;
+             : fmt_is(&s->f[i], "litgpt")    ? check_litgpt(s, &s->f[i], d)
+                                             : note_deepspeed_json(s, &s->f[i]);
+    if (!rc) rc = vf_check_hydra_defaults(s, &s->f[i], d);
     if (rc) return rc;
   }
   return 0;

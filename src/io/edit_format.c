@@ -7,6 +7,12 @@
  *   "keys": {logical: {"paths": [candidates, first present wins],
  *                      "values": {logical value: spelling}}
  *           | {logical: {"set": {logical value: {path: spelling}}}}
+ *           | {logical: {"derived": path}}  (the tool computes it from others; see edit_check.c)
+ *     each entry may add "families": {plain value: [variants, default first]} (precision:
+ *     bf16 -> bf16-mixed or bf16-true, whichever family the file uses), "plain": "mixed" or
+ *     "true" (the family this map's plain values are), and "notes": {value: sentence, or
+ *     {"if": {path: value}, "note": sentence}} (said when the value lands),
+ *   "reasons": {logical: why this tool has no place for it}.
  * A spelling is a JSON value or an array of equivalent ones (the first is written). */
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +125,25 @@ const json_t *vf_format_default(const struct vf_format *f, const char *path) {
 
 bool vf_format_keeps_auto(const struct vf_format *f) {
   return f && json_is_true(json_object_get(f->map, "keep_auto"));
+}
+
+const char *vf_format_reason(const struct vf_format *f, const char *key) {
+  return f ? json_string_value(json_object_get(json_object_get(f->map, "reasons"), key)) : NULL;
+}
+
+const char *vf_format_family(const json_t *entry, const struct ynode *node) {
+  const json_t *values = json_object_get(entry, "values"), *variants;
+  const char *plain;
+  if (!node) return NULL;
+  json_object_foreach((json_t *)json_object_get(entry, "families"), plain, variants) {
+    size_t i;
+    const json_t *v;
+    json_array_foreach(variants, i, v) {
+      const char *name = json_string_value(v);
+      if (name && vf_spelling_matches(json_object_get(values, name), node)) return strrchr(name, '-');
+    }
+  }
+  return NULL;
 }
 
 bool vf_spelling_matches(const json_t *spelling, const struct ynode *node) {

@@ -166,6 +166,11 @@ const json_t *vf_format_key(const struct vf_format *f, const char *key);
 /* The map's default for a path, or NULL. */
 const json_t *vf_format_default(const struct vf_format *f, const char *path);
 bool vf_format_keeps_auto(const struct vf_format *f);
+/* Why the map has no place for a logical key ("reasons": {key: sentence}), or NULL. */
+const char *vf_format_reason(const struct vf_format *f, const char *key);
+/* The family suffix ("-true", "-mixed") of the variant in entry's "families" whose spelling
+ * node holds, or NULL. */
+const char *vf_format_family(const json_t *entry, const struct ynode *node);
 /* Whether node holds one of the spellings (a JSON value or an array of them). */
 bool vf_spelling_matches(const json_t *spelling, const struct ynode *node);
 /* The spelling to write: the value, or an array's first. */
@@ -190,6 +195,7 @@ struct afile {
   size_t n_group;
   struct pedit *edits;
   size_t n_edits;
+  long long accumulation; /* a derived accumulation asked for (litgpt); 0: not asked */
 };
 
 struct astate {
@@ -211,5 +217,8 @@ int vf_apply_note(struct vf_apply *a, const char *fmt, ...) __attribute__((forma
 int vf_resolve_settings(struct astate *s, struct vf_diag *d);
 /* Cross-file rules: adds the edits they imply, refuses what they forbid (edit_check.c). */
 int vf_check_consistency(struct astate *s, struct vf_diag *d);
+/* Hydra: a primary config's edits that a defaults entry after _self_ would override move to
+ * that entry's config when the call holds it, else are refused (edit_hydra.c). */
+int vf_check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d);
 
 #endif

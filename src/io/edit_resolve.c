@@ -27,7 +27,7 @@ static const struct logical logicals[] = {
     {"seq", L_INT, 1, 1 << 30, NULL, NULL},
     {"zero_stage", L_INT, 0, 3, NULL, "0"},
     {"grad_ckpt", L_ENUM, 0, 0, "none full selective", "none"},
-    {"precision", L_ENUM, 0, 0, "bf16 fp16 fp32", NULL},
+    {"precision", L_ENUM, 0, 0, "bf16 fp16 fp32 bf16-mixed bf16-true fp16-mixed fp16-true", NULL},
     {"optimizer", L_ENUM, 0, 0, "adamw adamw-8bit paged-adamw-8bit adafactor sgd sgd-momentum lion",
      NULL},
     {"offload", L_LIST, 0, 0, "none optimizer params activations", "none"},
@@ -37,8 +37,8 @@ static const struct logical logicals[] = {
 static const char *const aliases[][2] = {
     {"grad_ckpt:true", "full"},        {"grad_ckpt:on", "full"},
     {"grad_ckpt:false", "none"},       {"grad_ckpt:off", "none"},
-    {"precision:bf16-mixed", "bf16"},  {"precision:bfloat16", "bf16"},
-    {"precision:16-mixed", "fp16"},    {"precision:16", "fp16"},
+    {"precision:bfloat16", "bf16"},    {"precision:16-true", "fp16-true"},
+    {"precision:16-mixed", "fp16-mixed"}, {"precision:16", "fp16"},
     {"precision:float16", "fp16"},     {"precision:32", "fp32"},
     {"precision:32-true", "fp32"},     {"precision:float32", "fp32"},
     {"precision:none", "fp32"},        {"offload:param", "params"},
@@ -66,6 +66,12 @@ struct result {
   size_t at;
   const json_t *def;
 };
+
+/* A key written ".path" is always a path in the file, even one named like a logical key
+ * (litgpt's own top-level `precision`). */
+static bool literal(const char *key) { return key[0] == '.'; }
+
+static const char *path_of(const char *key) { return key + literal(key); }
 
 static const struct logical *logical_of(const char *key) {
   for (size_t i = 0; i < sizeof logicals / sizeof *logicals; i++)
@@ -198,6 +204,17 @@ static int found_node(const struct afile *f, const struct slot *sl, const struct
   return wanted_value(sl, &r->value);
 }
 
+/* jsonargparse reads a class's arguments under init_args: a key created beside class_path
+ * would not be one of them. */
+static bool beside_class_path(const struct yfind *fd) {
+  const struct ynode *m = fd->parent;
+  if (!m || m->kind != YN_MAP || (strncmp(fd->rest, "init_args", 9) == 0 && strchr(".", fd->rest[9])))
+    return false;
+  for (size_t i = 0; i + 1 < m->nkid; i += 2)
+    if (m->kid[i]->kind == YN_SCALAR && strcmp(m->kid[i]->value, "class_path") == 0) return true;
+  return false;
+}
+
 /* How many segments of the candidate are missing (fewer: a better place to create). */
 static size_t missing_depth(const struct yfind *fd) {
   size_t n = 1;
@@ -216,7 +233,7 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
     if (rc == VF_ENOTFOUND) continue;
     if (rc) return rc;
     if (fd.node) return found_node(f, sl, fd.node, sl->cands[i], r, d);
-    if (missing_depth(&fd) < best_depth) {
+    if (missing_depth(&fd) < best_depth && !beside_class_path(&fd)) {
       best = sl->cands[i];
       best_depth = missing_depth(&fd);
       best_at = fd.parent ? fd.parent->start : 0;
@@ -341,16 +358,85 @@ static int run_set(struct job *j, const json_t *set, const struct lvalue *v) {
   return rc;
 }
 
+/* The node a "paths" entry would write: the first candidate present in the file. */
+static const struct ynode *current(const struct afile *f, const json_t *entry, const char *over) {
+  const json_t *paths = json_object_get(entry, "paths");
+  size_t n = over ? 1 : json_array_size(paths);
+  for (size_t i = 0; i < n; i++) {
+    struct yfind fd;
+    const char *p = over ? over : json_string_value(json_array_get(paths, i));
+    if (p && ytree_find(&f->doc.t, p, &fd, NULL) == 0 && fd.node) return fd.node;
+  }
+  return NULL;
+}
+
+/* Precision comes in families: "true" (the weights themselves in the dtype) and "mixed"
+ * (fp32 master weights and autocast), which need different memory. A plain bf16 or fp16
+ * keeps the family the file already uses ("families" lists the variants, the default
+ * first); a qualified one (bf16-mixed) finds the plain spelling of a map whose spellings
+ * are all of one family ("plain"). */
+static int pick_family(struct job *j, const json_t *entry, const char *over, struct lvalue *v) {
+  const json_t *variants = json_object_get(json_object_get(entry, "families"), v->text);
+  const char *dash = strrchr(v->text, '-'), *plain = json_string_value(json_object_get(entry, "plain"));
+  if (!variants) {
+    if (dash && plain && strcmp(dash + 1, plain) == 0) v->text[dash - v->text] = '\0';
+    return 0;
+  }
+  const char *family = vf_format_family(entry, current(j->f, entry, over));
+  for (size_t i = 1; family && i < json_array_size(variants); i++) {
+    const char *name = json_string_value(json_array_get(variants, i));
+    const char *suffix = name ? strrchr(name, '-') : NULL;
+    if (!suffix || strcmp(suffix, family) != 0) continue;
+    int rc = vf_apply_note(j->s->a, "%s: %s=%s written as %s, the family the file uses (%s); "
+                           "ask for %s=%s to change it", j->f->pub->path, v->l->name, v->text,
+                           name, strcmp(family, "-true") == 0 ? "the weights themselves in that "
+                           "dtype, no fp32 master copy" : "fp32 master weights and autocast",
+                           v->l->name, json_string_value(json_array_get(variants, 0)));
+    snprintf(v->text, sizeof v->text, "%s", name);
+    return rc;
+  }
+  snprintf(v->text, sizeof v->text, "%s", json_string_value(json_array_get(variants, 0)));
+  return 0;
+}
+
+/* What the map says about a value once it is written ("notes": {value: sentence}), or
+ * about a value left as the file has it ({value: {"if": {path: value}, "note": ...}}). */
+static int landed_note(struct job *j, const json_t *entry, const struct lvalue *v) {
+  const json_t *n = json_object_get(json_object_get(entry, "notes"), v->text);
+  const char *text = json_is_string(n) ? json_string_value(n) : json_string_value(json_object_get(n, "note"));
+  if (!text || j->res->o[0] != O_LANDED) return 0;
+  const char *path;
+  const json_t *want;
+  json_object_foreach((json_t *)json_object_get(n, "if"), path, want) {
+    struct vf_value cur, w;
+    if (!afile_get(j->f, path, &cur, NULL) || vf_value_from_json(want, &w) || !vf_value_same(&cur, &w))
+      return 0;
+  }
+  return vf_apply_note(j->s->a, "%s: %s", j->f->pub->path, text);
+}
+
+/* A key the tool derives from others ("derived": the path that holds it): litgpt's
+ * accumulation is global_batch_size / (micro batch x devices), kept by edit_check.c. */
+static int run_derived(struct job *j, const json_t *entry, const struct lvalue *v) {
+  j->f->accumulation = v->i;
+  snprintf(j->res->path, sizeof j->res->path, "%s", json_string_value(json_object_get(entry, "derived")));
+  set_all(j->res, v->nelem, O_LANDED);
+  return 0;
+}
+
 static int run_logical(struct job *j, const struct logical *l) {
   struct lvalue v;
   int rc = parse_logical(&v, l, j->set->value, j->d);
   if (rc) return rc;
   const char *over = override_of(j->s, l->name);
   const json_t *entry = vf_format_key(j->f->fmt, l->name);
-  if (over || json_object_get(entry, "paths")) return run_paths(j, entry, &v, over);
-  if (json_object_get(entry, "set")) return run_set(j, json_object_get(entry, "set"), &v);
-  set_all(j->res, v.nelem, O_UNMAPPED);
-  return 0;
+  if (!over && json_object_get(entry, "derived")) return run_derived(j, entry, &v);
+  rc = pick_family(j, entry, over, &v);
+  if (rc) return rc;
+  if (over || json_object_get(entry, "paths")) rc = run_paths(j, entry, &v, over);
+  else if (json_object_get(entry, "set")) rc = run_set(j, json_object_get(entry, "set"), &v);
+  else set_all(j->res, v.nelem, O_UNMAPPED);
+  return rc ? rc : landed_note(j, entry, &v);
 }
 
 /* A dotted path: the value as typed (a "quoted" value is a string), in the type it has. */
@@ -368,7 +454,7 @@ static int run_dotted(struct job *j) {
   } else if ((rc = vf_value_parse(text, &v)) != 0) {
     return vf_diag_at(j->d, rc, NULL, UINT64_MAX, "%s=%s: not a value", j->set->key, text);
   }
-  const char *cands[1] = {j->set->key};
+  const char *cands[1] = {path_of(j->set->key)};
   struct slot sl = {cands, 1, NULL, v, false, true, false};
   bool all[MAX_ELEM] = {true};
   rc = run_slots(j, &sl, 1, all, 1);
@@ -399,6 +485,7 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
   value_text(set, e, val, sizeof val);
   const struct ytree *t = &f->doc.t;
   bool required = !set->from_plan;
+  const char *why = vf_format_reason(f->fmt, set->key);
   char def[96] = "";
   if (r->def) {
     char *dt = json_dumps(r->def, JSON_ENCODE_ANY);
@@ -412,7 +499,7 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
   case O_MISSING_NODEFAULT:
     if (!required)
       return vf_apply_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
-    if (strcmp(r->path, set->key) == 0)
+    if (strcmp(r->path, path_of(set->key)) == 0)
       return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no key %s; --create adds it", r->path);
     return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s; --create adds it", r->path, set->key, val);
   case O_AUTO:
@@ -431,8 +518,8 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
       return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
                           "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
                           set->key, val, set->key);
-    return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s",
-                        set->key, val, f->fmt->name,
+    return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s%s%s",
+                        set->key, val, f->fmt->name, why ? ": " : "", why ? why : "",
                         required ? "" : " (from the plan: set it by hand, or --map it)");
   }
 }
@@ -479,7 +566,7 @@ static int settle_group(struct astate *s, size_t first, struct result **res, str
 static int resolve_file(struct astate *s, struct afile *f, struct result *res, struct vf_diag *d) {
   for (size_t k = 0; k < f->n_group; k++) {
     struct job j = {s, f, &f->group[k], &res[k], d};
-    const struct logical *l = logical_of(f->group[k].key);
+    const struct logical *l = literal(f->group[k].key) ? NULL : logical_of(f->group[k].key);
     int rc = l ? run_logical(&j, l) : run_dotted(&j);
     if (rc) return rc;
   }

@@ -2,7 +2,8 @@
 # Golden tests for `vramfit apply` on real-looking configs of each ecosystem.
 # Each tests/data/apply/CASE/ holds the input files, `args` (the command line after
 # `apply`), expected/ (every input file as it must be afterwards, byte for byte) and
-# stdout.expected (the diff). A case passes when the edited files equal expected/, each
+# stdout.expected (the diff), and stderr.expected (the notes a dry run prints) where the
+# case has notes to check. A case passes when the edited files equal expected/, each
 # changed file's backup equals its input, unchanged files get no backup, a second run
 # changes nothing, and --dry-run prints the same diff and writes nothing.
 set -u
@@ -21,7 +22,7 @@ check() { # check NAME COMMAND...: one assertion
 # copy CASE_DIR WORK: the case's input files only
 copy_inputs() {
   rm -rf "$2" && mkdir -p "$2"
-  (cd "$1" && find . -type f ! -name args ! -name stdout.expected ! -path './expected/*') |
+  (cd "$1" && find . -type f ! -name args ! -name '*.expected' ! -path './expected/*') |
     while read -r f; do mkdir -p "$2/$(dirname "$f")" && cp -p "$1/$f" "$2/$f"; done
 }
 
@@ -76,9 +77,14 @@ for case_dir in "$SRC"/tests/data/apply/*/; do
   check "$name: dry run exits 0" test $? -eq 0
   check "$name: dry run prints the diff" cmp -s "$case_dir/stdout.expected" "$out.dry.stdout"
   check "$name: dry run writes nothing" same_tree_as_input "$case_dir" "$work"
+  if [ -f "$case_dir/stderr.expected" ]; then
+    check "$name: notes on stderr" cmp -s "$case_dir/stderr.expected" "$out.dry.stderr"
+  fi
 done
 
 # Numbers must read back as numbers in PyYAML, the strictest loader (1e-5 is a string there).
+# PyYAML is a test prerequisite (python3-yaml in the Makefile's APT_PACKAGES): missing, it fails.
+check "PyYAML is installed (python3-yaml)" python3 -c 'import yaml'
 if python3 -c 'import yaml' 2>/dev/null; then
   check "trl_yaml: learning_rate is a float for PyYAML" python3 -c '
 import sys, yaml
@@ -98,4 +104,4 @@ sys.exit(0 if old == new else 1)' "$SRC/tests/data/apply/crlf_bom_anchors/run.ya
 fi
 
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -111,6 +111,63 @@ check_log host-ram.log "host memory" "host memory (RAM) ran out"
 under "$TMP/quiet.nvml" doctor --log "$LOGS/jax-warning-only.log"
 expect 0 "XLA warning is not an OOM"
 
+# Real reports that were misread once (each file is one of them, rewritten).
+check_log container-self-listed.log PyTorch "the setting needs more memory than the GPU has. Process 121503 is this run itself"
+has "process 121503 (this run) 14.59 GiB, other processes 0 B" "the listed run is not another process"
+check_log container-zero-bytes.log PyTorch "the setting needs more memory than the GPU has. Process 3017 is this run itself"
+check_log pytorch-1.12-outside.log PyTorch "memory held outside PyTorch: 6.47 GiB"
+check_log pytorch-1.3-free-not-full.log PyTorch "not a full GPU: 9.28 GiB was free, more than the 12.50 MiB asked for"
+has "the setting itself need not shrink" "not-full advice"
+check_log pytorch-2.6-private-pools.log PyTorch "the setting needs more memory"
+has "in private pools 46.00 MiB, reserved but unallocated 736.86 MiB" "private pools keep the reserved figure"
+check_log two-workers.log PyTorch "another process: 17.85 GiB"
+hasnt "35.70 GiB" "two reports summed"
+check_log pytorch-1.9-fraction.log PyTorch "a memory limit: the process may use only 1.05 GiB of the 14.76 GiB GPU"
+has "vramfit plan MODEL --gpu 1.05GiB" "plan for the limit, not the GPU"
+under "$TMP/quiet.nvml" doctor --log "$LOGS/tensorflow-retries-finished.log"
+expect 0 "TensorFlow INFO retries of a run that finished"
+has "no out-of-memory report" "INFO retries are not reports"
+check_log tensorflow-retries-then-oom.log TensorFlow "the setting needs more memory"
+has "line 10: TensorFlow" "the real TensorFlow report, not the retry"
+has "asked for 39.81 MiB, capacity 7.24 GiB" "size from the allocator's line"
+check_log host-not-enough.log "host memory" "host memory (RAM) ran out"
+has "asked for 25.00 GiB" "host request size"
+check_log xla-resource-exhausted-case.log JAX/XLA "the setting needs more memory"
+check_log xla-out-of-memory-allocating.log JAX/XLA "the setting needs more memory"
+has "asked for 16.00 GiB" "XLA size"
+check_log xla-cumemallocasync.log JAX/XLA "the setting needs more memory"
+check_log nccl-cuda-failure-2.log NCCL "NCCL could not get memory"
+has "asked for 6.00 MiB" "NCCL calloc size"
+check_log pytorch-0.4-runtime-error.log PyTorch "the setting needs more memory"
+
+# --- --json: every finding, the report's numbers and its cause
+under "$TMP/quiet.nvml" doctor --log "$LOGS/container-self-listed.log" --json
+expect 1 "doctor --json"
+pycheck "doctor --json" "$TMP/out" "
+r = j['log']['report']
+assert j['problems'] == 1, j['problems']
+assert {'level', 'topic', 'message'} <= set(j['findings'][0]), j['findings'][0]
+assert [f['level'] for f in j['findings'] if f['topic'] == 'log'] == ['fail'], j['findings']
+assert j['log']['file'].endswith('container-self-listed.log')
+assert (r['source'], r['line'], r['count'], r['gpu'], r['cause']) == ('PyTorch', 7, 1, 0, 'too_large'), r
+n = r['numbers']
+assert n['process_bytes'] is None and n['other_process_bytes'] == 0, n
+assert abs(n['tried_bytes'] - 1.96 * 2**30) < 0.01 * 2**30, n
+assert r['processes'] == [{'pid': 121503, 'bytes': n['listed_process_bytes'], 'this_run': True}], r
+assert r['explanation'].startswith('the setting needs more memory') and 'vramfit plan' in r['fix']
+print('ok')"
+under "$TMP/quiet.nvml" doctor --log "$LOGS/no-oom.log" --json
+expect 0 "doctor --json, clean log"
+pycheck "doctor --json, clean log" "$TMP/out" "
+assert j['log'] == {'file': j['log']['file'], 'report': None} and j['problems'] == 0, j
+print('ok')"
+VRAMFIT_NVML=$TMP/none.so under "$TMP/quiet.nvml" doctor --json
+expect 3 "doctor --json without a driver"
+pycheck "doctor --json without a driver" "$TMP/out" "
+assert j['findings'][0]['level'] == 'fail' and j['findings'][0]['topic'] == 'driver', j
+assert j['log'] is None
+print('ok')"
+
 # A 'vramfit watch' log that warned about growth, then the OOM.
 {
   echo '{"index":0,"warnings":["GPU 0 pid 42 (python3): memory keeps growing after warm-up (+60.0 MiB/min, now 70.00 GiB); out of memory in ~9 min at this rate"]}'

@@ -186,7 +186,7 @@ if command -v tmux >/dev/null; then
   tmux send-keys -t "vfwatch$$" q
   tmux kill-session -t "vfwatch$$" 2>/dev/null
 else
-  echo "tmux missing: the terminal view is not tested" >&2
+  bad "tmux missing (a test prerequisite, in the Makefile's APT_PACKAGES): the terminal view is not tested"
 fi
 
 finish

@@ -2,7 +2,7 @@
 #
 # Provides: $VRAMFIT, $SRC, $GOLDEN, $TMP (removed on exit), counters and the checks
 # run, golden, fails, succeeds, exits; `finish` prints 'N passed, N failed' and sets the
-# exit status. UPDATE_GOLDEN=1 rewrites golden files from the current output instead of
+# exit status (a script that ran no check fails: a test that cannot fail is a defect). UPDATE_GOLDEN=1 rewrites golden files from the current output instead of
 # comparing (look at git diff tests/data/golden before committing).
 set -u
 
@@ -107,5 +107,6 @@ succeeds() {
 
 finish() {
   echo "$passed passed, $failed failed"
+  [ $((passed + failed)) -gt 0 ] || { echo "FAIL: no check ran" >&2; return 1; }
   [ "$failed" -eq 0 ]
 }

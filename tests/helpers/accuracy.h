@@ -1,0 +1,57 @@
+/* Estimates against measured peaks: shared by bench/accuracy (which prints the figures) and
+ * tests/unit/test_accuracy (which fails when they break the estimator's targets).
+ *
+ * Two corpora: shared/calibration/published.tsv (id, model, args, measured_mib, kind, ...;
+ * kind says which peak was measured) and the traced corpus, bench/traced/NAME.tsv (id, model,
+ * family, framework, framework_version, torch, args, allocated_bytes, phase; always
+ * max_memory_allocated). Each case runs `VRAMFIT estimate MODEL ARGS --json`: args holds
+ * every estimate option the case needs. */
+#ifndef VF_TEST_ACCURACY_H
+#define VF_TEST_ACCURACY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct acc_case {
+  char id[64], model[128], kind[16], args[2048];
+  double measured;  /* bytes */
+  double estimated; /* bytes; < 0 when vramfit gave no estimate */
+};
+
+struct acc_set {
+  struct acc_case *v;
+  size_t n;
+};
+
+/* Appends the rows of a corpus file; 0, or -1 with err filled (unreadable file, bad row). */
+int acc_read_published(const char *path, struct acc_set *s, char *err, size_t size);
+int acc_read_traced(const char *path, struct acc_set *s, char *err, size_t size);
+/* Every *.tsv of dir, sorted by name (none: 0 with the set unchanged). */
+int acc_read_traced_dir(const char *dir, struct acc_set *s, char *err, size_t size);
+void acc_free(struct acc_set *s);
+
+/* Runs every case through the binary and fills `estimated`. */
+void acc_estimate(const char *vramfit, struct acc_set *s);
+/* The relative error (est - meas) / meas; negative: underestimated (the run would OOM). */
+double acc_error(const struct acc_case *c);
+
+/* The figures of one kind ("allocated", "reserved", "device", ...). */
+struct acc_stats {
+  int n, failed;
+  double median, p90;  /* of |error| */
+  double worst_under;  /* the most negative error, 0 when none is under */
+  const char *worst_id; /* the case of worst_under */
+  int under10;         /* cases underestimated by more than 10% */
+};
+void acc_stats_of(const struct acc_set *s, const char *kind, struct acc_stats *out);
+/* The kinds the set holds, in first-seen order; returns how many (at most max). */
+size_t acc_kinds(const struct acc_set *s, const char **out, size_t max);
+
+/* Targets: median |error|, 90th percentile (< 0: not checked), deepest underestimate. */
+struct acc_limits {
+  double median, p90, under;
+};
+/* Whether the figures meet the limits; when not, why says which and by how much. */
+bool acc_meets(const struct acc_stats *st, const struct acc_limits *lim, char *why, size_t size);
+
+#endif

@@ -1,0 +1,120 @@
+/* The estimator's accuracy targets, checked on every build: each published measurement
+ * (../shared/calibration/published.tsv) runs through the built vramfit, and the test fails
+ * when a kind's median |error| is above 5% or its 90th percentile above 12%, or any case is
+ * underestimated by more than 10% (the estimator's targets, bench/README.md).
+ * The traced corpus (bench/traced/NAME.tsv) is run when it exists and held to its own
+ * targets (median 2%, 90th percentile 5%, no underestimate beyond 5%) when the CMake option
+ * VF_GATE_TRACED_ACCURACY is ON; OFF, its figures are printed only.
+ *
+ * Needs VRAMFIT (the binary) and VF_SOURCE_DIR; the calibration file missing is a failure. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accuracy.h"
+
+static const struct acc_limits published_limits = {0.05, 0.12, 0.10};
+static const struct acc_limits traced_limits = {0.02, 0.05, 0.05};
+
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !v[0]) fail_msg("%s is not set (CTest sets it)", name);
+  return v;
+}
+
+static void print_stats(const char *corpus, const char *kind, const struct acc_stats *st) {
+  printf("%s %-10s %3d cases  median %.1f%%  p90 %.1f%%  worst under %.1f%%%s%s\n", corpus, kind,
+         st->n, 100 * st->median, 100 * st->p90, -100 * st->worst_under,
+         st->worst_id ? " " : "", st->worst_id ? st->worst_id : "");
+}
+
+/* Checks every kind of the set; returns the failures (also printed). */
+static int check_kinds(const char *corpus, const struct acc_set *s, const struct acc_limits *lim) {
+  const char *kinds[16];
+  size_t nk = acc_kinds(s, kinds, 16);
+  int bad = 0;
+  for (size_t k = 0; k < nk; k++) {
+    struct acc_stats st;
+    char why[256];
+    acc_stats_of(s, kinds[k], &st);
+    print_stats(corpus, kinds[k], &st);
+    if (!acc_meets(&st, lim, why, sizeof why)) {
+      printf("  %s %s: %s\n", corpus, kinds[k], why);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static void published_cases_meet_the_targets(void **state) {
+  (void)state;
+  char path[4096], err[512];
+  snprintf(path, sizeof path, "%s/../shared/calibration/published.tsv", env("VF_SOURCE_DIR"));
+  struct acc_set s = {0};
+  if (acc_read_published(path, &s, err, sizeof err)) fail_msg("%s (the checkout needs ../shared beside it)", err);
+  assert_true(s.n >= 40); /* every published case, not a stray header */
+  acc_estimate(env("VRAMFIT"), &s);
+  int bad = check_kinds("published", &s, &published_limits);
+  acc_free(&s);
+  assert_int_equal(bad, 0);
+}
+
+static void traced_corpus_when_present(void **state) {
+  (void)state;
+  char dir[4096], err[512];
+  snprintf(dir, sizeof dir, "%s/bench/traced", env("VF_SOURCE_DIR"));
+  struct acc_set s = {0};
+  if (acc_read_traced_dir(dir, &s, err, sizeof err)) fail_msg("%s", err);
+  if (s.n == 0) {
+    printf("traced corpus: none in %s yet\n", dir);
+    return;
+  }
+  acc_estimate(env("VRAMFIT"), &s);
+  bool gate = strcmp(env("VF_GATE_TRACED"), "ON") == 0;
+  int bad = check_kinds("traced", &s, &traced_limits);
+  acc_free(&s);
+  if (!gate) printf("traced corpus: gate off (cmake -DVF_GATE_TRACED_ACCURACY=ON turns it on)\n");
+  else assert_int_equal(bad, 0);
+}
+
+/* The checks themselves bite: figures just past each limit fail, figures within pass. */
+static void limits_bite(void **state) {
+  (void)state;
+  struct acc_case cases[] = {
+      {"a", "m", "allocated", "", 100, 101}, {"b", "m", "allocated", "", 100, 98},
+      {"c", "m", "allocated", "", 100, 89}, /* 11% under */
+  };
+  struct acc_set s = {cases, 3};
+  struct acc_stats st;
+  char why[256];
+  acc_stats_of(&s, "allocated", &st);
+  assert_int_equal(st.n, 3);
+  assert_int_equal(st.under10, 1);
+  assert_false(acc_meets(&st, &published_limits, why, sizeof why));
+  assert_non_null(strstr(why, "c underestimated by 11.0%"));
+  cases[2].estimated = 94; /* 6% under: within the published 10%, not the traced 5% */
+  acc_stats_of(&s, "allocated", &st);
+  assert_true(acc_meets(&st, &published_limits, why, sizeof why));
+  assert_false(acc_meets(&st, &traced_limits, why, sizeof why));
+  assert_non_null(strstr(why, "p90 |error| 6.0% > 5.0%"));
+  cases[0].estimated = cases[1].estimated = 120; /* median 20% */
+  acc_stats_of(&s, "allocated", &st);
+  assert_false(acc_meets(&st, &published_limits, why, sizeof why));
+  assert_non_null(strstr(why, "median |error| 20.0% > 5.0%"));
+  cases[1].estimated = -1; /* no estimate at all */
+  acc_stats_of(&s, "allocated", &st);
+  assert_false(acc_meets(&st, &published_limits, why, sizeof why));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(limits_bite),
+      cmocka_unit_test(published_cases_meet_the_targets),
+      cmocka_unit_test(traced_corpus_when_present),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
