@@ -15,7 +15,7 @@ APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
 TRACE_APT_PACKAGES := python3 python3-venv g++
 TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning
 
-.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test
+.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces
 
 all: build
 
@@ -42,6 +42,11 @@ trace-env:
 
 trace-test: trace-env
 	sh scripts/trace-tests.sh
+
+# The traced corpus (bench/traced/*.tsv): every setup of bench/traced/setups.sh traced
+# again; TRACES=hf- (an id prefix) retraces a part. Takes about an hour for all.
+traces: build trace-env
+	sh bench/traced/setups.sh | $(BUILD)/bench/bench_traces $(BUILD)/vramfit bench/traced $(TRACES)
 
 asan: deps trace-env
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON

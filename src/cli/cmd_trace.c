@@ -189,7 +189,8 @@ static json_t *result_json(const struct trace_args *a, const struct setup_contex
     json_object_set_new(breakdown, vf_category_name((enum vf_category)k), json_integer((json_int_t)r->by_category[k]));
   json_t *fw = json_object_get(t->summary, "framework");
   json_t *o = json_object();
-  json_object_set_new(o, "model", json_pack("{s:s}", "name", c->model.name));
+  json_object_set_new(o, "model", json_pack("{s:s, s:s}", "name", c->model.name, "family",
+                                            vf_family_name(c->model.arch.family)));
   json_object_set_new(o, "traced", json_pack("{s:I, s:I, s:s, s:o, s:o, s:I}", "allocated_bytes",
                                              (json_int_t)r->allocated_peak, "reserved_bytes",
                                              (json_int_t)r->reserved_peak, "phase", phase_of(t, r->peak_phase),
@@ -289,6 +290,12 @@ static int trace_loaded(const struct trace_args *a, const struct setup_context *
   struct vf_diag d;
   vf_diag_clear(&d);
   if (vf_setup_validate(&a->r.setup, &c->model, &d)) return cli_diag_error("trace", VF_EINVAL, &d);
+  /* A learned position table has one row per position: the real run would index past it
+   * (rotary positions simply extend). */
+  const struct vf_arch *arch = &c->model.arch;
+  if (arch->learned_positions && a->r.setup.seq > arch->max_positions)
+    return cli_usage_error("trace", "--seq %llu is longer than %s's %llu learned positions", (unsigned long long)a->r.setup.seq,
+                           c->model.name, (unsigned long long)arch->max_positions);
   if (!is_traced(framework))
     return cli_usage_error("trace", "--framework %s: no tracer driver (traced: hf, litgpt, torchtune, lightning)",
                            framework);

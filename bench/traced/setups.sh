@@ -1,0 +1,69 @@
+#!/bin/sh
+# The traced corpus's setups, one per line: ID <TAB> MODEL <TAB> ARGS (the exact
+# `vramfit estimate` options). `make traces` traces each with `vramfit trace` into
+# bench/traced/<framework>.tsv. The spread: model families, tasks, methods, precisions,
+# checkpointing, attention, optimizers, batch 1-32, sequence 64-8192, fixed and varied
+# lengths, accumulation. Deterministic: the same list every time.
+set -eu
+n=0
+# Models with learned positions take no longer samples than their table has rows.
+positions() {
+  case $1 in gpt2*) echo 1024 ;; bert-* | roberta-*) echo 512 ;; *) echo 1000000 ;; esac
+}
+row() { # FRAMEWORK MODEL ARGS...
+  fw=$1 model=$2
+  shift 2
+  seq=$(echo "$*" | sed -n 's/.*--seq \([0-9]*\).*/\1/p')
+  [ "${seq:-2048}" -le "$(positions "$model")" ] || return 0
+  n=$((n + 1))
+  printf '%s-%03d\t%s\t--framework %s %s\n' "$fw" "$n" "$model" "$fw" "$*"
+}
+
+# ---- hf: transformers + PEFT + the Trainer ----------------------------------------------
+decoders="gpt2 gpt2-medium pythia-1b qwen2.5-0.5b qwen2.5-1.5b tinyllama-1.1b llama-3.2-1b
+gemma-2b gemma-2-2b phi-2 llama-3.2-3b phi-3-mini-4k-instruct stablelm-base-alpha-3b
+mistral-7b llama-3.1-8b qwen2.5-7b falcon-7b mixtral-8x7b"
+for m in $decoders; do
+  row hf "$m" --weights bf16 --batch 1 --seq 512
+  row hf "$m" --weights bf16 --batch 4 --seq 2048 --grad-ckpt full
+  row hf "$m" --weights bf16 --method lora --lora-r 16 --batch 2 --seq 1024
+  row hf "$m" --weights bf16 --method lora --lora-r 64 --lora-targets all-linear --batch 1 --seq 4096 --grad-ckpt full
+  row hf "$m" --weights bf16 --method dora --batch 1 --seq 512
+  row hf "$m" --weights fp32 --amp bf16 --method lora --batch 2 --seq 512
+done
+for m in gpt2 gpt2-medium pythia-1b qwen2.5-0.5b tinyllama-1.1b llama-3.2-1b; do
+  row hf "$m" --weights fp32 --batch 1 --seq 256
+  row hf "$m" --weights fp32 --amp bf16 --batch 8 --seq 512
+  row hf "$m" --weights fp32 --amp fp16 --batch 2 --seq 1024 --grad-ckpt full
+  row hf "$m" --weights bf16 --batch 16 --seq 128 --accumulation 4
+  row hf "$m" --weights bf16 --batch 1 --seq 8192 --grad-ckpt full
+  row hf "$m" --weights bf16 --batch 8 --seq 512 --lengths varied
+  row hf "$m" --weights bf16 --batch 2 --seq 1024 --attention eager
+done
+for m in bert-base-uncased bert-large-uncased roberta-large; do
+  for task in seq-classification masked-lm; do
+    row hf "$m" --task $task --batch 8 --seq 512
+    row hf "$m" --task $task --batch 32 --seq 128 --amp fp16
+    row hf "$m" --task $task --batch 16 --seq 256 --amp bf16 --attention eager
+    row hf "$m" --task $task --batch 4 --seq 512 --grad-ckpt full --accumulation 2
+    row hf "$m" --task $task --method lora --lora-targets q,k,v,o --batch 16 --seq 512
+    row hf "$m" --task $task --batch 32 --seq 64 --lengths varied
+  done
+done
+for m in llama-3.2-1b qwen2.5-1.5b gemma-2b; do
+  row hf "$m" --task seq-classification --weights bf16 --batch 8 --seq 512
+  row hf "$m" --task seq-classification --weights bf16 --method lora --batch 4 --seq 1024
+done
+for opt in adafactor sgd sgd-momentum lion adamw-8bit none; do
+  for m in qwen2.5-0.5b llama-3.2-1b phi-2; do
+    row hf "$m" --weights bf16 --optimizer $opt --batch 4 --seq 1024
+  done
+  row hf llama-3.2-1b --weights fp32 --amp bf16 --optimizer $opt --batch 2 --seq 512
+done
+for m in qwen2.5-0.5b llama-3.2-1b mistral-7b; do
+  for attn in eager sdpa flash; do
+    row hf "$m" --weights bf16 --method lora --attention $attn --batch 2 --seq 2048
+  done
+  row hf "$m" --weights bf16 --method lora --batch 32 --seq 256 --lengths varied --accumulation 2
+  row hf "$m" --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o,gate,up,down,head --batch 1 --seq 2048
+done
