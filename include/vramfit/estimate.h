@@ -148,6 +148,25 @@ struct vf_alloc_conf;
 int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                 const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d);
 
+/* One event of the replayed run, with the allocator's figures right after it. */
+enum vf_timeline_op { VF_TIMELINE_ALLOC, VF_TIMELINE_FREE };
+struct vf_timeline_event {
+  uint8_t op;       /* enum vf_timeline_op */
+  uint8_t phase;    /* enum vf_phase */
+  uint8_t category; /* enum vf_category of the block */
+  uint8_t stage;    /* pipeline stage replayed: 0 (the first), 1 (the last, with the head) */
+  uint64_t id;      /* the block; an allocation's id is freed by the free of the same id */
+  uint64_t bytes;   /* block bytes (rounded as the allocator rounds) */
+  uint64_t allocated, reserved;
+};
+typedef void (*vf_timeline_fn)(void *arg, const struct vf_timeline_event *e);
+
+/* vf_estimate() with every layer replayed (no extension from shorter replays), telling fn
+ * of each allocation and free in order. Pure apart from what fn does. */
+int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                         const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
+                         struct vf_estimate *out, struct vf_diag *d);
+
 /* ---- Readers (src/io) ---- */
 /* Loads data/frameworks/<name>.json. */
 int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d);

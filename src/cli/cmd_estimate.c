@@ -31,12 +31,15 @@ static const char usage[] =
     "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1)\n"
     "  --gpu G              catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB, 80GB)\n"
     "  --alloc-conf S       PYTORCH_CUDA_ALLOC_CONF to model (default: the environment's)\n"
-    "  --json               machine-readable output\n\n"
+    "  --json               machine-readable output\n"
+    "  --events FILE        write the replayed allocations and frees (every layer) to FILE,\n"
+    "                       in the format of 'vramfit trace --events', to compare the two\n\n"
     "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
 
-enum { O_JSON = O_SETUP_END, O_HELP };
+enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS };
 
 static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
+                                     {"events", required_argument, NULL, O_EVENTS},
                                      {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
 
 static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
@@ -109,16 +112,57 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
          gpu->name[0] ? gpu->name : "the GPU", capacity, room, fits ? "to spare" : "short");
 }
 
+/* --events: the replay in the tracer's event format (python/vramfit/trace/__main__.py). */
+struct event_file {
+  FILE *f;
+  int phase, stage;
+};
+
+static void write_event(void *arg, const struct vf_timeline_event *e) {
+  struct event_file *w = arg;
+  if (e->stage != w->stage) { /* a pipeline's stages are separate runs: keep the last */
+    rewind(w->f);
+    fputs("vramfit-trace-events 1\n", w->f);
+    w->stage = e->stage;
+    w->phase = -1;
+  }
+  if (e->phase != w->phase) fprintf(w->f, "p %s\n", vf_phase_name((enum vf_phase)e->phase));
+  w->phase = e->phase;
+  if (e->op == VF_TIMELINE_FREE) {
+    fprintf(w->f, "f %llu\n", (unsigned long long)e->id);
+    return;
+  }
+  fprintf(w->f, "a %llu %llu\n", (unsigned long long)e->id, (unsigned long long)e->bytes);
+  if (e->category <= VF_CAT_OPTIMIZER)
+    fprintf(w->f, "c %llu %s\n", (unsigned long long)e->id, vf_category_name((enum vf_category)e->category));
+}
+
+static int estimate_run(const struct setup_request *r, const struct setup_context *c, const char *events,
+                        struct vf_estimate *e) {
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  struct event_file w = {.phase = -1};
+  if (events && !(w.f = fopen(events, "w")))
+    return cli_error("estimate", EXIT_BAD_INPUT, "--events %s: cannot write it", events);
+  if (w.f) fputs("vramfit-trace-events 1\n", w.f);
+  int rc = w.f ? vf_estimate_timeline(&c->model, &r->setup, &c->profile, &c->conf, write_event, &w, e, &d)
+               : vf_estimate(&c->model, &r->setup, &c->profile, &c->conf, e, &d);
+  if (w.f && fclose(w.f) && !rc) return cli_error("estimate", EXIT_BAD_INPUT, "--events %s: write error", events);
+  return rc ? cli_diag_error("estimate", rc, &d) : EXIT_OK;
+}
+
 int cmd_estimate(int argc, char **argv) {
   struct setup_request r;
   setup_request_init(&r, "estimate");
   bool json = false;
+  const char *events = NULL;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
   for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
     if (c == ':' || c == '?') return cli_option_error("estimate", c, argv);
     if (c == O_JSON) json = true;
+    else if (c == O_EVENTS) events = optarg;
     else if (setup_option(&r, c, optarg)) return EXIT_BAD_INPUT;
   }
   if (optind != argc - 1)
@@ -128,11 +172,9 @@ int cmd_estimate(int argc, char **argv) {
   int rc = setup_context_load(&r, argv[optind], &ctx);
   if (rc) return rc;
   struct vf_estimate e;
-  struct vf_diag d;
-  vf_diag_clear(&d);
-  if ((rc = vf_estimate(&ctx.model, &r.setup, &ctx.profile, &ctx.conf, &e, &d))) {
+  if ((rc = estimate_run(&r, &ctx, events, &e))) {
     setup_context_cleanup(&ctx);
-    return cli_diag_error("estimate", rc, &d);
+    return rc;
   }
   uint64_t cap = ctx.gpu.capacity_bytes;
   int code = EXIT_OK;

@@ -75,6 +75,9 @@ struct ctx {
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
+  int stage;             /* the pipeline stage replayed: 0 first, 1 last */
+  vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
+  void *listener_arg;
 };
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t unit) {
@@ -829,9 +832,25 @@ static void observe(struct unit_peak *pk, const struct vf_alloc_stats *st, const
   if (st->reserved > pk->reserved) pk->reserved = st->reserved;
 }
 
+/* Tells the timeline's listener about one replayed event. */
+static void report(const struct ctx *x, const struct ev *e, const struct live *l, int unit,
+                   const struct vf_allocator *a) {
+  struct vf_alloc_stats st;
+  vf_allocator_stats(a, &st);
+  struct vf_timeline_event te = {.op = e->op == OP_FREE ? VF_TIMELINE_FREE : VF_TIMELINE_ALLOC,
+                                 .phase = (uint8_t)unit_phase(unit),
+                                 .category = l->cat == WEIGHT_TEMPORARIES ? VF_CAT_TEMPORARIES : l->cat,
+                                 .stage = (uint8_t)x->stage,
+                                 .id = e->id,
+                                 .bytes = l->bytes,
+                                 .allocated = st.allocated,
+                                 .reserved = st.reserved};
+  x->listener(x->listener_arg, &te);
+}
+
 /* Every id is written by its allocation before its free reads it: no zeroing needed. */
-static int replay(const struct builder *b, const struct vf_alloc_conf *conf, struct vf_allocator *a,
-                  struct result *r) {
+static int replay(const struct ctx *x, const struct builder *b, const struct vf_alloc_conf *conf,
+                  struct vf_allocator *a, struct result *r) {
   struct live *lv = malloc((b->next_id + 1) * sizeof *lv);
   if (!lv) return VF_ENOMEM;
   memset(r, 0, sizeof *r);
@@ -850,6 +869,7 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
     } else if (e->op == OP_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
+      if (x->listener) report(x, e, l, unit, a);
     } else {
       rc = vf_allocator_malloc(a, e->bytes, 0, &l->block);
       l->bytes = vf_alloc_round_size(conf, e->bytes);
@@ -857,6 +877,7 @@ static int replay(const struct builder *b, const struct vf_alloc_conf *conf, str
       cat[e->cat] += l->bytes;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
+      if (x->listener) report(x, e, l, unit, a);
     }
   }
   free(lv);
@@ -906,7 +927,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   for (x->micro = 0; x->micro < 2 * micro; x->micro++) one_step(x, x->micro % micro == micro - 1);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);
-  return replay(&x->b, conf, a, r);
+  return replay(x, &x->b, conf, a, r);
 }
 
 /* Within a unit everything grows by the same bytes per layer, so x(L) = xb + k (xb - xa)
@@ -1015,12 +1036,18 @@ static void fill(struct vf_estimate *out, const struct result *r, const struct v
 
 int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                 const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d) {
-  return vf_estimate_replaying(m, s, p, alloc, REPLAY_B, out, d);
+  return vf_estimate_replaying(m, s, p, alloc, REPLAY_B, NULL, NULL, out, d);
+}
+
+int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                         const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
+                         struct vf_estimate *out, struct vf_diag *d) {
+  return vf_estimate_replaying(m, s, p, alloc, UINT64_MAX, fn, arg, out, d);
 }
 
 int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
-                          const struct vf_alloc_conf *alloc, uint64_t replay_max, struct vf_estimate *out,
-                          struct vf_diag *d) {
+                          const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn,
+                          void *arg, struct vf_estimate *out, struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
@@ -1028,7 +1055,8 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
-  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = resolved.task, .replay_max = replay_max};
+  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = resolved.task, .replay_max = replay_max,
+                  .listener = fn, .listener_arg = arg};
   x.attn = resolved.attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
@@ -1049,6 +1077,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   for (int stage = 0; stage < (s->pp > 1 ? 2 : 1) && !rc; stage++) {
     struct result r;
     x.has_head = s->pp == 1 || stage == 1;
+    x.stage = stage;
     x.d.in_flight = stage == 0 ? s->pp : 1;
     rc = replay_layers(&x, layers, alloc, &r);
     if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&r);

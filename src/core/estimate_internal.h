@@ -6,9 +6,10 @@
 #include "vramfit.h"
 
 /* vf_estimate(), replaying models of up to replay_max layers one by one (vf_estimate: 6)
- * and extending deeper ones from replays of 3 and 6 layers. */
+ * and extending deeper ones from replays of 3 and 6 layers; fn (may be NULL) hears every
+ * replayed event. */
 int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
-                          const struct vf_alloc_conf *alloc, uint64_t replay_max, struct vf_estimate *out,
-                          struct vf_diag *d);
+                          const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn,
+                          void *arg, struct vf_estimate *out, struct vf_diag *d);
 
 #endif
