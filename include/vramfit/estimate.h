@@ -57,6 +57,7 @@ struct vf_profile {
   bool graph_held;
   uint32_t dequant_extra_bytes; /* per element, beyond the weight, while dequantizing one */
   bool rope_copies;         /* q and k rotated into new tensors */
+  uint32_t gelu_new_saves;  /* tensors of the MLP's width the gelu_new activation keeps */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
   bool eager_softmax_saves_input; /* attention softmax keeps its input too (torch < 1.11) */
   /* Loss, in bytes per logit: alive at the loss forward's peak (e.g. 2 + 4 + 4: logits,

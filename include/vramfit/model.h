@@ -73,6 +73,7 @@ struct vf_arch {
   bool qkv_bias, o_bias, mlp_bias, lm_head_bias;
   bool fused_qkv, fused_gate_up; /* one Linear for q,k,v / gate,up in the checkpoint */
   bool glu;                      /* gated MLP (SwiGLU, GeGLU): gate, up and down */
+  char activation[24];           /* the MLP activation as the config names it ("gelu_new") */
   bool parallel_residual;        /* attention and MLP read the same block input */
   bool learned_positions;        /* absolute position embedding table */
   enum vf_norm norm;

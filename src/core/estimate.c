@@ -259,11 +259,36 @@ static void quantized_input(struct ctx *x, struct saved *sv, uint64_t in, bool h
   if (sv->n > before) sv->on_graph[before] = x->p->graph_held && x->s->grad_ckpt == VF_CKPT_NONE;
 }
 
+/* Bytes per element of what an adapter computes: PEFT casts the input to the adapter's
+ * dtype (peft/tuners/lora/layer.py Linear.forward, _cast_input_dtype), so fp32 adapters
+ * compute in fp32, unless autocast casts their matmuls down again. */
+static uint32_t adapter_bytes(const struct ctx *x) {
+  return x->s->amp != VF_PREC_NONE ? x->d.c : x->d.w;
+}
+
+/* DoRA (peft/tuners/lora/dora.py DoraLinearLayer.forward @ peft 0.21): the LoRA weight
+ * is built as lora_B(lora_A(eye)), added to a copy of the base weight in the adapter's
+ * dtype to take the column norm; with dropout active the base output is computed again
+ * from that weight copy (F.linear keeps it for the input gradient) and the LoRA output is
+ * kept by the magnitude's products, both in the adapter's dtype. */
+static void dora_forward(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out) {
+  uint64_t a = adapter_bytes(x), T = x->d.T;
+  uint32_t eye = take(x, in * in * a, WEIGHT_TEMPORARIES);
+  uint32_t merged = take(x, in * out * a, WEIGHT_TEMPORARIES);
+  keep(x, sv, in * out * a); /* the base weight's copy */
+  transient(x, 2 * in * out * a, WEIGHT_TEMPORARIES); /* scaling * lora weight, and the sum */
+  give(x, merged);
+  give(x, eye);
+  keep(x, sv, T * out * a); /* lora_B's output */
+  keep(x, sv, T * out * a); /* the base output again */
+  transient(x, 3 * T * out * a, VF_CAT_TEMPORARIES);
+}
+
 /* The extras around one frozen or adapted projection (in -> out; kind_bits are the LoRA
  * target kinds it implements, several for a fused one): 4-bit weights are dequantized for
  * every matmul (the input a quantized matmul keeps is its caller's, quantized_input); a
- * LoRA branch keeps a dropout mask and copy of its input and its rank-r intermediate; DoRA
- * builds the merged weight to take its norm. */
+ * LoRA branch keeps a dropout mask and copy of its input and its rank-r intermediate, in
+ * the adapter's dtype, and adds its output to the base output in that dtype. */
 static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t out, uint32_t kind_bits) {
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
@@ -271,12 +296,14 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
     transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
+  uint64_t a = adapter_bytes(x);
   if (x->p->lora_dropout) {
     keep(x, sv, d->T * in);
-    keep(x, sv, d->T * in * d->c);
+    keep(x, sv, d->T * in * a);
   }
-  keep(x, sv, d->T * s->lora_r * (uint64_t)__builtin_popcount(hit) * d->c);
-  if (s->method == VF_METHOD_DORA) transient(x, 2 * in * out * d->c, WEIGHT_TEMPORARIES);
+  keep(x, sv, d->T * s->lora_r * (uint64_t)__builtin_popcount(hit) * a);
+  if (s->method == VF_METHOD_DORA) dora_forward(x, sv, in, out);
+  else transient(x, 2 * d->T * out * a, VF_CAT_TEMPORARIES); /* lora_B's output, scaled */
 }
 
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
@@ -355,6 +382,13 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   if (dropout) keep(x, sv, T * d->h);
 }
 
+/* Tensors of the MLP's width the activation keeps for its backward: its input for a fused
+ * kernel; transformers' gelu_new (activations.py NewGELUActivation) is a formula of
+ * separate ops whose products keep the input, 0.5 x, tanh(...) and 1 + tanh(...). */
+static uint32_t activation_saves(const struct ctx *x) {
+  return strcmp(x->m->arch.activation, "gelu_new") == 0 ? x->p->gelu_new_saves : 1;
+}
+
 static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -366,8 +400,9 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   quantized_input(x, sv, d->h, false);
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
-  /* Activation input, and for a gated MLP its output and the up projection. */
-  for (int i = 0; i < (a->glu ? 3 : 1); i++) keep(x, sv, T * d->ffn * c);
+  /* What the activation keeps, and for a gated MLP its output and the up projection. */
+  uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
+  for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * c);
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
@@ -590,10 +625,38 @@ static uint64_t root_grad_bytes(const struct ctx *x, bool embedding) {
   return n * x->d.g;
 }
 
+/* The embedding's backward (embedding_dense_backward_cuda, EmbeddingBackwardKernel.cu)
+ * sorts more than 3072 token ids: sorted and original ids, a range and segment offsets
+ * (int64 each), then sums the rows of each partial segment in fp32:
+ * [n / 10 + min(n, V), h]. */
+static uint64_t embedding_sort_bytes(const struct ctx *x) {
+  uint64_t n = x->d.T, seg = n < x->d.vocab ? n : x->d.vocab, partial = n / 10 + seg;
+  return n <= 3072 ? 0 : 4 * n * 8 + 2 * seg * 8 + partial * 8 + partial * x->d.h * 4;
+}
+
+/* The embedding's backward, last in the pass. A tied embedding's weight has two
+ * gradients: the head's matmul gave the first (in first), the embedding's backward makes
+ * the second, and autograd sums them into a new tensor while both are alive
+ * (torch/csrc/autograd/input_buffer.cpp accumulate: out of place while the first is still
+ * referenced). Returns what replaces first. */
+static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
+  if (!x->base_trainable) return first;
+  const struct vf_arch *a = &x->m->arch;
+  bool tied = a->tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
+  uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
+  uint32_t second = tied ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
+  transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
+  if (!tied) return first;
+  uint32_t sum = take(x, bytes, VF_CAT_GRADIENTS);
+  give(x, second);
+  give(x, first);
+  return sum;
+}
+
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
-  if (!flat_grads(x)) return x->has_head ? early : layer_grads(x, -1, g, true);
+  if (!flat_grads(x)) return x->has_head ? embedding_backward(x, early) : layer_grads(x, -1, g, true);
   uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
   uint32_t whole = layer_grads(x, -1, g, true);
   give(x, late);

@@ -112,6 +112,31 @@ static double read_real(struct reader *r, const char *key, double fallback) {
   return fallback;
 }
 
+/* The MLP activation when the config names none: transformers' configuration classes'
+ * defaults (hidden_act / activation_function / hidden_activation). */
+static const struct {
+  const char *model_type, *activation;
+} default_activation[] = {
+    {"gpt2", "gelu_new"}, {"gpt_neox", "gelu"}, {"falcon", "gelu"}, {"phi", "gelu_new"},
+    {"bert", "gelu"},     {"roberta", "gelu"},  {"gemma", "gelu_pytorch_tanh"},
+    {"gemma2", "gelu_pytorch_tanh"},
+};
+static const char *const k_act[] = {"hidden_act", "activation_function", "hidden_activation", NULL};
+
+static void read_activation(struct reader *r, struct vf_arch *a) {
+  snprintf(a->activation, sizeof a->activation, "silu");
+  for (size_t i = 0; i < sizeof default_activation / sizeof *default_activation; i++)
+    if (strcmp(default_activation[i].model_type, a->model_type) == 0)
+      snprintf(a->activation, sizeof a->activation, "%s", default_activation[i].activation);
+  for (size_t i = 0; k_act[i]; i++) {
+    json_t *v = json_object_get(r->root, k_act[i]);
+    if (json_is_string(v) && strlen(json_string_value(v)) < sizeof a->activation) {
+      snprintf(a->activation, sizeof a->activation, "%s", json_string_value(v));
+      return;
+    }
+  }
+}
+
 static void apply_layout(struct vf_arch *a, const struct type_layout *t) {
   snprintf(a->model_type, sizeof a->model_type, "%s", t->model_type);
   a->family = t->family;
@@ -213,6 +238,7 @@ int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
     apply_layout(&a, t);
     read_dims(&r, &a, t);
     read_switches(&r, &a, t);
+    read_activation(&r, &a);
   }
   json_decref(root);
   if (r.rc) return r.rc;

@@ -30,6 +30,7 @@ static const struct field fields[] = {
     FIELD("gqa_expand", F_BOOL, gqa_expand),
     FIELD("attn_out_copies", F_U32, attn_out_copies),
     FIELD("rope_copies", F_BOOL, rope_copies),
+    FIELD("gelu_new_saves", F_U32, gelu_new_saves),
     FIELD("eager_softmax_fp32", F_BOOL, eager_softmax_fp32),
     FIELD("eager_softmax_saves_input", F_BOOL, eager_softmax_saves_input),
     FIELD("logits_peak_bytes", F_U32, logits_peak_bytes),

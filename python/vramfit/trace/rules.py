@@ -121,6 +121,12 @@ def make_sdpa(policy: SdpaPolicy, original: Callable[..., Any]) -> Callable[...,
         if query.device.type != "cuda":
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                             is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        if torch.is_autocast_enabled("cuda"):
+            # Autocast casts SDPA's inputs to its dtype before the backend is chosen
+            # (autocast_mode.h lower-precision list: scaled_dot_product_attention), so
+            # fp32 queries from an fp32 RoPE still reach the flash kernel.
+            dtype = torch.get_autocast_dtype("cuda")
+            query, key, value = (t.to(dtype) for t in (query, key, value))
         backend = choose_backend(query, key, value, attn_mask, is_causal, enable_gqa, policy)
         policy.chosen[backend] = policy.chosen.get(backend, 0) + 1
         if backend == "flash":
