@@ -346,6 +346,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   keep(x, sv, T * d->q * c);
   uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
+  /* Eager attention multiplies whole heads: K and V are repeated to every query head
+   * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
+  if (x->attn == VF_ATTN_EAGER && d->kv < d->q) expand = true;
   if (expand) {
     keep(x, sv, T * d->q * c);
     keep(x, sv, T * d->q * c);
@@ -364,6 +367,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     uint32_t raw = take(x, raw_bytes, VF_CAT_TEMPORARIES);
     if (fp32) keep(x, sv, scores * 4);
     keep(x, sv, scores * c);
+    /* Soft-capping the scores (Gemma-2: tanh(s / cap) * cap, modeling_gemma2.py
+     * eager_attention_forward) keeps the tanh's output. */
+    if (a->attn_logit_softcap > 0) keep(x, sv, scores * c);
     give(x, raw);
     /* Freed and kept again rather than held, so pipeline and selective scaling apply. */
     if (x->p->eager_softmax_saves_input) keep(x, sv, raw_bytes);
@@ -664,10 +670,26 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
   return whole;
 }
 
+/* The loss's backward: its gradients of the logits, next to what it kept. Unchunked, the
+ * loss's nodes have run and let go of what they kept (autograd releases a node's saved
+ * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
+ * (the up-cast's ToCopyBackward), and makes its weight and input gradients; a chunked
+ * loss interleaves the two per chunk. Returns the gradient the head's matmul reads. */
+static uint32_t loss_backward(struct ctx *x, uint32_t *loss) {
+  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
+  uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
+  uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
+  if (chunks > 1 || x->task == VF_TASK_SEQ_CLS) return grad_logits;
+  give(x, *loss);
+  *loss = 0;
+  uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
+  give(x, grad_logits);
+  return cast;
+}
+
 static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
   const struct dims *d = &x->d;
-  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
-  uint32_t grad_logits = take(x, loss_outputs(x) * per / loss_chunks(x), VF_CAT_TEMPORARIES);
+  uint32_t grad_logits = loss_backward(x, &loss);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)

@@ -193,8 +193,8 @@ def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
     model.register_forward_pre_hook(lambda *_: run.phase("forward"))
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head or getattr(model, "classifier", None) or getattr(model, "score", None)
-    if head is not None:
-        head.register_forward_hook(lambda *_: run.phase("loss"))
+    if head is not None:  # the loss phase: the head's projection, then the loss
+        head.register_forward_pre_hook(lambda *_: run.phase("loss"))
     backward = trainer.accelerator.backward
 
     def marked_backward(loss: Any, **kwargs: Any) -> Any:
