@@ -806,8 +806,11 @@ static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
-  /* cuBLAS keeps one workspace per handle and stream: forward and autograd threads. */
-  uint64_t ws = gpu_cc_major >= 9 ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
+  /* cuBLAS keeps one workspace per handle and stream: forward and autograd threads
+   * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
+   * before). A GPU not named is taken for a current one, as the tracer takes it. */
+  bool hopper = gpu_cc_major >= 9 || gpu_cc_major == 0;
+  uint64_t ws = hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
   take(x, ws, VF_CAT_RUNTIME);
   take(x, ws, VF_CAT_RUNTIME);
 }
