@@ -8,7 +8,8 @@ FUZZ_SECONDS ?= 10
 CMAKE_GEN  := -G Ninja
 
 APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
-                libyaml-dev libjansson-dev libcmocka-dev libncurses-dev
+                libyaml-dev libjansson-dev libcmocka-dev libncurses-dev \
+                libsqlite3-dev
 
 .PHONY: all deps build demo check test asan fuzz bench clean
 

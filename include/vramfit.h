@@ -17,5 +17,6 @@
 #include "vramfit/estimate.h"
 #include "vramfit/plan.h"
 #include "vramfit/probe.h"
+#include "vramfit/history.h"
 
 #endif

@@ -392,16 +392,31 @@ static int list_procs(void *dev, unsigned *count, void *infos, int type, int ver
 
 /* ---- the exported API ---- */
 
+/* Like NVML, initialisations are counted: the last nvmlShutdown ends the session, and a
+ * second nvmlInit in the same process neither reloads the script nor restarts its clock. */
+static int init_count;
+
 int nvmlInit(void) {
+  if (init_count) {
+    trace("nvmlInit");
+    init_count++;
+    return SUCCESS;
+  }
   load_script();
   trace("nvmlInit");
   if (S.init_error) return S.init_error;
   S.initialised = true;
+  init_count = 1;
   return SUCCESS;
 }
 
 int nvmlShutdown(void) {
   trace("nvmlShutdown");
+  if (init_count > 1) {
+    init_count--;
+    return SUCCESS;
+  }
+  init_count = 0;
   S.initialised = false;
   if (S.trace) fclose(S.trace);
   S.trace = NULL;
