@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/doctor.h"
 #include "cli/gpu_view.h"
+#include "cli/history_cli.h"
 #include "io/fileio.h"
 
 static const char usage[] =
@@ -20,7 +21,7 @@ static const char usage[] =
     "               likely cause: fragmentation, another process, a leak, or a setting too\n"
     "               large for the GPU ('vramfit watch --log' files count too)\n"
     "  --plan FILE  'vramfit plan --json' (or 'estimate --json') output: does its peak fit in\n"
-    "               the memory free now?\n\n"
+    "               the memory free now? (default: the last plan 'vramfit plan' made here)\n\n"
     "Exit 0 when nothing is wrong, 1 when a problem was found, 2 for an unreadable file,\n"
     "3 when there is neither a driver to check nor a log to read.\n";
 
@@ -142,6 +143,17 @@ static int check_log(struct doctor *d, const char *path) {
   return 0;
 }
 
+/* Without --plan: the last plan 'vramfit plan' kept, when there is one. */
+static int check_last_plan(struct doctor *d) {
+  char *json, *about;
+  if (history_last_plan(&json, &about)) return 0;
+  doctor_report(d, DOCTOR_INFO, "plan", "the last plan made here: %s", about);
+  int rc = doctor_check_plan(d, about, json);
+  free(json);
+  free(about);
+  return rc;
+}
+
 int cmd_doctor(int argc, char **argv) {
   static const struct option opts[] = {{"log", required_argument, NULL, 'l'},
                                        {"plan", required_argument, NULL, 'p'},
@@ -165,7 +177,7 @@ int cmd_doctor(int argc, char **argv) {
   printf("environment\n");
   if (!driver) doctor_report(&d, DOCTOR_FAIL, "driver", "%s", diag.msg);
   doctor_check_env(&d);
-  int rc = plan ? doctor_check_plan(&d, plan) : 0;
+  int rc = plan ? doctor_check_plan(&d, plan, NULL) : check_last_plan(&d);
   if (!rc && log) rc = check_log(&d, log);
   vf_nvml_close(d.nvml);
   if (rc) return rc;

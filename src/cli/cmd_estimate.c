@@ -1,4 +1,5 @@
 /* vramfit estimate MODEL [options]: peak GPU memory of one training step. */
+#include "cli/history_cli.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
@@ -31,13 +32,18 @@ static const char usage[] =
     "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1)\n"
     "  --gpu G              catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB, 80GB)\n"
     "  --alloc-conf S       PYTORCH_CUDA_ALLOC_CONF to model (default: the environment's)\n"
-    "  --json               machine-readable output\n\n"
+    "  --json               machine-readable output\n"
+    "  --calibrate          scale the batch-dependent part (activations, temporaries) by what\n"
+    "                       a run of this setup measured here ('vramfit history')\n\n"
+    "When this setup was measured on this machine ('vramfit probe --model ...'), the output\n"
+    "says how far the estimate was from it.\n\n"
     "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
 
-enum { O_JSON = O_SETUP_END, O_HELP };
+enum { O_JSON = O_SETUP_END, O_HELP, O_CALIBRATE };
 
 static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
-                                     {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
+                                     {"help", no_argument, NULL, O_HELP},
+                                     {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
 static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
                              const char *framework) {
@@ -112,13 +118,14 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
 int cmd_estimate(int argc, char **argv) {
   struct setup_request r;
   setup_request_init(&r, "estimate");
-  bool json = false;
+  bool json = false, calibrate = false;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
   for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
     if (c == ':' || c == '?') return cli_option_error("estimate", c, argv);
     if (c == O_JSON) json = true;
+    else if (c == O_CALIBRATE) calibrate = true;
     else if (setup_option(&r, c, optarg)) return EXIT_BAD_INPUT;
   }
   if (optind != argc - 1)
@@ -134,11 +141,22 @@ int cmd_estimate(int argc, char **argv) {
     setup_context_cleanup(&ctx);
     return cli_diag_error("estimate", rc, &d);
   }
+  /* What a run of this setup measured here, and --calibrate to it. */
+  struct history_note note;
+  history_note_find(&r, argv[optind], &ctx, &note);
+  if (calibrate && history_note_ratio(&note, "estimate") > 0) vf_estimate_calibrate(&e, note.ratio);
   uint64_t cap = ctx.gpu.capacity_bytes;
   int code = EXIT_OK;
-  if (json) code = cli_print_json(estimate_json(&ctx.model, &e, cap, r.framework));
-  else estimate_text(&ctx.model, &e, &ctx.gpu, r.framework);
+  if (json) {
+    json_t *o = estimate_json(&ctx.model, &e, cap, r.framework);
+    history_note_json(&note, o);
+    code = cli_print_json(o);
+  } else {
+    estimate_text(&ctx.model, &e, &ctx.gpu, r.framework);
+    history_note_print(&note);
+  }
   if (code == EXIT_OK && cap && e.device_peak > cap) code = EXIT_NO;
+  history_note_cleanup(&note);
   setup_context_cleanup(&ctx);
   return code;
 }

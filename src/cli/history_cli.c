@@ -134,18 +134,20 @@ char *history_setup_json(const struct setup_request *r, const char *model) {
 
 /* The store to read from; NULL when there is none yet (quietly) or it cannot be read (with
  * a warning naming cmd). */
+static void unreadable(const char *cmd, int rc, const struct vf_diag *d) {
+  if (!rc || rc == VF_ENOTFOUND) return;
+  char why[1200];
+  vf_diag_format(d, why, sizeof why);
+  fprintf(stderr, "vramfit %s: warning: the history cannot be read: %s\n", cmd, why);
+}
+
 static struct vf_history *open_for_reading(const char *cmd) {
   char dir[1024];
   struct vf_history *h = NULL;
   struct vf_diag d;
   vf_diag_clear(&d);
   if (vf_history_dir(dir, sizeof dir)) return NULL;
-  int rc = vf_history_open(dir, false, &h, &d);
-  if (rc && rc != VF_ENOTFOUND) {
-    char why[1200];
-    vf_diag_format(&d, why, sizeof why);
-    fprintf(stderr, "vramfit %s: warning: the history cannot be read: %s\n", cmd, why);
-  }
+  unreadable(cmd, vf_history_open(dir, false, &h, &d), &d);
   return h;
 }
 
@@ -162,7 +164,9 @@ void history_note_find(const struct setup_request *r, const char *model, const s
   struct vf_history *h = setup ? open_for_reading(r->cmd) : NULL;
   struct vf_diag d;
   vf_diag_clear(&d);
-  n->found = h && vf_history_measured(h, setup, &n->run, &d) == 0;
+  int rc = h ? vf_history_measured(h, setup, &n->run, &d) : VF_ENOTFOUND;
+  unreadable(r->cmd, rc, &d);
+  n->found = rc == 0;
   vf_history_close(h);
   free(setup);
   if (!n->found) return;
@@ -177,11 +181,12 @@ void history_note_find(const struct setup_request *r, const char *model, const s
   if (vf_calibration_ratio(&e, n->run.peak_device_bytes, &n->ratio)) n->ratio = 0;
 }
 
-void history_note_calibrate(struct history_note *n, const char *cmd, struct vf_estimate *e) {
+double history_note_ratio(struct history_note *n, const char *cmd) {
   if (n->ratio > 0) {
-    vf_estimate_calibrate(e, n->ratio);
     n->calibrated = true;
-  } else if (n->found) {
+    return n->ratio;
+  }
+  if (n->found) {
     fprintf(stderr, "vramfit %s: warning: --calibrate: the measured run (batch %llu) leaves nothing "
                     "batch-dependent to scale; the estimate is not calibrated\n",
             cmd, (unsigned long long)n->run.batch);
@@ -190,6 +195,7 @@ void history_note_calibrate(struct history_note *n, const char *cmd, struct vf_e
                     "machine ('vramfit probe --model ...' measures one); the estimate is not "
                     "calibrated\n", cmd);
   }
+  return 0;
 }
 
 static double error_of(const struct history_note *n) {
@@ -257,6 +263,7 @@ int history_last_plan(char **json, char **about) {
   struct vf_diag d;
   vf_diag_clear(&d);
   int rc = vf_history_last_plan(h, json, &label, &when, &d);
+  unreadable("doctor", rc, &d);
   vf_history_close(h);
   if (rc) return rc;
   char stamp[32];

@@ -38,7 +38,7 @@ struct history_note {
   struct vf_run run;            /* the measurement */
   uint64_t estimate_bytes;      /* this setup's estimated device peak at run.batch */
   double ratio;                 /* measured / estimated batch-dependent part; 0: none */
-  bool calibrated;              /* --calibrate scaled the estimate by ratio */
+  bool calibrated;              /* --calibrate scales the estimate by ratio */
 };
 
 /* Looks up the measurement for the setup of r and model (whose context ctx is loaded) and
@@ -46,9 +46,9 @@ struct history_note {
  * n->found is false. */
 void history_note_find(const struct setup_request *r, const char *model, const struct setup_context *ctx,
                        struct history_note *n);
-/* --calibrate: scales e's batch-dependent part by the measured ratio; warns (naming cmd) and
- * leaves e alone when there is no measurement to scale by. */
-void history_note_calibrate(struct history_note *n, const char *cmd, struct vf_estimate *e);
+/* --calibrate: the measured ratio to scale estimates' batch-dependent part by (and the note
+ * then says so); 0 after a warning naming cmd when there is none. */
+double history_note_ratio(struct history_note *n, const char *cmd);
 /* "measured 21.30 GiB at batch 4 on NVIDIA H100 80GB HBM3, 2026-11-20; this estimate was 4%
  * high" (and the calibration, when made); nothing when nothing was found. */
 void history_note_print(const struct history_note *n);

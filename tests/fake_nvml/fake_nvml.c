@@ -17,8 +17,9 @@
  *                                 (name: what nvmlSystemGetProcessName answers)
  *   err fn=NAME|* code=CODE [gpu=I] [from=T] [until=T]
  * Q is a number with an optional unit (B KiB MiB GiB TiB KB MB GB W); SER is a constant Q,
- * "step:T:Q,T:Q,..." (hold the last keyframe) or "lin:T:Q,T:Q,..." (interpolate, then
- * extend the last segment). fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
+ * "step:T:Q,T:Q,..." (hold the last keyframe), "lin:T:Q,T:Q,..." (interpolate, then
+ * extend the last segment) or "file:PATH" (the Q written in PATH when asked, and then
+ * PATH.seen is made; 0 while there is none: a fake trainer says what it holds). fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
  * $FAKE_NVML_TRACE names a file that gets each called symbol, one a line. */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -42,12 +43,13 @@
 enum { SUCCESS = 0, ERR_UNINITIALIZED = 1, ERR_INVALID_ARGUMENT = 2, ERR_NOT_SUPPORTED = 3,
        ERR_INSUFFICIENT_SIZE = 7, ERR_ARGUMENT_VERSION_MISMATCH = 25 };
 
-enum series_mode { CONST, STEP, LIN };
+enum series_mode { CONST, STEP, LIN, FROM_FILE };
 struct series {
   enum series_mode mode;
   bool na;
   int n;
   double t[MAX_KEYS], v[MAX_KEYS];
+  char path[256]; /* FROM_FILE: the file whose first word is the value */
 };
 
 struct gpu {
@@ -111,6 +113,12 @@ static void parse_series(const char *s, struct series *out) {
     out->na = true;
     return;
   }
+  if (strncmp(s, "file:", 5) == 0) {
+    out->mode = FROM_FILE;
+    out->n = 1;
+    snprintf(out->path, sizeof out->path, "%s", s + 5);
+    return;
+  }
   if (strncmp(s, "step:", 5) && strncmp(s, "lin:", 4)) {
     out->mode = CONST;
     out->n = 1;
@@ -130,8 +138,22 @@ static void parse_series(const char *s, struct series *out) {
   }
 }
 
+/* The value written in path; PATH.seen is made once it has been read, so that a fake trainer
+ * can wait until its memory was seen, however slow the machine. */
+static double from_file(const char *path) {
+  char word[64] = "", seen[300];
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = fscanf(f, "%63s", word);
+  fclose(f);
+  snprintf(seen, sizeof seen, "%s.seen", path);
+  if (n == 1 && (f = fopen(seen, "w"))) fclose(f);
+  return n == 1 ? quantity(word) : 0;
+}
+
 static double eval(const struct series *s, double t) {
   if (s->n == 0) return 0;
+  if (s->mode == FROM_FILE) return from_file(s->path);
   if (s->mode == CONST || t <= s->t[0]) return s->v[0];
   int i = 0;
   while (i + 1 < s->n && s->t[i + 1] <= t) i++;
