@@ -2,9 +2,9 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
+#include "cli/history_cli.h"
 
 static const char usage[] =
     "usage: vramfit history [--json] [--limit N]\n\n"
@@ -21,17 +21,11 @@ static const char usage[] =
 
 #define NAME "history"
 
-static void utc_stamp(double when, char *buf, size_t size) {
-  time_t t = (time_t)when;
-  struct tm tm;
-  if (!gmtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(buf, size, "?");
-}
-
 static json_t *text_or_null(const char *s) { return s && s[0] ? json_string(s) : json_null(); }
 
 static json_t *run_json(const struct vf_run *r) {
   char when[32];
-  utc_stamp(r->when, when, sizeof when);
+  history_stamp(r->when, HISTORY_UTC, true, when, sizeof when);
   json_t *setup = r->setup ? json_loads(r->setup, 0, NULL) : NULL;
   json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:I, s:o, s:o, s:o, s:f}", "id",
                         (json_int_t)r->id, "when", when, "source", r->source, "command", r->command,
@@ -53,10 +47,8 @@ static void print_runs(const struct vf_run *runs, size_t n, const char *path) {
          "COMMAND");
   for (size_t i = 0; i < n; i++) {
     const struct vf_run *r = &runs[i];
-    char when[32] = "?", batch[24] = "-", peak[32] = "-";
-    time_t t = (time_t)r->when;
-    struct tm tm;
-    if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+    char when[32], batch[24] = "-", peak[32] = "-";
+    history_stamp(r->when, HISTORY_LOCAL, false, when, sizeof when);
     if (r->batch) snprintf(batch, sizeof batch, "%llu", (unsigned long long)r->batch);
     if (r->peak_device_bytes) cli_format_bytes(r->peak_device_bytes, peak, sizeof peak);
     printf("%-16s  %-6s %6s  %-11s %11s  %-24.24s  %s\n", when, r->source, batch, r->outcome, peak,

@@ -151,10 +151,11 @@ static struct vf_history *open_for_reading(const char *cmd) {
   return h;
 }
 
-static void local_day(double when, char *buf, size_t size) {
+void history_stamp(double when, const char *format, bool utc, char *buf, size_t size) {
   time_t t = (time_t)when;
   struct tm tm;
-  if (!localtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%d", &tm)) snprintf(buf, size, "?");
+  if (!(utc ? gmtime_r(&t, &tm) : localtime_r(&t, &tm)) || !strftime(buf, size, format, &tm))
+    snprintf(buf, size, "?");
 }
 
 void history_note_find(const struct setup_request *r, const char *model, const struct setup_context *ctx,
@@ -206,7 +207,7 @@ void history_note_print(const struct history_note *n) {
   if (!n->found) return;
   char peak[32], day[32];
   cli_format_bytes(n->run.peak_device_bytes, peak, sizeof peak);
-  local_day(n->run.when, day, sizeof day);
+  history_stamp(n->run.when, "%Y-%m-%d", false, day, sizeof day);
   double err = error_of(n);
   printf("\nmeasured %s at batch %llu on %s, %s; this estimate was %.0f%% %s\n", peak,
          (unsigned long long)n->run.batch, n->run.gpu[0] ? n->run.gpu : "an unnamed GPU", day,
@@ -219,9 +220,7 @@ void history_note_print(const struct history_note *n) {
 void history_note_json(const struct history_note *n, json_t *o) {
   if (!n->found) return;
   char when[32];
-  time_t t = (time_t)n->run.when;
-  struct tm tm;
-  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+  history_stamp(n->run.when, HISTORY_UTC, true, when, sizeof when);
   json_object_set_new(o, "measured",
                       json_pack("{s:s, s:I, s:I, s:s, s:I, s:f}", "when", when, "batch",
                                 (json_int_t)n->run.batch, "peak_device_bytes",
@@ -267,9 +266,7 @@ int history_last_plan(char **json, char **about) {
   vf_history_close(h);
   if (rc) return rc;
   char stamp[32];
-  time_t t = (time_t)when;
-  struct tm tm;
-  if (!localtime_r(&t, &tm) || !strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", &tm)) snprintf(stamp, sizeof stamp, "?");
+  history_stamp(when, HISTORY_LOCAL, false, stamp, sizeof stamp);
   size_t size = strlen(label) + sizeof stamp + 8;
   *about = malloc(size);
   if (*about) snprintf(*about, size, "%s, %s", label, stamp);

@@ -12,6 +12,13 @@
 
 #include "cli/setup_opts.h"
 
+#define HISTORY_UTC "%Y-%m-%dT%H:%M:%SZ" /* when, in JSON */
+#define HISTORY_LOCAL "%Y-%m-%d %H:%M"   /* when, for people */
+
+/* when (seconds since 1970) as strftime's format puts it, in UTC or local time; "?" when it
+ * cannot be. */
+void history_stamp(double when, const char *format, bool utc, char *buf, size_t size);
+
 /* argv as one line a shell would run the same way ("python3 train.py --name 'a b'"),
  * truncated with "..." to fit. */
 void history_command_line(char *const argv[], char *buf, size_t size);
