@@ -65,14 +65,16 @@ struct vf_probe {
  * bisects. */
 int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
 
-/* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the GPU's
- * free memory); slope the bytes per sample the estimate expects (0: unknown). From then on
- * every launch that fits with a peak adds a point; peak(batch) is fitted to the points
- * (linear, or quadratic when the points curve upwards beyond their noise) and the next
- * launch is the largest batch the fit puts under the ceiling, then the one just past it;
- * a launch that contradicts the fit (out of memory below its line) leaves the rest of the
- * bracket to bisection. An out-of-memory launch whose peak exceeds every fit's lowers the
- * ceiling to that peak. Without peaks (NVML saw nothing) the search is as without steering. */
+/* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the free
+ * memory of the GPU the runs get); slope the bytes per sample the estimate expects (0:
+ * unknown). From then on every launch that fits with a peak adds a point; peak(batch) is
+ * fitted to the points (one point: the estimate's slope, else through the origin; a line; a
+ * parabola where well-spread points bend upwards beyond NVML's noise), and the next launch
+ * is the largest batch the fit puts under the ceiling, then the one just past it. When a
+ * launch runs out of memory below where the fit reaches the ceiling, the ceiling is taken
+ * as the most the launches reached (out-of-memory ones included); a fit contradicted even
+ * by that, or a steered launch that did not halve the bracket, leaves the next launch to
+ * bisection. Without peaks (NVML saw nothing) the search is as without steering. */
 void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample);
 
 /* The batch to launch next, never one launched before and always in [min, max]; 0 when the

@@ -253,7 +253,8 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
     x = floor(batch_at_ceiling(f, reached(p)));
     /* A prediction that just ran out of memory, when what it reached hardly moves the next
      * one: the fit overshoots (it bends more than it knows), so bisect for a point between. */
-    if (p->overshot && ((double)hi - x) * 20 < (double)(hi - lo)) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
+    if (p->overshot && ((double)hi - x) * 20 < (double)(hi - lo))
+      return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
   }
   if (x <= (double)lo) return confirm(p, f, lo, hi, m);
   uint64_t at_x = x >= (double)hi ? hi - 1 : (uint64_t)x;
