@@ -18,8 +18,9 @@
  *   err fn=NAME|* code=CODE [gpu=I] [from=T] [until=T]
  * Q is a number with an optional unit (B KiB MiB GiB TiB KB MB GB W); SER is a constant Q,
  * "step:T:Q,T:Q,..." (hold the last keyframe), "lin:T:Q,T:Q,..." (interpolate, then
- * extend the last segment) or "file:PATH" (the Q written in PATH when asked, and then
- * PATH.seen is made; 0 while there is none: a fake trainer says what it holds). fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
+ * extend the last segment) or "file:PATH" (the Q written in PATH when asked, 0 while there is
+ * none: a fake trainer says what it holds; PATH.seen is made once a process list said it).
+ * fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
  * $FAKE_NVML_TRACE names a file that gets each called symbol, one a line. */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -138,17 +139,23 @@ static void parse_series(const char *s, struct series *out) {
   }
 }
 
-/* The value written in path; PATH.seen is made once it has been read, so that a fake trainer
- * can wait until its memory was seen, however slow the machine. */
 static double from_file(const char *path) {
-  char word[64] = "", seen[300];
+  char word[64] = "";
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   int n = fscanf(f, "%63s", word);
   fclose(f);
-  snprintf(seen, sizeof seen, "%s.seen", path);
-  if (n == 1 && (f = fopen(seen, "w"))) fclose(f);
   return n == 1 ? quantity(word) : 0;
+}
+
+/* PATH.seen, once a process list has reported the value in PATH: a fake trainer waits for it,
+ * so that its memory is seen however slow the machine. (Memory totals read the file too, but
+ * a trainer gone before the process list would be seen as holding nothing.) */
+static void mark_seen(const struct series *s, double value) {
+  char seen[300];
+  FILE *f;
+  snprintf(seen, sizeof seen, "%s.seen", s->path);
+  if (s->mode == FROM_FILE && value > 0 && (f = fopen(seen, "w"))) fclose(f);
 }
 
 static double eval(const struct series *s, double t) {
@@ -391,7 +398,9 @@ static int list_procs(void *dev, unsigned *count, void *infos, int type, int ver
     unsigned pid = proc_live(p, gpu, type) ? resolve_pid(p->pid) : 0;
     if (!pid) continue;
     pids[n] = pid;
-    used[n++] = p->used.na ? ONES : (unsigned long long)llround(proc_used(p));
+    double bytes = proc_used(p);
+    mark_seen(&p->used, bytes);
+    used[n++] = p->used.na ? ONES : (unsigned long long)llround(bytes);
   }
   if (*count < n) {
     *count = n;
