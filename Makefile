@@ -10,7 +10,7 @@ CMAKE_GEN  := -G Ninja
 # python3-yaml and tmux are test prerequisites: the tests fail, not skip, without them.
 APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
                 libyaml-dev libjansson-dev libcmocka-dev libncurses-dev \
-                python3 python3-yaml tmux
+                python3 python3-yaml tmux libsqlite3-dev
 # The tracer's environments: venvs of Debian's Python 3.11 and a C++ shim against torch.
 TRACE_APT_PACKAGES := python3 python3-venv g++
 TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning

@@ -1,4 +1,4 @@
-/* Watching real GPUs: NVML sampling, the process tree of a watched command, memory-trend
+/* Watching real GPUs: NVML sampling (the process trees are vramfit/proc.h), memory-trend
  * and under-use analysis, and reading out-of-memory reports in training logs. */
 #ifndef VRAMFIT_MONITOR_H
 #define VRAMFIT_MONITOR_H
@@ -10,6 +10,7 @@
 
 #include "vramfit/error.h"
 #include "vramfit/gpu.h"
+#include "vramfit/proc.h"
 
 /* ---- NVML ------------------------------------------------------------------------------- */
 
@@ -66,37 +67,15 @@ int vf_nvml_sample(struct vf_nvml *n, unsigned index, struct vf_gpu_sample *s);
  * VF_ENOTFOUND when no GPU matches. */
 int vf_nvml_find(struct vf_nvml *n, const char *entry, unsigned *index);
 
+/* The NVML index of the GPU a training run started here gets: the first CUDA_VISIBLE_DEVICES
+ * entry, else GPU 0. VF_ENOTFOUND (d says why) when there is none. */
+int vf_nvml_visible(struct vf_nvml *n, unsigned *index, struct vf_diag *d);
+
 /* The GPU a training run would get: the first CUDA_VISIBLE_DEVICES entry, else GPU 0, as a
  * spec (capacity = total, free_bytes, compute capability; rates from the catalogue when the
  * driver's name matches an entry). VF_ENODRIVER without NVML, VF_ENOTFOUND when
  * CUDA_VISIBLE_DEVICES hides every GPU or names none that exists. */
 int vf_gpu_detect(struct vf_gpu_spec *out, struct vf_diag *d);
-
-/* ---- processes -------------------------------------------------------------------------- */
-
-/* The command name of pid ("python3"); VF_ENOTFOUND when it is gone or not visible. */
-int vf_proc_name(pid_t pid, char *buf, size_t size);
-
-/* Whether pid is root or one of root's descendants, right now. */
-bool vf_proc_in_tree(pid_t pid, pid_t root);
-
-struct vf_child {
-  pid_t pid;
-  int out_fd, err_fd; /* read ends of the child's stdout/stderr, or -1 when inherited */
-  int pidfd;          /* readable when the child exits; -1 where unsupported */
-};
-
-/* Starts argv[0] (searched in PATH) in our process group, so a terminal's Ctrl-C reaches it
- * as it would without vramfit. capture: its stdout and stderr go to pipes; null_stdin: its
- * stdin is /dev/null. VF_ENOCMD when the command cannot be found or run. */
-int vf_child_spawn(char *const argv[], bool capture, bool null_stdin, struct vf_child *c,
-                   struct vf_diag *d);
-/* Non-blocking (block = false) or blocking reap. Returns 1 with the exit code in *code
- * (128 + signal for a killed child, as shells report it), 0 while it runs. */
-int vf_child_wait(struct vf_child *c, bool block, int *code);
-/* Passes a signal on to the child. */
-void vf_child_signal(const struct vf_child *c, int sig);
-void vf_child_close(struct vf_child *c);
 
 /* ---- trends ----------------------------------------------------------------------------- */
 

@@ -40,6 +40,8 @@ struct vf_plan_request {
   double safety;                 /* share of capacity the balanced tier may use; 0: 0.90 */
   uint64_t target_effective_batch; /* 0: base batch x accumulation x data-parallel GPUs */
   uint32_t keep;                 /* VF_KEEP_* bits */
+  double batch_scale;            /* >0: every estimate's batch-dependent part scaled by it
+                                  * (vf_estimate_calibrate, --calibrate); 0: as estimated */
 };
 
 /* One setting and what it costs. */

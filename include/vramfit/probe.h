@@ -20,6 +20,23 @@ enum vf_probe_outcome {
 /* "ok", "oom", "error", "timeout". */
 const char *vf_probe_outcome_name(enum vf_probe_outcome o);
 
+#define VF_PROBE_MAX_POINTS 64
+
+/* A launch that fitted, with the peak NVML measured for it. */
+struct vf_probe_point {
+  uint64_t batch, peak_bytes;
+};
+
+/* How the next batch was chosen. */
+enum vf_probe_move {
+  VF_PROBE_START,     /* the first launch: the hint, else min */
+  VF_PROBE_PREDICTED, /* the largest batch the peaks fitted so far put under the ceiling */
+  VF_PROBE_APPROACH,  /* halfway there, while the fit rests on points close together */
+  VF_PROBE_CONFIRM,   /* just past the prediction, to find where it stops fitting */
+  VF_PROBE_BISECT,    /* the middle of the bracket: the peaks cannot steer (or did not) */
+  VF_PROBE_STEP,      /* stepping out from the one side known, doubling (no peaks) */
+};
+
 struct vf_probe {
   uint64_t min, max;
   uint64_t start;    /* the first batch */
@@ -28,21 +45,52 @@ struct vf_probe {
   uint64_t step;     /* distance of the next step out from the one side known so far */
   unsigned launches;
   bool stopped;      /* a launch failed for another reason than memory */
+  /* Steering by measured peaks (vf_probe_steer): */
+  uint64_t ceiling;      /* the most a launch can hold: the GPU's free memory; 0: unknown
+                          * (no steering) */
+  uint64_t revealed;     /* the highest peak an out-of-memory launch reached; 0: none */
+  double prior_slope;    /* bytes per sample the estimate expects; 0: none */
+  struct vf_probe_point points[VF_PROBE_MAX_POINTS];
+  unsigned npoints;
+  bool slow;             /* a steered launch did not halve a closed bracket: the next bisects */
+  bool overshot;         /* the last launch was a prediction that ran out of memory */
+  uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: the
+                          * fit's own spread */
 };
 
 /* Searches [min, max] (1 <= min <= max). hint: a batch expected to be close to the answer
- * (clamped into the range), or 0 for none. With a hint the search starts there and steps out
- * by an eighth of it, doubling each step; without, it starts at min and doubles. Once a fit
- * and an out-of-memory batch bracket the answer, it bisects. VF_EINVAL on a bad range. */
+ * (clamped into the range), or 0 for none. VF_EINVAL on a bad range. Without peaks: with a
+ * hint the search starts there and steps out by an eighth of it, doubling each step; without,
+ * it starts at min and doubles; once a fit and an out-of-memory batch bracket the answer, it
+ * bisects. */
 int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
 
+/* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the free
+ * memory of the GPU the runs get); slope the bytes per sample the estimate expects (0:
+ * unknown). From then on every launch that fits with a peak adds a point; peak(batch) is
+ * fitted to the points (one point: the estimate's slope, else through the origin; a line; a
+ * parabola where well-spread points bend upwards beyond NVML's noise), and the next launch
+ * is the largest batch the fit puts under the ceiling, then the one just past it. When a
+ * launch runs out of memory below where the fit reaches the ceiling, the ceiling is taken
+ * as the most the launches reached (out-of-memory ones included); a fit contradicted even
+ * by that, or a steered launch that did not halve the bracket, leaves the next launch to
+ * bisection. Without peaks (NVML saw nothing) the search is as without steering. */
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample);
+
 /* The batch to launch next, never one launched before and always in [min, max]; 0 when the
- * search is over. */
-uint64_t vf_probe_next(const struct vf_probe *p);
+ * search is over. move (may be NULL) says why. */
+uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *move);
 
 /* The outcome of launching batch, which must be what vf_probe_next() proposed (VF_EINVAL
- * otherwise). */
-int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o);
+ * otherwise), with the peak NVML measured (0: unknown). */
+int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o, uint64_t peak_bytes);
+
+/* The peak the points so far predict for batch; 0 when they cannot (fewer than one point,
+ * or no steering). */
+uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch);
+
+/* "start", "predicted", "confirm", "bisect", "step". */
+const char *vf_probe_move_name(enum vf_probe_move m);
 
 /* The largest batch that fitted; 0 when none did (yet). */
 static inline uint64_t vf_probe_result(const struct vf_probe *p) { return p->fit; }

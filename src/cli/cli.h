@@ -26,6 +26,7 @@ int cmd_watch(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_history(int argc, char **argv);
 
 /* Maps a VF_E* code to the contract's exit code. */
 int cli_exit_code(int err);

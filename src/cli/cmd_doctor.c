@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/doctor.h"
+#include "cli/history_cli.h"
 
 static const char usage[] =
     "usage: vramfit doctor [--log FILE] [--plan PLAN.json] [--json]\n\n"
@@ -20,7 +21,7 @@ static const char usage[] =
     "               was not full, or a setting too large for the GPU ('vramfit watch --log'\n"
     "               files count too)\n"
     "  --plan FILE  'vramfit plan --json' (or 'estimate --json') output: does its peak fit in\n"
-    "               the memory free now?\n"
+    "               the memory free now? (default: the last plan 'vramfit plan' made here)\n"
     "  --json       print {\"findings\": [{\"level\", \"topic\", \"message\"}], \"problems\",\n"
     "               \"log\": {\"file\", \"report\": null | {\"source\", \"certain\", \"line\", \"count\",\n"
     "               \"gpu\", \"excerpt\", \"progress_lines\", \"leak_warning\", \"numbers\": {...},\n"
@@ -54,6 +55,17 @@ static int parse_args(int argc, char **argv, struct args *a) {
   return 0;
 }
 
+/* Without --plan: the last plan 'vramfit plan' kept, when there is one. */
+static int check_last_plan(struct doctor *d) {
+  char *json, *about;
+  if (history_last_plan(&json, &about)) return 0;
+  doctor_report(d, DOCTOR_INFO, "plan", "the last plan made here: %s", about);
+  int rc = doctor_check_plan(d, about, json);
+  free(json);
+  free(about);
+  return rc;
+}
+
 static int run(struct doctor *d, const struct args *a) {
   struct vf_diag diag;
   vf_diag_clear(&diag);
@@ -61,7 +73,7 @@ static int run(struct doctor *d, const struct args *a) {
   if (!d->json) printf("environment\n");
   if (!driver) doctor_report(d, DOCTOR_FAIL, "driver", "%s", diag.msg);
   doctor_check_env(d);
-  int rc = a->plan ? doctor_check_plan(d, a->plan) : 0;
+  int rc = a->plan ? doctor_check_plan(d, a->plan, NULL) : check_last_plan(d);
   if (!rc && a->log) rc = doctor_check_log(d, a->log);
   vf_nvml_close(d->nvml);
   if (rc) return rc;

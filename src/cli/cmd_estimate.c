@@ -1,4 +1,5 @@
 /* vramfit estimate MODEL [options]: peak GPU memory of one training step. */
+#include "cli/history_cli.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
@@ -33,14 +34,19 @@ static const char usage[] =
     "  --alloc-conf S       PYTORCH_CUDA_ALLOC_CONF to model (default: the environment's)\n"
     "  --json               machine-readable output\n"
     "  --events FILE        write the replayed allocations and frees (every layer) to FILE,\n"
-    "                       in the format of 'vramfit trace --events', to compare the two\n\n"
+    "                       in the format of 'vramfit trace --events', to compare the two\n"
+    "  --calibrate          scale the batch-dependent part (activations, temporaries) by what\n"
+    "                       a run of this setup measured here ('vramfit history')\n\n"
+    "When this setup was measured on this machine ('vramfit probe --model ...'), the output\n"
+    "says how far the estimate was from it.\n\n"
     "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
 
-enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS };
+enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_CALIBRATE };
 
 static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
                                      {"events", required_argument, NULL, O_EVENTS},
-                                     {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
+                                     {"help", no_argument, NULL, O_HELP},
+                                     {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
 static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
                              const char *framework) {
@@ -154,7 +160,7 @@ static int estimate_run(const struct setup_request *r, const struct setup_contex
 int cmd_estimate(int argc, char **argv) {
   struct setup_request r;
   setup_request_init(&r, "estimate");
-  bool json = false;
+  bool json = false, calibrate = false;
   const char *events = NULL;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
@@ -163,6 +169,7 @@ int cmd_estimate(int argc, char **argv) {
     if (c == ':' || c == '?') return cli_option_error("estimate", c, argv);
     if (c == O_JSON) json = true;
     else if (c == O_EVENTS) events = optarg;
+    else if (c == O_CALIBRATE) calibrate = true;
     else if (setup_option(&r, c, optarg)) return EXIT_BAD_INPUT;
   }
   if (optind != argc - 1)
@@ -176,11 +183,22 @@ int cmd_estimate(int argc, char **argv) {
     setup_context_cleanup(&ctx);
     return rc;
   }
+  /* What a run of this setup measured here, and --calibrate to it. */
+  struct history_note note;
+  history_note_find(&r, argv[optind], &ctx, &note);
+  if (calibrate && history_note_ratio(&note, "estimate") > 0) vf_estimate_calibrate(&e, note.ratio);
   uint64_t cap = ctx.gpu.capacity_bytes;
   int code = EXIT_OK;
-  if (json) code = cli_print_json(estimate_json(&ctx.model, &e, cap, r.framework));
-  else estimate_text(&ctx.model, &e, &ctx.gpu, r.framework);
+  if (json) {
+    json_t *o = estimate_json(&ctx.model, &e, cap, r.framework);
+    history_note_json(&note, o);
+    code = cli_print_json(o);
+  } else {
+    estimate_text(&ctx.model, &e, &ctx.gpu, r.framework);
+    history_note_print(&note);
+  }
   if (code == EXIT_OK && cap && e.device_peak > cap) code = EXIT_NO;
+  history_note_cleanup(&note);
   setup_context_cleanup(&ctx);
   return code;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/history_cli.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
@@ -20,14 +21,19 @@ static const char usage[] =
     "  --keep LIST                  knobs that must not change: seq, precision, optimizer, method,\n"
     "                               lora-r, quant, grad-ckpt, shard, offload, capacity (= method,\n"
     "                               lora-r, quant and the model), none (capacity)\n"
-    "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n\n"
+    "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
+    "  --calibrate                  scale every estimate's batch-dependent part by what a run\n"
+    "                               of the given setup measured here ('vramfit history')\n\n"
     "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
     "--lengths, --accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt,\n"
     "--gpus, ...).\n\n"
+    "The plan is kept for 'vramfit doctor' (which checks it against the memory free now), and\n"
+    "when the given setup was measured on this machine, the output says how far its estimate\n"
+    "was from it.\n\n"
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 
-enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP };
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE };
 
 static const struct option opts[] = {
     SETUP_OPTIONS,
@@ -36,6 +42,7 @@ static const struct option opts[] = {
     {"keep", required_argument, NULL, O_KEEP},
     {"json", no_argument, NULL, O_JSON},
     {"help", no_argument, NULL, O_HELP},
+    {"calibrate", no_argument, NULL, O_CALIBRATE},
     {NULL, 0, NULL, 0}};
 
 struct plan_args {
@@ -43,7 +50,7 @@ struct plan_args {
   double safety;
   uint64_t target;
   uint32_t keep;
-  bool json;
+  bool json, calibrate;
 };
 
 static int parse_safety(const char *arg, double *out) {
@@ -68,6 +75,7 @@ static int plan_option(struct plan_args *a, int c, const char *arg) {
                     "quant, grad-ckpt, shard, offload, capacity, none", arg);
     return VF_EINVAL;
   case O_JSON: a->json = true; return 0;
+  case O_CALIBRATE: a->calibrate = true; return 0;
   default: return setup_option(&a->setup, c, arg);
   }
 }
@@ -161,6 +169,13 @@ static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, c
   for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
 }
 
+/* The plan, kept for 'vramfit doctor': "llama-3.1-8b on a100-40gb". */
+static void keep_plan(const char *model, const struct vf_gpu_spec *gpu, const char *gpu_arg, json_t *plan) {
+  char label[512];
+  snprintf(label, sizeof label, "%s on %s", model, gpu->name[0] ? gpu->name : gpu_arg);
+  history_save_plan(label, plan);
+}
+
 int cmd_plan(int argc, char **argv) {
   struct plan_args a = {.safety = 0.90, .keep = VF_KEEP_CAPACITY};
   setup_request_init(&a.setup, "plan");
@@ -179,16 +194,25 @@ int cmd_plan(int argc, char **argv) {
   int rc = setup_context_load(&a.setup, argv[optind], &ctx);
   if (rc) return rc;
   struct vf_plan_request req = {&ctx.model, &ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
-                                a.safety, a.target, a.keep};
+                                a.safety, a.target, a.keep, 0};
+  /* What a run of the given setup measured here, and --calibrate to it. */
+  struct history_note note;
+  history_note_find(&a.setup, argv[optind], &ctx, &note);
+  if (a.calibrate) req.batch_scale = history_note_ratio(&note, "plan");
   struct vf_plan_result *p = malloc(sizeof *p);
   struct vf_diag d;
   vf_diag_clear(&d);
   rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
   int code = EXIT_OK;
+  json_t *o = rc ? NULL : plan_json(p, ctx.gpu.capacity_bytes);
+  if (o) history_note_json(&note, o);
   if (rc) code = cli_diag_error("plan", rc, &d);
-  else if (a.json) code = cli_print_json(plan_json(p, ctx.gpu.capacity_bytes));
-  else plan_text(&ctx.model, &ctx.gpu, p, a.safety);
+  else if (p->tiers[VF_TIER_BALANCED].found) keep_plan(argv[optind], &ctx.gpu, a.setup.gpu, o);
+  if (!rc && a.json) code = cli_print_json(json_incref(o));
+  else if (!rc) plan_text(&ctx.model, &ctx.gpu, p, a.safety), history_note_print(&note);
   if (code == EXIT_OK && !p->tiers[VF_TIER_BALANCED].found) code = EXIT_NO;
+  json_decref(o);
+  history_note_cleanup(&note);
   free(p);
   setup_context_cleanup(&ctx);
   return code;

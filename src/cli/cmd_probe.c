@@ -6,11 +6,12 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/history_cli.h"
 #include "cli/probe_run.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
-    "usage: vramfit probe [--min N] [--max N] [--timeout S] [--json]\n"
+    "usage: vramfit probe [--min N] [--max N] [--timeout S] [--grace S] [--json]\n"
     "                     [--model MODEL [estimate options]] -- CMD ARGS...\n\n"
     "Finds the largest micro batch that fits by running your own training command at\n"
     "different batches. '{batch}' in ARGS is replaced by the batch to try, and VRAMFIT_BATCH\n"
@@ -18,29 +19,38 @@ static const char usage[] =
     "  --min N       smallest batch to try (1)\n"
     "  --max N       largest batch to try (4096)\n"
     "  --timeout S   a launch still running after S seconds counts as fitting ('timeout'):\n"
-    "                it gets SIGTERM, then SIGKILL after as long again (1 to 10 s)\n"
+    "                its process tree gets SIGTERM, then SIGKILL after the grace period\n"
+    "  --grace S     seconds from SIGTERM to SIGKILL when a launch's tree is ended (default:\n"
+    "                the --timeout, within 1 to 10 s; 10 without --timeout)\n"
     "  --json        machine-readable output\n"
     "  --model MODEL start at the estimator's largest batch that fits the GPU (--gpu, else\n"
     "                the one NVML finds) for MODEL with the options of 'vramfit estimate'\n"
     "                (--seq, --method, --weights, ...; not --batch)\n\n"
     "A launch fits when it exits 0 and runs out of memory when it fails with an\n"
     "out-of-memory report (PyTorch, CUDA, cuBLAS, cuDNN, NCCL, JAX, TensorFlow, host) in its\n"
-    "output. The search starts at the estimate and steps out by an eighth of it, doubling\n"
-    "each step (without --model: doubles from --min), then bisects between the largest\n"
-    "batch that fitted and the smallest that did not. Peaks are the most the command's\n"
-    "processes held on one GPU, sampled through NVML every 0.1 s; 0 when NVML is\n"
-    "unavailable (unknown). The command's output is captured (the last 64 KiB of each\n"
-    "stream) and shown only when a launch fails.\n\n"
+    "output. Peaks are the most the command's processes held on one GPU, sampled through\n"
+    "NVML every 0.1 s. They steer the search: peak(batch) is fitted to the launches that fit\n"
+    "(a line, or a curve where the peaks bend), the next launch is the largest batch it puts\n"
+    "under the GPU's free memory (or under what an out-of-memory launch reached), then the\n"
+    "one just past it; where the fit fails, the rest is bisected. Without peaks (no NVML):\n"
+    "the search starts at the estimate and steps out by an eighth of it, doubling each step\n"
+    "(without --model: doubles from --min), then bisects. The command's output is captured\n"
+    "(the last 64 KiB of each stream) and shown only when a launch fails.\n\n"
+    "Each launch runs in its own process group; its whole tree (children that left the\n"
+    "group included) is ended at the time limit, when it exits leaving processes behind, and\n"
+    "when vramfit gets Ctrl-C, SIGTERM or SIGHUP (passed on, then SIGKILL after the grace\n"
+    "period). Every launch is kept in the history ('vramfit history').\n\n"
     "Exit status: 0; 1 when not even --min fits; 2 when a launch fails for another reason\n"
-    "than memory (the end of its stderr is shown); 3 when CMD cannot be run.\n";
+    "than memory (the end of its stderr is shown); 3 when CMD cannot be run; killed by the\n"
+    "signal that stopped it.\n";
 
 #define NAME "probe"
 
-enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_JSON, O_MODEL };
+enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_GRACE, O_JSON, O_MODEL };
 
 struct request {
   uint64_t min, max;
-  double timeout_s;
+  double timeout_s, grace_s;
   bool json;
   char **cmd;
   const char *model;
@@ -48,11 +58,11 @@ struct request {
   const char *setup_flag; /* the first estimate option given; they need --model */
 };
 
-static int parse_timeout(const char *text, double *out) {
+static int parse_seconds(const char *flag, const char *text, bool zero, double *out) {
   char *end;
   double v = strtod(text, &end);
-  if (end == text || *end || !isfinite(v) || v <= 0)
-    return cli_usage_error(NAME, "--timeout expects seconds above 0, got '%s'", text);
+  if (end == text || *end || !isfinite(v) || v < 0 || (v == 0 && !zero))
+    return cli_usage_error(NAME, "%s expects seconds %s 0, got '%s'", flag, zero ? "from" : "above", text);
   *out = v;
   return 0;
 }
@@ -60,7 +70,8 @@ static int parse_timeout(const char *text, double *out) {
 static int take_option(int c, const char *name, char **argv, struct request *r) {
   if (c == O_MIN) return cli_parse_u64(NAME, "--min", optarg, &r->min) ? EXIT_BAD_INPUT : 0;
   if (c == O_MAX) return cli_parse_u64(NAME, "--max", optarg, &r->max) ? EXIT_BAD_INPUT : 0;
-  if (c == O_TIMEOUT) return parse_timeout(optarg, &r->timeout_s);
+  if (c == O_TIMEOUT) return parse_seconds("--timeout", optarg, false, &r->timeout_s);
+  if (c == O_GRACE) return parse_seconds("--grace", optarg, true, &r->grace_s);
   if (c == O_JSON) r->json = true;
   else if (c == O_MODEL) r->model = optarg;
   else if (c == O_BATCH) return cli_usage_error(NAME, "--batch is what probe finds; bound it with --min and --max");
@@ -76,8 +87,9 @@ static int parse_args(int argc, char **argv, struct request *r) {
       SETUP_OPTIONS,
       {"min", required_argument, NULL, O_MIN},         {"max", required_argument, NULL, O_MAX},
       {"timeout", required_argument, NULL, O_TIMEOUT}, {"json", no_argument, NULL, O_JSON},
-      {"model", required_argument, NULL, O_MODEL},     {NULL, 0, NULL, 0}};
-  *r = (struct request){.min = 1, .max = 4096};
+      {"model", required_argument, NULL, O_MODEL},     {"grace", required_argument, NULL, O_GRACE},
+      {NULL, 0, NULL, 0}};
+  *r = (struct request){.min = 1, .max = 4096, .grace_s = -1};
   setup_request_init(&r->setup, NAME);
   optind = 1;
   opterr = 0;
@@ -97,25 +109,30 @@ static int parse_args(int argc, char **argv, struct request *r) {
   if (r->min < 1 || r->min > r->max)
     return cli_usage_error(NAME, "--min must be at least 1 and at most --max");
   r->cmd = argv + optind;
+  /* Time for a trainer to release the GPU: as long as the limit itself, within 1 to 10 s. */
+  if (r->grace_s < 0) r->grace_s = r->timeout_s ? fmin(fmax(r->timeout_s, 1), 10) : 10;
   return 0;
 }
 
 /* ---- output ---- */
 
-static void print_trial(const struct probe_launch *l, uint64_t batch) {
+static void print_trial(const struct probe_launch *l, uint64_t batch, uint64_t predicted) {
   printf("batch %llu: %s", (unsigned long long)batch, vf_probe_outcome_name(l->outcome));
   if (l->outcome == VF_PROBE_OOM) printf(" (%s)", vf_oom_source_name(l->oom));
-  char peak[32] = "";
+  char peak[32] = "", guess[32] = "";
   if (l->peak_bytes) cli_format_bytes(l->peak_bytes, peak, sizeof peak);
-  printf(", %s%s%.1f s\n", peak, peak[0] ? " peak, " : "", l->seconds);
+  if (predicted) cli_format_bytes(predicted, guess, sizeof guess);
+  printf(", %s%s%s%s%s%s%.1f s\n", peak, peak[0] ? " peak" : "", guess[0] ? " (predicted " : "", guess,
+         guess[0] ? ")" : "", peak[0] || guess[0] ? ", " : "", l->seconds);
   fflush(stdout);
 }
 
-static json_t *trial_json(const struct probe_launch *l, uint64_t batch) {
-  return json_pack("{s:I, s:s, s:I, s:o, s:f}", "batch", (json_int_t)batch, "outcome",
+static json_t *trial_json(const struct probe_launch *l, uint64_t batch, enum vf_probe_move m, uint64_t predicted) {
+  return json_pack("{s:I, s:s, s:I, s:o, s:f, s:s, s:o}", "batch", (json_int_t)batch, "outcome",
                    vf_probe_outcome_name(l->outcome), "peak_device_bytes", (json_int_t)l->peak_bytes,
                    "exit_code", l->exit_code < 0 ? json_null() : json_integer(l->exit_code),
-                   "seconds", round(l->seconds * 1000) / 1000);
+                   "seconds", round(l->seconds * 1000) / 1000, "move", vf_probe_move_name(m),
+                   "predicted_peak_bytes", predicted ? json_integer((json_int_t)predicted) : json_null());
 }
 
 /* The failed launch's own words: the last lines of its stderr (else of its stdout). */
@@ -137,38 +154,74 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
 
 /* ---- where to start ---- */
 
+struct start {
+  uint64_t hint;          /* the estimator's largest batch that fits; 0: none */
+  double slope;           /* the estimate's bytes per sample around it; 0: none */
+  struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
+  char *setup;            /* the estimate's setup for the history; NULL without --model */
+};
+
+/* The estimate's growth per sample near the hint, from two estimates half the hint apart. */
+static double estimate_slope(const struct setup_context *ctx, const struct vf_setup *s, uint64_t hint) {
+  struct vf_setup a = *s, b = *s;
+  a.batch = hint / 2 ? hint / 2 : 1;
+  b.batch = a.batch < hint ? hint : hint + 1;
+  struct vf_estimate ea, eb;
+  if (vf_estimate(&ctx->model, &a, &ctx->profile, &ctx->conf, &ea, NULL) ||
+      vf_estimate(&ctx->model, &b, &ctx->profile, &ctx->conf, &eb, NULL) || eb.device_peak <= ea.device_peak)
+    return 0;
+  return (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
+}
+
 /* The estimator's largest batch that fits the GPU; 0 without --model, without a GPU (none
  * given, none found) or when by the estimate not even --min fits. Returns an exit code. */
-static int estimate_hint(struct request *r, uint64_t *hint, struct vf_gpu_spec *gpu) {
-  *hint = 0;
-  memset(gpu, 0, sizeof *gpu);
+static int estimate_hint(struct request *r, struct start *st) {
+  memset(st, 0, sizeof *st);
   if (!r->model) return EXIT_OK;
   struct vf_diag d;
   vf_diag_clear(&d);
-  if (!r->setup.gpu && vf_gpu_detect(gpu, &d) == 0) r->setup.gpu = "auto";
+  if (!r->setup.gpu && vf_gpu_detect(&st->gpu, &d) == 0) r->setup.gpu = "auto";
   struct setup_context ctx;
   int code = setup_context_load(&r->setup, r->model, &ctx);
   if (code) return code;
-  *gpu = ctx.gpu;
-  int rc = gpu->capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
-                                                       &ctx.conf, r->min, r->max, hint, &d)
-                               : 0;
+  st->gpu = ctx.gpu;
+  int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
+                                                          &ctx.conf, r->min, r->max, &st->hint, &d)
+                                  : 0;
+  if (st->hint) st->slope = estimate_slope(&ctx, &r->setup.setup, st->hint);
   setup_context_cleanup(&ctx);
-  return rc ? cli_diag_error(NAME, rc, &d) : EXIT_OK;
+  if (rc) return cli_diag_error(NAME, rc, &d);
+  st->setup = history_setup_json(&r->setup, r->model);
+  return st->setup ? EXIT_OK : EXIT_INTERNAL;
 }
 
-static void print_start(const struct request *r, uint64_t hint, const struct vf_gpu_spec *gpu) {
+static void print_start(const struct request *r, const struct start *st) {
   char capacity[32];
-  cli_format_bytes(gpu->capacity_bytes, capacity, sizeof capacity);
+  cli_format_bytes(st->gpu.capacity_bytes, capacity, sizeof capacity);
+  const struct vf_gpu_spec *gpu = &st->gpu;
   const char *name = gpu->full_name[0] ? gpu->full_name : gpu->name[0] ? gpu->name : "the GPU";
-  if (hint)
-    printf("starting at batch %llu, the estimate's largest on %s (%s)\n", (unsigned long long)hint,
+  if (st->hint)
+    printf("starting at batch %llu, the estimate's largest on %s (%s)\n", (unsigned long long)st->hint,
            name, capacity);
   else if (gpu->capacity_bytes)
     printf("by the estimate not even batch %llu fits on %s (%s): starting there\n",
            (unsigned long long)r->min, name, capacity);
   else
     printf("no GPU given (--gpu) or found: no estimate to start from\n");
+}
+
+/* The measured peaks steer the search up to the free memory of the GPU the runs get. */
+static void steer(struct vf_probe *p, struct vf_nvml *nvml, const struct start *st, bool json) {
+  unsigned index;
+  struct vf_gpu_sample gpu;
+  if (vf_nvml_visible(nvml, &index, NULL) || vf_nvml_sample(nvml, index, &gpu) ||
+      !(gpu.fields & VF_FIELD_MEMORY) || !gpu.free_bytes)
+    return;
+  vf_probe_steer(p, gpu.free_bytes, st->slope);
+  if (json) return;
+  char room[32];
+  cli_format_bytes(gpu.free_bytes, room, sizeof room);
+  printf("steering by the measured peaks: %s free on %s\n", room, gpu.name);
 }
 
 /* ---- the search ---- */
@@ -178,19 +231,36 @@ struct search {
   struct probe_runner runner;
   struct probe_launch *launch;
   json_t *trials;
+  struct vf_history *history;
+  const char *setup;
 };
+
+static void record(const struct search *s, uint64_t batch) {
+  const struct probe_launch *l = s->launch;
+  struct vf_run run = {.when = (double)l->started, .command = (char *)l->command, .setup = (char *)s->setup,
+                       .batch = batch, .exit_code = l->exit_code, .peak_device_bytes = l->peak_bytes,
+                       .seconds = l->seconds};
+  snprintf(run.source, sizeof run.source, "probe");
+  snprintf(run.outcome, sizeof run.outcome, "%s", l->stopped_by ? "interrupted" : vf_probe_outcome_name(l->outcome));
+  history_gpu(s->runner.nvml, l->gpu, &run);
+  history_add(s->history, NAME, &run);
+}
 
 /* Launches until the search is over. Returns an exit code; EXIT_OK also when nothing fitted. */
 static int search_run(struct search *s, bool json) {
-  for (uint64_t b; (b = vf_probe_next(&s->p));) {
+  enum vf_probe_move m;
+  for (uint64_t b; (b = vf_probe_next(&s->p, &m));) {
+    uint64_t predicted = m == VF_PROBE_PREDICTED ? vf_probe_predict(&s->p, b) : 0;
     struct vf_diag d;
     vf_diag_clear(&d);
     int rc = probe_launch(&s->runner, b, s->launch, &d);
     if (rc == VF_ENOMEM) return fputs("vramfit probe: out of memory\n", stderr), EXIT_INTERNAL;
     if (rc) return cli_diag_error(NAME, rc, &d);
-    vf_probe_record(&s->p, b, s->launch->outcome);
-    if (json) json_array_append_new(s->trials, trial_json(s->launch, b));
-    else print_trial(s->launch, b);
+    record(s, b);
+    if (s->launch->stopped_by) return EXIT_OK;
+    vf_probe_record(&s->p, b, s->launch->outcome, s->launch->peak_bytes);
+    if (json) json_array_append_new(s->trials, trial_json(s->launch, b, m, predicted));
+    else print_trial(s->launch, b, predicted);
     if (s->launch->outcome == VF_PROBE_ERROR) {
       print_failure(s->launch, b);
       return EXIT_BAD_INPUT;
@@ -208,35 +278,55 @@ static void print_result(const struct search *s, const struct request *r) {
     printf("no batch fits: batch %llu (--min) ran out of memory\n", (unsigned long long)r->min);
 }
 
+static int report(struct search *s, const struct request *r, const struct start *st, int code) {
+  /* A failed launch still leaves the trials so far for scripts. */
+  if (r->json && (code == EXIT_OK || s->p.launches)) {
+    json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s->p),
+                          "launches", (json_int_t)s->p.launches, "estimate_batch",
+                          st->hint ? json_integer((json_int_t)st->hint) : json_null(), "trials", s->trials);
+    int rc = cli_print_json(o);
+    if (rc) code = rc;
+  } else if (code == EXIT_OK) {
+    print_result(s, r);
+  }
+  return code == EXIT_OK && !vf_probe_result(&s->p) ? EXIT_NO : code;
+}
+
+/* A stop signal ended the launch's tree: say so, and die of the signal as vramfit would
+ * have without catching it. */
+static void die_stopped(const struct search *s, uint64_t batch) {
+  int sig = s->launch->stopped_by;
+  fprintf(stderr, "vramfit probe: stopped by signal %d during the launch at batch %llu; its processes "
+                  "were ended\n", sig, (unsigned long long)batch);
+  fflush(stdout);
+  vf_proc_die_of(sig);
+}
+
 int cmd_probe(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) return fputs(usage, stdout), EXIT_OK;
   struct request r;
   int code = parse_args(argc, argv, &r);
   if (code) return code;
-  uint64_t hint;
-  struct vf_gpu_spec gpu;
-  if ((code = estimate_hint(&r, &hint, &gpu))) return code;
-  if (r.model && !r.json) print_start(&r, hint, &gpu);
-  struct search s = {.runner = {.cmd = r.cmd, .timeout_s = r.timeout_s}};
-  vf_probe_init(&s.p, r.min, r.max, hint);
-  s.launch = malloc(sizeof *s.launch);
+  struct start st;
+  if ((code = estimate_hint(&r, &st))) return code;
+  if (r.model && !r.json) print_start(&r, &st);
+  struct search s = {.runner = {.cmd = r.cmd, .timeout_s = r.timeout_s, .grace_s = r.grace_s},
+                     .setup = st.setup};
+  vf_probe_init(&s.p, r.min, r.max, st.hint);
+  s.launch = calloc(1, sizeof *s.launch);
   s.trials = json_array();
   /* Without NVML the search works all the same; peaks are unknown. */
   if (vf_nvml_open(&s.runner.nvml, NULL)) s.runner.nvml = NULL;
+  else steer(&s.p, s.runner.nvml, &st, r.json);
+  s.runner.stop_fd = vf_proc_catch_stop_signals();
+  s.history = history_open_for_writing(NAME);
   code = s.launch && s.trials ? search_run(&s, r.json) : EXIT_INTERNAL;
-  /* A failed launch still leaves the trials so far for scripts. */
-  if (r.json && (code == EXIT_OK || s.p.launches)) {
-    json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s.p),
-                          "launches", (json_int_t)s.p.launches, "estimate_batch",
-                          hint ? json_integer((json_int_t)hint) : json_null(), "trials", s.trials);
-    int rc = cli_print_json(o);
-    if (rc) code = rc;
-  } else if (code == EXIT_OK) {
-    print_result(&s, &r);
-  }
-  if (code == EXIT_OK && !vf_probe_result(&s.p)) code = EXIT_NO;
+  vf_history_close(s.history);
+  if (s.launch && s.launch->stopped_by) die_stopped(&s, vf_probe_next(&s.p, NULL));
+  code = report(&s, &r, &st, code);
   vf_nvml_close(s.runner.nvml);
   json_decref(s.trials);
   free(s.launch);
+  free(st.setup);
   return code;
 }

@@ -1,13 +1,13 @@
 /* vramfit watch: samples the GPUs, optionally while running a command, and warns about
  * process memory that keeps growing and GPUs that sit idle. */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -16,7 +16,7 @@
 
 static const char usage[] =
     "usage: vramfit watch [--interval S] [--count N] [--log FILE] [--plain]\n"
-    "                     [--warmup S] [--window S] [--pid P | -- CMD ARGS...]\n\n"
+    "                     [--warmup S] [--window S] [--grace S] [--pid P | -- CMD ARGS...]\n\n"
     "Samples every GPU (or the GPUs a process tree uses) every S seconds, N times, until\n"
     "the watched command or process exits, or until interrupted. On a terminal it shows a\n"
     "live view (keys: <-/-> or 0-9 switch GPU, q quit); otherwise one line per GPU per\n"
@@ -27,34 +27,24 @@ static const char usage[] =
     "                every sample, warnings included\n"
     "  --plain       lines even on a terminal\n"
     "  --pid P       watch process P and its children; stop when it exits\n"
-    "  -- CMD ARGS   run CMD, watch its process tree, exit with its exit code\n"
+    "  -- CMD ARGS   run CMD, watch its process tree, exit with its exit code; the run is\n"
+    "                kept in the history ('vramfit history')\n"
+    "  --grace S     seconds from SIGTERM to SIGKILL when CMD's tree is ended (default 10)\n"
     "  --warmup S    ignore a process's first S seconds when judging growth (default 120)\n"
     "  --window S    judge growth and under-use over the last S seconds (default 600 for\n"
     "                growth, 300 for under-use)\n\n"
     "Warns when a process's memory keeps growing after warm-up (steps that level off are\n"
     "the allocator's normal caching), with the time left until the GPU is full at that rate,\n"
-    "and when utilization and power stay low while a watched process holds memory.\n";
+    "and when utilization and power stay low while a watched process holds memory.\n\n"
+    "CMD runs in its own process group (its stdin is /dev/null when ours is a terminal).\n"
+    "Ctrl-C, SIGTERM or SIGHUP to vramfit, and q in the view, pass the signal on to every\n"
+    "process of CMD's tree (SIGINT for Ctrl-C and q, SIGTERM otherwise), and SIGKILL follows\n"
+    "after the grace period; processes CMD leaves behind when it exits are ended the same\n"
+    "way. No process of the tree outlives vramfit.\n";
 
 #define NAME "watch"
 
-static volatile sig_atomic_t stop_sig, stop_from_process;
-
-/* A signal typed at the terminal already reached the command (same process group); one
- * sent to vramfit alone is passed on. */
-static void on_stop(int sig, siginfo_t *info, void *ctx) {
-  (void)ctx;
-  stop_sig = sig;
-  stop_from_process = info->si_code == SI_USER || info->si_code == SI_QUEUE;
-}
-
-static void catch_signals(void) {
-  struct sigaction sa = {.sa_sigaction = on_stop, .sa_flags = SA_SIGINFO};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us before the command ends */
-}
+#define GRACE_S 10 /* from SIGTERM to SIGKILL when the command's tree is ended */
 
 static int parse_seconds(const char *flag, const char *text, double min, double *out) {
   char *end;
@@ -70,8 +60,9 @@ static int parse_args(int argc, char **argv, struct watch_opts *o) {
       {"interval", required_argument, NULL, 'i'}, {"count", required_argument, NULL, 'c'},
       {"log", required_argument, NULL, 'l'},      {"pid", required_argument, NULL, 'p'},
       {"plain", no_argument, NULL, 'P'},          {"warmup", required_argument, NULL, 'w'},
-      {"window", required_argument, NULL, 'W'},   {NULL, 0, NULL, 0}};
-  *o = (struct watch_opts){.interval = 1, .underuse_window_s = 300};
+      {"window", required_argument, NULL, 'W'},   {"grace", required_argument, NULL, 'g'},
+      {NULL, 0, NULL, 0}};
+  *o = (struct watch_opts){.interval = 1, .underuse_window_s = 300, .grace_s = GRACE_S};
   vf_trend_config_default(&o->trend);
   optind = 1;
   opterr = 0;
@@ -85,6 +76,7 @@ static int parse_args(int argc, char **argv, struct watch_opts *o) {
     else if (c == 'P') o->plain = true;
     else if (c == 'w') rc = parse_seconds("--warmup", optarg, 0, &o->trend.warmup_s);
     else if (c == 'W') rc = parse_seconds("--window", optarg, 0.1, &o->trend.window_s);
+    else if (c == 'g') rc = parse_seconds("--grace", optarg, 0, &o->grace_s);
     else rc = cli_option_error(NAME, c, argv);
     if (rc) return rc;
     if (c == 'W') o->underuse_window_s = o->trend.window_s;
@@ -142,9 +134,12 @@ struct run {
   struct watch_log *log;
   struct tui *tui;
   struct vf_child child;
-  bool has_child, child_done;
-  int child_code;
+  bool has_child;
+  int stop_fd;     /* readable once a stop signal arrived */
+  int passed_on;   /* the signal passed on to the command's tree; 0: none yet */
+  double kill_at;  /* when SIGKILL follows it */
   double start, next;
+  time_t started;
 };
 
 static int take_sample(struct run *r) {
@@ -160,23 +155,21 @@ static void to_view(void *tui, const char *buf, size_t n) { tui_output(tui, buf,
 
 static void drain(struct run *r, int *fd) { cli_drain(fd, to_view, r->tui); }
 
-static void reap(struct run *r) {
-  if (r->has_child && !r->child_done && vf_child_wait(&r->child, false, &r->child_code) == 1)
-    r->child_done = true;
-}
-
-/* Sleeps until the next sample, a key, command output or the command's exit. */
+/* Sleeps until the next sample, a key, command output, a stop signal or the command's exit. */
 static void wait_events(struct run *r, double timeout_s) {
-  struct pollfd fds[4];
+  struct pollfd fds[5];
   nfds_t n = 0;
-  int *owners[4];
-  if (r->has_child && !r->child_done && r->child.pidfd >= 0)
+  int *owners[5];
+  if (r->has_child && !r->child.exited && r->child.pidfd >= 0)
     fds[n] = (struct pollfd){.fd = r->child.pidfd, .events = POLLIN}, owners[n++] = NULL;
   if (r->child.out_fd >= 0)
     fds[n] = (struct pollfd){.fd = r->child.out_fd, .events = POLLIN}, owners[n++] = &r->child.out_fd;
   if (r->child.err_fd >= 0)
     fds[n] = (struct pollfd){.fd = r->child.err_fd, .events = POLLIN}, owners[n++] = &r->child.err_fd;
   if (r->tui) fds[n] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN}, owners[n++] = NULL;
+  /* The pipe stays readable once a signal came: after that it would only spin the loop. */
+  if (r->stop_fd >= 0 && !vf_proc_stop_signal())
+    fds[n] = (struct pollfd){.fd = r->stop_fd, .events = POLLIN}, owners[n++] = NULL;
   /* Without a pidfd the child is polled for at least ten times a second. */
   if (r->has_child && r->child.pidfd < 0 && timeout_s > 0.1) timeout_s = 0.1;
   int ms = timeout_s < 0 ? -1 : (int)ceil(timeout_s * 1000);
@@ -190,9 +183,23 @@ static bool pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 static bool finished(struct run *r) {
   const struct watch_opts *o = &r->w.o;
   bool counted = o->count && r->w.samples >= o->count;
-  if (r->has_child) return r->child_done;
-  if (stop_sig || counted) return true;
+  if (r->has_child) return vf_proc_wait(&r->child, false) == 1;
+  if (vf_proc_stop_signal() || counted) return true;
   return o->pid && !pid_alive(o->pid);
+}
+
+/* Interrupts the command's tree once; SIGKILL follows after the grace period. */
+static void pass_on(struct run *r, int sig) {
+  if (r->passed_on) return;
+  r->passed_on = sig;
+  vf_proc_signal_tree(&r->child, sig);
+  r->kill_at = cli_monotonic() + r->w.o.grace_s;
+}
+
+static void escalate(struct run *r) {
+  if (!r->passed_on || cli_monotonic() < r->kill_at) return;
+  vf_proc_signal_tree(&r->child, SIGKILL);
+  r->kill_at = INFINITY;
 }
 
 static int loop(struct run *r) {
@@ -200,9 +207,10 @@ static int loop(struct run *r) {
   r->start = cli_monotonic();
   r->next = 0;
   while (!finished(r)) {
+    int stop = vf_proc_stop_signal();
     double now = cli_monotonic() - r->start;
     bool sampling = !o->count || r->w.samples < o->count;
-    if (sampling && !stop_sig && now >= r->next) {
+    if (sampling && !stop && now >= r->next) {
       int rc = take_sample(r);
       if (rc) return rc;
       r->next = fmax(r->next + o->interval, now);
@@ -210,14 +218,13 @@ static int loop(struct run *r) {
     }
     if (r->tui && !tui_keys(r->tui, &r->w)) {
       if (!r->has_child) break;
-      vf_child_signal(&r->child, SIGINT); /* quitting the view interrupts the command */
+      pass_on(r, SIGINT); /* quitting the view interrupts the command */
     }
-    if (stop_sig && stop_from_process) {
-      vf_child_signal(&r->child, stop_sig);
-      stop_from_process = 0;
-    }
-    wait_events(r, sampling && !stop_sig ? r->next - (cli_monotonic() - r->start) : 0.2);
-    reap(r);
+    if (stop && r->has_child) pass_on(r, stop == SIGINT ? SIGINT : SIGTERM);
+    escalate(r);
+    double wait_s = sampling && !stop ? r->next - (cli_monotonic() - r->start) : 0.2;
+    if (r->passed_on) wait_s = fmin(wait_s, r->kill_at - cli_monotonic());
+    wait_events(r, fmax(wait_s, 0));
   }
   return 0;
 }
@@ -226,12 +233,13 @@ static int start_child(struct run *r) {
   struct vf_diag d;
   vf_diag_clear(&d);
   bool capture = r->tui != NULL;
-  int rc = vf_child_spawn(r->w.o.cmd, capture, capture, &r->child, &d);
+  /* In its own process group the command cannot read the terminal: it would be stopped. */
+  bool null_stdin = capture || isatty(STDIN_FILENO);
+  r->started = time(NULL);
+  int rc = vf_proc_spawn(r->w.o.cmd, capture, null_stdin, &r->child, &d);
   if (rc) return cli_diag_error(NAME, rc, &d);
   r->has_child = true;
-  r->w.root = r->child.pid;
-  if (r->child.out_fd >= 0) fcntl(r->child.out_fd, F_SETFL, O_NONBLOCK);
-  if (r->child.err_fd >= 0) fcntl(r->child.err_fd, F_SETFL, O_NONBLOCK);
+  r->w.tree = &r->child;
   return 0;
 }
 
@@ -256,13 +264,19 @@ static int open_outputs(struct run *r) {
   return 0;
 }
 
+/* Ends what is left of the command's tree (all of it when the loop failed); after a signal
+ * was passed on, SIGKILL comes when its grace period would have ended. */
+static void end_child(struct run *r) {
+  if (!r->has_child) return;
+  double grace = r->passed_on ? fmax(0, r->kill_at - cli_monotonic()) : r->w.o.grace_s;
+  vf_proc_end_tree(&r->child, SIGTERM, isfinite(grace) ? grace : 0);
+  watch_record(&r->w, r->started, cli_monotonic() - r->start, r->child.exited ? r->child.code : -1,
+               r->passed_on);
+}
+
 static void finish(struct run *r) {
-  if (r->has_child && !r->child_done) {
-    vf_child_wait(&r->child, true, &r->child_code);
-    r->child_done = true;
-  }
   tui_close(r->tui);
-  vf_child_close(&r->child);
+  vf_proc_close(&r->child);
   watch_log_close(r->log);
   watch_free(&r->w);
   vf_nvml_close(r->w.nvml);
@@ -270,18 +284,20 @@ static void finish(struct run *r) {
 
 int cmd_watch(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) return fputs(usage, stdout), EXIT_OK;
-  struct run r = {.child = {.pid = -1, .out_fd = -1, .err_fd = -1, .pidfd = -1}};
+  struct run r = {.child = VF_CHILD_NONE, .stop_fd = -1};
   int rc = parse_args(argc, argv, &r.w.o);
   if (rc) return rc;
   r.w.root = r.w.o.pid;
-  stop_sig = 0;
-  catch_signals();
+  r.stop_fd = vf_proc_catch_stop_signals();
+  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us before the command ends */
   rc = open_outputs(&r);
   if (!rc && r.w.o.cmd) rc = start_child(&r);
   if (!rc && loop(&r) != 0) {
     fprintf(stderr, "vramfit watch: out of memory\n");
     rc = EXIT_INTERNAL;
   }
+  end_child(&r);
+  int code = rc ? rc : !r.has_child ? EXIT_OK : r.child.exited ? r.child.code : EXIT_INTERNAL;
   finish(&r);
-  return rc ? rc : r.has_child ? r.child_code : EXIT_OK;
+  return code;
 }

@@ -26,9 +26,9 @@ void doctor_report(struct doctor *d, enum doctor_level level, const char *topic,
 
 /* Driver, GPUs and the processes on them, CUDA_VISIBLE_DEVICES, allocator variables. */
 void doctor_check_env(struct doctor *d);
-/* Free memory on the run's GPU against a plan's (or estimate's) peak. Returns an exit code
- * for an unreadable plan, else 0. */
-int doctor_check_plan(struct doctor *d, const char *path);
+/* Free memory on the run's GPU against a plan's (or estimate's) peak: the file at path, or
+ * the JSON text (path then names it). Returns an exit code for an unreadable plan, else 0. */
+int doctor_check_plan(struct doctor *d, const char *path, const char *text);
 /* The out-of-memory report in a training log and its likely cause. Returns an exit code for
  * an unreadable log, else 0. */
 int doctor_check_log(struct doctor *d, const char *path);

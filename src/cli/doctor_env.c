@@ -215,10 +215,11 @@ void doctor_check_env(struct doctor *d) {
   check_frameworks(d);
 }
 
-/* The peak a plan (recommended.peak_device_bytes) or an estimate (peak.device_bytes) gives. */
-static int plan_peak(const char *path, uint64_t *peak) {
+/* The peak a plan (recommended.peak_device_bytes) or an estimate (peak.device_bytes) gives:
+ * the file at path, or text (then path only names it). */
+static int plan_peak(const char *path, const char *text, uint64_t *peak) {
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = text ? json_loads(text, 0, &err) : json_load_file(path, 0, &err);
   if (!root) {
     fprintf(stderr, "vramfit doctor: %s:%d:%d: %s\n", path, err.line, err.column, err.text);
     return EXIT_BAD_INPUT;
@@ -235,9 +236,9 @@ static int plan_peak(const char *path, uint64_t *peak) {
   return rc;
 }
 
-int doctor_check_plan(struct doctor *d, const char *path) {
+int doctor_check_plan(struct doctor *d, const char *path, const char *text) {
   uint64_t peak;
-  int rc = plan_peak(path, &peak);
+  int rc = plan_peak(path, text, &peak);
   if (rc) return rc;
   struct vf_gpu_sample s;
   if (!d->nvml || d->gpu < 0 || vf_nvml_sample(d->nvml, (unsigned)d->gpu, &s) != 0 ||

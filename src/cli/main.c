@@ -20,6 +20,7 @@ static const struct command commands[] = {
     {"watch", cmd_watch, "monitor GPU memory, warn about leaks and under-use"},
     {"doctor", cmd_doctor, "check the environment and explain an OOM log"},
     {"probe", cmd_probe, "find the largest batch that fits by running your command"},
+    {"history", cmd_history, "the runs probe and watch measured on this machine"},
     {"trace", cmd_trace, "measure the framework's own training step on the CPU (no GPU)"},
 };
 

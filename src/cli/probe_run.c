@@ -1,15 +1,17 @@
 /* One launch of 'vramfit probe': the command runs with its output captured for the OOM
- * parser, NVML is sampled for its process tree, and a run past the time limit is stopped. */
-#include <fcntl.h>
+ * parser, NVML is sampled for its process tree, and a run past the time limit is stopped.
+ * Whatever happens, the launch's whole process tree is gone when probe_launch returns. */
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/history_cli.h"
 #include "cli/probe_run.h"
 
 #define SAMPLE_S 0.1 /* NVML readings cost well under a millisecond */
@@ -66,17 +68,17 @@ static void to_tail(void *tail, const char *buf, size_t n) { tail_add(tail, buf,
 
 static void drain(int *fd, struct probe_tail *t) { cli_drain(fd, to_tail, t); }
 
-/* The most the tree under root holds on any one GPU right now. */
-static uint64_t tree_bytes(struct vf_nvml *nvml, pid_t root) {
+/* The most the tree holds on any one GPU right now, and that GPU. */
+static uint64_t tree_bytes(struct vf_nvml *nvml, const struct vf_child *tree, int *gpu) {
   uint64_t most = 0;
   struct vf_gpu_sample s;
   for (unsigned g = 0; g < vf_nvml_count(nvml); g++) {
     if (vf_nvml_sample(nvml, g, &s) || !(s.fields & VF_FIELD_PROCS)) continue;
     uint64_t sum = 0;
     for (size_t i = 0; i < s.nprocs; i++)
-      if (s.procs[i].used_bytes != VF_BYTES_UNKNOWN && vf_proc_in_tree((pid_t)s.procs[i].pid, root))
+      if (s.procs[i].used_bytes != VF_BYTES_UNKNOWN && vf_proc_tree_has(tree, (pid_t)s.procs[i].pid))
         sum += s.procs[i].used_bytes;
-    if (sum > most) most = sum;
+    if (sum > most) most = sum, *gpu = (int)g;
   }
   return most;
 }
@@ -84,55 +86,71 @@ static uint64_t tree_bytes(struct vf_nvml *nvml, pid_t root) {
 struct watch_state {
   struct vf_child child;
   double start, next_sample, term_at, kill_at;
-  bool done, timed_out;
+  bool timed_out;
 };
 
-/* SIGTERM at the limit, SIGKILL if it is still there after a grace period as long as the
- * limit itself (1 to 10 s): time for a trainer to release the GPU. */
-static void enforce_limit(struct watch_state *w, double now, double timeout_s) {
-  if (!timeout_s) return;
+/* SIGTERM to the whole tree at the limit, SIGKILL to what is left after the grace period:
+ * time for a trainer to release the GPU. */
+static void enforce_limit(const struct probe_runner *r, struct watch_state *w, double now) {
   if (!w->timed_out && now >= w->term_at) {
-    vf_child_signal(&w->child, SIGTERM);
+    vf_proc_signal_tree(&w->child, SIGTERM);
     w->timed_out = true;
-    w->kill_at = now + fmin(fmax(timeout_s, 1), 10);
+    w->kill_at = now + r->grace_s;
   } else if (w->timed_out && now >= w->kill_at) {
-    vf_child_signal(&w->child, SIGKILL);
+    vf_proc_signal_tree(&w->child, SIGKILL);
     w->kill_at = INFINITY;
   }
 }
 
-/* Sleeps until the next sample, the limit, output or the command's exit. */
-static void wait_events(struct watch_state *w, struct probe_launch *l, double until) {
-  struct pollfd fds[3];
-  nfds_t n = 0;
-  if (w->child.pidfd >= 0) fds[n++] = (struct pollfd){.fd = w->child.pidfd, .events = POLLIN};
-  if (w->child.out_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.out_fd, .events = POLLIN};
-  if (w->child.err_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.err_fd, .events = POLLIN};
-  double wait_s = until - cli_monotonic();
-  /* Without a pidfd the exit is noticed by polling. */
-  if (w->child.pidfd < 0 && wait_s > SAMPLE_S) wait_s = SAMPLE_S;
-  poll(fds, n, wait_s > 0 ? (int)ceil(wait_s * 1000) : 0);
+static void drain_both(struct watch_state *w, struct probe_launch *l) {
   if (w->child.out_fd >= 0) drain(&w->child.out_fd, &l->out);
   if (w->child.err_fd >= 0) drain(&w->child.err_fd, &l->err);
 }
 
+/* Sleeps until the next sample, the limit, output, a stop signal or the command's exit. */
+static void wait_events(const struct probe_runner *r, struct watch_state *w, struct probe_launch *l,
+                        double until) {
+  struct pollfd fds[4];
+  nfds_t n = 0;
+  if (w->child.pidfd >= 0) fds[n++] = (struct pollfd){.fd = w->child.pidfd, .events = POLLIN};
+  if (w->child.out_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.out_fd, .events = POLLIN};
+  if (w->child.err_fd >= 0) fds[n++] = (struct pollfd){.fd = w->child.err_fd, .events = POLLIN};
+  if (r->stop_fd >= 0) fds[n++] = (struct pollfd){.fd = r->stop_fd, .events = POLLIN};
+  double wait_s = until - cli_monotonic();
+  /* Without a pidfd the exit is noticed by polling. */
+  if (w->child.pidfd < 0 && wait_s > SAMPLE_S) wait_s = SAMPLE_S;
+  if (!vf_proc_stop_signal()) poll(fds, n, wait_s > 0 ? (int)ceil(wait_s * 1000) : 0);
+  drain_both(w, l);
+}
+
+static void sample(const struct probe_runner *r, struct watch_state *w, struct probe_launch *l, double now) {
+  int gpu = -1;
+  uint64_t bytes = tree_bytes(r->nvml, &w->child, &gpu);
+  if (bytes > l->peak_bytes) l->peak_bytes = bytes, l->gpu = gpu;
+  w->next_sample = now + SAMPLE_S;
+}
+
+/* Runs until the command exits or a stop signal ends its tree. */
 static void watch_child(const struct probe_runner *r, struct watch_state *w, struct probe_launch *l) {
   w->term_at = r->timeout_s ? w->start + r->timeout_s : INFINITY;
-  while (!w->done) {
-    double now = cli_monotonic();
-    if (r->nvml && now >= w->next_sample) {
-      uint64_t bytes = tree_bytes(r->nvml, w->child.pid);
-      if (bytes > l->peak_bytes) l->peak_bytes = bytes;
-      w->next_sample = now + SAMPLE_S;
+  /* A sample first: a command that exits at once still had its moment on the GPU. */
+  do {
+    if ((l->stopped_by = vf_proc_stop_signal())) {
+      vf_proc_end_tree(&w->child, l->stopped_by == SIGINT ? SIGINT : SIGTERM, r->grace_s);
+      break;
     }
-    enforce_limit(w, now, r->timeout_s);
+    double now = cli_monotonic();
+    if (r->nvml && now >= w->next_sample) sample(r, w, l, now);
+    if (r->timeout_s) enforce_limit(r, w, now);
     double until = fmin(w->timed_out ? w->kill_at : w->term_at, r->nvml ? w->next_sample : INFINITY);
-    wait_events(w, l, until);
-    w->done = vf_child_wait(&w->child, false, &l->exit_code) == 1;
-  }
+    wait_events(r, w, l, until);
+  } while (vf_proc_wait(&w->child, false) == 0);
   /* What the command wrote just before it exited. */
-  if (w->child.out_fd >= 0) drain(&w->child.out_fd, &l->out);
-  if (w->child.err_fd >= 0) drain(&w->child.err_fd, &l->err);
+  drain_both(w, l);
+  /* What it left behind: workers, daemons. After a timeout they have had SIGTERM already. */
+  double grace = w->timed_out ? fmax(0, w->kill_at - cli_monotonic()) : r->grace_s;
+  vf_proc_end_tree(&w->child, SIGTERM, isfinite(grace) ? grace : 0);
+  l->exit_code = w->child.code;
 }
 
 static void judge(struct probe_launch *l, bool timed_out) {
@@ -152,29 +170,32 @@ static void judge(struct probe_launch *l, bool timed_out) {
   l->outcome = l->oom != VF_OOM_NONE ? VF_PROBE_OOM : VF_PROBE_ERROR;
 }
 
-static int start(const struct probe_runner *r, uint64_t batch, struct vf_child *c, struct vf_diag *d) {
+static int start(const struct probe_runner *r, uint64_t batch, struct vf_child *c, struct probe_launch *l,
+                 struct vf_diag *d) {
   char text[24];
   snprintf(text, sizeof text, "%llu", (unsigned long long)batch);
   char **argv = command_for(r->cmd, text);
   if (!argv || setenv("VRAMFIT_BATCH", text, 1)) return free_argv(argv), VF_ENOMEM;
-  int rc = vf_child_spawn(argv, true, true, c, d);
+  int rc = vf_proc_spawn(argv, true, true, c, d);
+  history_command_line(argv, l->command, sizeof l->command);
   free_argv(argv);
-  if (rc) return rc;
-  fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
-  fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
-  return 0;
+  return rc;
 }
 
 int probe_launch(const struct probe_runner *r, uint64_t batch, struct probe_launch *l,
                  struct vf_diag *d) {
   l->out.len = l->err.len = 0;
   l->peak_bytes = 0;
-  struct watch_state w = {.start = cli_monotonic()};
-  int rc = start(r, batch, &w.child, d);
-  if (rc) return rc;
-  watch_child(r, &w, l);
-  vf_child_close(&w.child);
-  l->seconds = cli_monotonic() - w.start;
-  judge(l, w.timed_out);
-  return 0;
+  l->gpu = -1;
+  l->stopped_by = 0;
+  l->started = time(NULL);
+  struct watch_state w = {.child = VF_CHILD_NONE, .start = cli_monotonic()};
+  int rc = start(r, batch, &w.child, l, d);
+  if (!rc) {
+    watch_child(r, &w, l);
+    l->seconds = cli_monotonic() - w.start;
+    judge(l, w.timed_out);
+  }
+  vf_proc_close(&w.child);
+  return rc;
 }

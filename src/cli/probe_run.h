@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "vramfit.h"
 
@@ -18,7 +19,9 @@ struct probe_tail {
 struct probe_runner {
   char **cmd;           /* the command; "{batch}" in any argument stands for the batch */
   double timeout_s;     /* 0: none */
+  double grace_s;       /* from SIGTERM to SIGKILL when a launch's tree is ended */
   struct vf_nvml *nvml; /* NULL: peaks unknown */
+  int stop_fd;          /* vf_proc_catch_stop_signals()' descriptor, or -1 */
 };
 
 struct probe_launch {
@@ -26,12 +29,19 @@ struct probe_launch {
   int exit_code;           /* as shells report it (128 + signal); -1 when timed out */
   enum vf_oom_source oom;  /* who reported running out of memory */
   uint64_t peak_bytes;     /* most the command's processes held on one GPU; 0: unknown */
+  int gpu;                 /* the GPU of the peak; -1: none seen */
+  int stopped_by;          /* the stop signal that ended the launch's tree; 0: none */
+  time_t started;
   double seconds;
+  char command[1024];      /* as run, quoted as a shell would need it */
   struct probe_tail out, err;
 };
 
 /* Runs the command at batch (VRAMFIT_BATCH set, stdin /dev/null, output captured) and
- * judges the outcome. VF_ENOCMD (d says why) when it cannot be started; VF_ENOMEM. */
+ * judges the outcome. Its whole process tree is ended before this returns: at the time limit
+ * (SIGTERM, SIGKILL after the grace period), on a stop signal (out->stopped_by; SIGINT
+ * passed on as SIGINT, others as SIGTERM) and when the command exits leaving processes
+ * behind. VF_ENOCMD (d says why) when it cannot be started; VF_ENOMEM. */
 int probe_launch(const struct probe_runner *r, uint64_t batch, struct probe_launch *out,
                  struct vf_diag *d);
 

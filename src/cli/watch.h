@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "vramfit.h"
 
@@ -20,6 +21,7 @@ struct watch_opts {
   bool plain;       /* lines even on a terminal */
   struct vf_trend_config trend;
   double underuse_window_s;
+  double grace_s;   /* from SIGTERM to SIGKILL when CMD's tree is ended */
 };
 
 /* A time series that keeps its first point (the start, for the warm-up) and the points of
@@ -57,7 +59,10 @@ struct watch {
   struct wgpu *gpus;
   struct wproc *procs;
   size_t nprocs, cap;
-  pid_t root;      /* the watched tree's root; 0: every process */
+  pid_t root;      /* --pid: the watched tree's root; 0: every process (or the command's) */
+  const struct vf_child *tree; /* -- CMD: the command's process tree; NULL: none */
+  uint64_t tree_peak;   /* the most the watched processes held on one GPU */
+  unsigned tree_peak_gpu;
   double now;      /* seconds since the start */
   uint64_t samples;
   size_t nwarn;    /* warnings raised by the latest sample */
@@ -70,6 +75,12 @@ int watch_sample(struct watch *w, double now);
 /* Whether GPU i is shown: every GPU until the watched tree has used one, then those. */
 bool watch_gpu_shown(const struct watch *w, unsigned i);
 void watch_free(struct watch *w);
+
+/* Keeps the watched command's run in the history store: its command, peak, GPU, exit code
+ * (-1: unknown) and the stop signal passed on to it (0: none). A store that cannot be
+ * written costs a warning on stderr, never the run. */
+void watch_record(const struct watch *w, time_t started, double seconds, int exit_code,
+                  int stopped_by);
 
 /* "12 min", "45 s", "3.2 h". */
 void watch_duration(double seconds, char *buf, size_t size);

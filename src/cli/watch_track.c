@@ -69,7 +69,7 @@ static struct wproc *find_proc(struct watch *w, unsigned gpu, uint32_t pid) {
   struct wproc *p = &w->procs[w->nprocs++];
   *p = (struct wproc){.gpu = gpu, .pid = pid};
   /* Ancestry is read once: a pid is not reused while NVML still lists it. */
-  p->watched = !w->root || vf_proc_in_tree((pid_t)pid, w->root);
+  p->watched = w->tree ? vf_proc_tree_has(w->tree, (pid_t)pid) : !w->root || vf_proc_in_tree((pid_t)pid, w->root);
   return p;
 }
 
@@ -93,6 +93,7 @@ static void judge_proc(struct watch *w, struct wproc *p, double headroom) {
 
 static int track_procs(struct watch *w, unsigned gpu) {
   const struct vf_gpu_sample *s = &w->gpus[gpu].s;
+  uint64_t tree = 0;
   for (size_t i = 0; i < s->nprocs; i++) {
     const struct vf_gpu_proc *sp = &s->procs[i];
     struct wproc *p = find_proc(w, gpu, sp->pid);
@@ -100,12 +101,14 @@ static int track_procs(struct watch *w, unsigned gpu) {
     p->seen = true;
     snprintf(p->name, sizeof p->name, "%s", sp->name[0] ? sp->name : "?");
     if (!p->watched || sp->used_bytes == VF_BYTES_UNKNOWN) continue;
-    if (w->root) w->gpus[gpu].tree_seen = true;
+    if (w->root || w->tree) w->gpus[gpu].tree_seen = true;
     p->used_bytes = sp->used_bytes;
+    tree += sp->used_bytes;
     int rc = series_add(&p->mem, w->now, (double)sp->used_bytes, w->o.trend.window_s);
     if (rc) return rc;
     if (s->fields & VF_FIELD_MEMORY) judge_proc(w, p, (double)s->free_bytes);
   }
+  if (tree > w->tree_peak) w->tree_peak = tree, w->tree_peak_gpu = gpu;
   return 0;
 }
 

@@ -78,6 +78,7 @@ static uint64_t effective_batch(const struct vf_setup *s) {
 static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_estimate *e,
                          struct vf_diag *d) {
   int rc = vf_estimate(S->r->model, s, S->r->profile, S->r->alloc, e, d);
+  if (!rc && S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
   S->out->estimates++;
   struct vf_plan_choice *low = &S->out->smallest;
   if (!rc && (!low->found || e->device_peak < low->peak_device_bytes))

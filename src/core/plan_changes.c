@@ -109,6 +109,7 @@ static enum move lowest(const struct vf_plan_request *r, struct vf_plan_result *
     take(&next, to, (enum move)m);
     out->estimates++;
     if (vf_estimate(r->model, &next, r->profile, r->alloc, &e, &d)) continue;
+    if (r->batch_scale > 0) vf_estimate_calibrate(&e, r->batch_scale);
     if (best == M_COUNT || e.device_peak < *peak) best = (enum move)m, *peak = e.device_peak;
   }
   return best;

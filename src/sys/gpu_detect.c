@@ -8,7 +8,7 @@
 #include "vramfit/monitor.h"
 
 /* CUDA reads CUDA_VISIBLE_DEVICES up to its first invalid entry; the run gets the first. */
-static int visible_index(struct vf_nvml *n, unsigned *index, struct vf_diag *d) {
+int vf_nvml_visible(struct vf_nvml *n, unsigned *index, struct vf_diag *d) {
   const char *env = getenv("CUDA_VISIBLE_DEVICES");
   *index = 0;
   if (!env) return vf_nvml_count(n) ? 0 : vf_diag_at(d, VF_ENOTFOUND, "", UINT64_MAX,
@@ -57,7 +57,7 @@ int vf_gpu_detect(struct vf_gpu_spec *out, struct vf_diag *d) {
   int rc = vf_nvml_open(&n, d);
   if (rc) return rc;
   unsigned index;
-  rc = visible_index(n, &index, d);
+  rc = vf_nvml_visible(n, &index, d);
   struct vf_gpu_sample *s = rc ? NULL : malloc(sizeof *s);
   if (!rc && !s) rc = vf_diag_at(d, VF_ENOMEM, "", UINT64_MAX, "out of memory");
   if (!rc && vf_nvml_sample(n, index, s) != 0)

@@ -1,4 +1,5 @@
-/* Processes: names and ancestry from /proc, and the child that 'vramfit watch -- CMD' runs. */
+/* Processes: names and ancestry from /proc, and starting and reaping the command of a tree
+ * (its members and their ending are proc_tree.c). */
 #define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
@@ -8,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/diag.h"
-#include "vramfit/monitor.h"
+#include "sys/proc_internal.h"
 
 extern char **environ;
 
@@ -35,16 +37,23 @@ int vf_proc_name(pid_t pid, char *buf, size_t size) {
   return 0;
 }
 
-/* The parent of pid, or 0. The command name in /proc/<pid>/stat may itself hold ')' and
- * spaces, so the fields after it are found from the last ')'. */
-static pid_t parent_of(pid_t pid) {
+/* The command name in /proc/<pid>/stat may itself hold ')' and spaces, so the fields after
+ * it are found from the last ')'. */
+int proc_stat(pid_t pid, struct proc_stat *out) {
   char stat[512];
-  if (read_proc(pid, "stat", stat, sizeof stat) <= 0) return 0;
+  if (read_proc(pid, "stat", stat, sizeof stat) <= 0) return VF_ENOTFOUND;
   const char *close = strrchr(stat, ')');
-  char state;
-  int ppid;
-  if (!close || sscanf(close + 1, " %c %d", &state, &ppid) != 2) return 0;
-  return ppid;
+  int ppid, pgrp;
+  if (!close || sscanf(close + 1, " %c %d %d", &out->state, &ppid, &pgrp) != 3) return VF_EFORMAT;
+  out->pid = pid;
+  out->ppid = ppid;
+  out->pgrp = pgrp;
+  return 0;
+}
+
+static pid_t parent_of(pid_t pid) {
+  struct proc_stat st;
+  return proc_stat(pid, &st) ? 0 : st.ppid;
 }
 
 bool vf_proc_in_tree(pid_t pid, pid_t root) {
@@ -79,21 +88,35 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
-int vf_child_spawn(char *const argv[], bool capture, bool null_stdin, struct vf_child *c,
-                   struct vf_diag *d) {
-  *c = (struct vf_child){.pid = -1, .out_fd = -1, .err_fd = -1, .pidfd = -1};
+/* Orphans of the tree come to us instead of init, where they can still be found and ended. */
+static void become_subreaper(void) {
+#ifdef PR_SET_CHILD_SUBREAPER
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+#endif
+}
+
+/* The child starts in its own process group (signals for the tree reach every member that
+ * stays in it), with default signal handling and an empty mask, whatever ours are. */
+static void plan_attributes(posix_spawnattr_t *attr) {
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(attr, &all);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setpgroup(attr, 0);
+  posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+}
+
+int vf_proc_spawn(char *const argv[], bool capture, bool null_stdin, struct vf_child *c,
+                  struct vf_diag *d) {
+  *c = (struct vf_child)VF_CHILD_NONE;
+  become_subreaper();
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
-  /* The child starts with default signal handling and an empty mask, whatever ours are. */
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  plan_attributes(&attr);
   int rc = plan_streams(&fa, capture, null_stdin, out, err);
   if (!rc) rc = posix_spawnp(&c->pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -108,29 +131,41 @@ int vf_child_spawn(char *const argv[], bool capture, bool null_stdin, struct vf_
   }
   c->out_fd = out[0];
   c->err_fd = err[0];
+  if (c->out_fd >= 0) fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
+  if (c->err_fd >= 0) fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
   c->pidfd = pidfd_open(c->pid, 0);
   return 0;
 }
 
-int vf_child_wait(struct vf_child *c, bool block, int *code) {
+static int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
+
+void proc_reap(struct vf_child *c) {
+  int st;
+  for (pid_t r; (r = waitpid(-1, &st, WNOHANG)) > 0 || (r < 0 && errno == EINTR);)
+    if (r == c->pid) {
+      c->exited = true;
+      c->code = exit_code(st);
+    }
+}
+
+int vf_proc_wait(struct vf_child *c, bool block) {
   if (c->pid <= 0) return VF_EINVAL;
+  proc_reap(c);
+  if (c->exited || !block) return c->exited;
   int st;
   pid_t r;
-  do r = waitpid(c->pid, &st, block ? 0 : WNOHANG);
+  do r = waitpid(c->pid, &st, 0);
   while (r < 0 && errno == EINTR);
-  if (r == 0) return 0;
   if (r < 0) return VF_EIO;
-  *code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-  c->pid = -1;
+  c->exited = true;
+  c->code = exit_code(st);
   return 1;
 }
 
-void vf_child_signal(const struct vf_child *c, int sig) {
-  if (c->pid > 0) kill(c->pid, sig);
-}
-
-void vf_child_close(struct vf_child *c) {
+void vf_proc_close(struct vf_child *c) {
+  if (c->pid > 0) vf_proc_end_tree(c, SIGKILL, 0);
   close_fd(&c->out_fd);
   close_fd(&c->err_fd);
   close_fd(&c->pidfd);
+  c->pid = -1;
 }

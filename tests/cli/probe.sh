@@ -142,6 +142,7 @@ fails 2 "unknown option '--bogus'" probe --bogus -- true
 fails 2 "--min needs a value" probe --min
 fails 2 "--min expects a whole number" probe --min x -- true
 fails 2 "--timeout expects seconds" probe --timeout 0 -- true
+fails 2 "--grace expects seconds from 0, got '-1'" probe --grace -1 -- true
 fails 2 "--min must be at least 1" probe --min 0 -- true
 fails 2 "--min must be at least 1 and at most --max" probe --min 9 --max 8 -- true
 fails 2 "put the command after '--'" probe true

@@ -148,6 +148,8 @@ VRAMFIT_NVML=$TMP/none.so under "$TMP/two.nvml" watch --count 1
 expect 3 "no driver"
 under "$TMP/two.nvml" watch --interval 0
 expect 2 "--interval 0"
+under "$TMP/two.nvml" watch --grace x -- true
+expect 2 "--grace x"
 under "$TMP/two.nvml" watch sleep 1
 expect 2 "command without --"
 has "after '--'" "command without -- message" "$TMP/err"

@@ -17,8 +17,10 @@
  *                                 (name: what nvmlSystemGetProcessName answers)
  *   err fn=NAME|* code=CODE [gpu=I] [from=T] [until=T]
  * Q is a number with an optional unit (B KiB MiB GiB TiB KB MB GB W); SER is a constant Q,
- * "step:T:Q,T:Q,..." (hold the last keyframe) or "lin:T:Q,T:Q,..." (interpolate, then
- * extend the last segment). fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
+ * "step:T:Q,T:Q,..." (hold the last keyframe), "lin:T:Q,T:Q,..." (interpolate, then
+ * extend the last segment) or "file:PATH" (the Q written in PATH when asked, 0 while there is
+ * none: a fake trainer says what it holds; PATH.seen is made once a process list said it).
+ * fn=NAME also matches NAME_v2/_v3; fn=* any per-GPU call.
  * $FAKE_NVML_TRACE names a file that gets each called symbol, one a line. */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -42,12 +44,13 @@
 enum { SUCCESS = 0, ERR_UNINITIALIZED = 1, ERR_INVALID_ARGUMENT = 2, ERR_NOT_SUPPORTED = 3,
        ERR_INSUFFICIENT_SIZE = 7, ERR_ARGUMENT_VERSION_MISMATCH = 25 };
 
-enum series_mode { CONST, STEP, LIN };
+enum series_mode { CONST, STEP, LIN, FROM_FILE };
 struct series {
   enum series_mode mode;
   bool na;
   int n;
   double t[MAX_KEYS], v[MAX_KEYS];
+  char path[256]; /* FROM_FILE: the file whose first word is the value */
 };
 
 struct gpu {
@@ -111,6 +114,12 @@ static void parse_series(const char *s, struct series *out) {
     out->na = true;
     return;
   }
+  if (strncmp(s, "file:", 5) == 0) {
+    out->mode = FROM_FILE;
+    out->n = 1;
+    snprintf(out->path, sizeof out->path, "%s", s + 5);
+    return;
+  }
   if (strncmp(s, "step:", 5) && strncmp(s, "lin:", 4)) {
     out->mode = CONST;
     out->n = 1;
@@ -130,8 +139,28 @@ static void parse_series(const char *s, struct series *out) {
   }
 }
 
+static double from_file(const char *path) {
+  char word[64] = "";
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = fscanf(f, "%63s", word);
+  fclose(f);
+  return n == 1 ? quantity(word) : 0;
+}
+
+/* PATH.seen, once a process list has reported the value in PATH: a fake trainer waits for it,
+ * so that its memory is seen however slow the machine. (Memory totals read the file too, but
+ * a trainer gone before the process list would be seen as holding nothing.) */
+static void mark_seen(const struct series *s, double value) {
+  char seen[300];
+  FILE *f;
+  snprintf(seen, sizeof seen, "%s.seen", s->path);
+  if (s->mode == FROM_FILE && value > 0 && (f = fopen(seen, "w"))) fclose(f);
+}
+
 static double eval(const struct series *s, double t) {
   if (s->n == 0) return 0;
+  if (s->mode == FROM_FILE) return from_file(s->path);
   if (s->mode == CONST || t <= s->t[0]) return s->v[0];
   int i = 0;
   while (i + 1 < s->n && s->t[i + 1] <= t) i++;
@@ -369,7 +398,9 @@ static int list_procs(void *dev, unsigned *count, void *infos, int type, int ver
     unsigned pid = proc_live(p, gpu, type) ? resolve_pid(p->pid) : 0;
     if (!pid) continue;
     pids[n] = pid;
-    used[n++] = p->used.na ? ONES : (unsigned long long)llround(proc_used(p));
+    double bytes = proc_used(p);
+    mark_seen(&p->used, bytes);
+    used[n++] = p->used.na ? ONES : (unsigned long long)llround(bytes);
   }
   if (*count < n) {
     *count = n;
@@ -392,16 +423,31 @@ static int list_procs(void *dev, unsigned *count, void *infos, int type, int ver
 
 /* ---- the exported API ---- */
 
+/* Like NVML, initialisations are counted: the last nvmlShutdown ends the session, and a
+ * second nvmlInit in the same process neither reloads the script nor restarts its clock. */
+static int init_count;
+
 int nvmlInit(void) {
+  if (init_count) {
+    trace("nvmlInit");
+    init_count++;
+    return SUCCESS;
+  }
   load_script();
   trace("nvmlInit");
   if (S.init_error) return S.init_error;
   S.initialised = true;
+  init_count = 1;
   return SUCCESS;
 }
 
 int nvmlShutdown(void) {
   trace("nvmlShutdown");
+  if (init_count > 1) {
+    init_count--;
+    return SUCCESS;
+  }
+  init_count = 0;
   S.initialised = false;
   if (S.trace) fclose(S.trace);
   S.trace = NULL;

@@ -1,7 +1,8 @@
 /* The batch search of 'vramfit probe' against a threshold oracle (batch <= T fits): it finds
  * exactly T, never repeats or leaves [min, max], and with a good estimate needs a few
- * launches where doubling from 1 and bisecting needs many; plus the estimator's own largest
- * fitting batch. */
+ * launches where doubling from 1 and bisecting needs many; steered by measured peaks it finds
+ * T in a few launches, and whatever the peaks say (noise, nonsense) it still finds T; plus
+ * the estimator's own largest fitting batch. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,26 +13,36 @@
 #include "vramfit.h"
 
 #define MAX_LAUNCHES 128
+#define GIB 1073741824.0
 
-/* Runs the search against "batch <= t fits" and checks every proposal; returns the result
- * and the number of launches. */
-static uint64_t search(uint64_t min, uint64_t max, uint64_t hint, uint64_t t, unsigned *launches) {
+/* What a launch reports as its peak: 0 (no NVML), or a made-up figure. */
+typedef uint64_t (*peak_fn)(uint64_t batch, uint64_t t, void *arg);
+
+/* Runs the search against "batch <= t fits" with peaks from peak (NULL: none) under ceiling
+ * (0: no steering) and checks every proposal; returns the result and the number of launches. */
+static uint64_t steered_search(uint64_t min, uint64_t max, uint64_t hint, uint64_t t, uint64_t ceiling,
+                               peak_fn peak, void *arg, unsigned *launches) {
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, min, max, hint), 0);
+  if (ceiling) vf_probe_steer(&p, ceiling, 0);
   uint64_t tried[MAX_LAUNCHES];
   unsigned n = 0;
-  for (uint64_t b; (b = vf_probe_next(&p));) {
+  for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
     if (n == MAX_LAUNCHES) fail_msg("no end: T %llu hint %llu", (unsigned long long)t, (unsigned long long)hint);
     if (b < min || b > max) fail_msg("batch %llu outside [%llu, %llu]", (unsigned long long)b,
                                      (unsigned long long)min, (unsigned long long)max);
     for (unsigned i = 0; i < n; i++)
       if (tried[i] == b) fail_msg("batch %llu launched twice (T %llu)", (unsigned long long)b, (unsigned long long)t);
     tried[n++] = b;
-    assert_int_equal(vf_probe_record(&p, b, b <= t ? VF_PROBE_OK : VF_PROBE_OOM), 0);
+    assert_int_equal(vf_probe_record(&p, b, b <= t ? VF_PROBE_OK : VF_PROBE_OOM, peak ? peak(b, t, arg) : 0), 0);
   }
   assert_int_equal(p.launches, n);
   *launches = n;
   return vf_probe_result(&p);
+}
+
+static uint64_t search(uint64_t min, uint64_t max, uint64_t hint, uint64_t t, unsigned *launches) {
+  return steered_search(min, max, hint, t, 0, NULL, NULL, launches);
 }
 
 static uint64_t want(uint64_t min, uint64_t max, uint64_t t) { return t < min ? 0 : t > max ? max : t; }
@@ -103,16 +114,123 @@ static void error_stops_and_bad_calls_refused(void **state) {
   assert_int_equal(vf_probe_init(&p, 0, 8, 0), VF_EINVAL);
   assert_int_equal(vf_probe_init(&p, 9, 8, 0), VF_EINVAL);
   assert_int_equal(vf_probe_init(&p, 2, 64, 10), 0);
-  assert_int_equal(vf_probe_next(&p), 10);
-  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_OK), VF_EINVAL);
-  assert_int_equal(vf_probe_record(&p, 10, VF_PROBE_TIMEOUT), 0); /* a timeout fits */
+  assert_int_equal(vf_probe_next(&p, NULL), 10);
+  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_OK, 0), VF_EINVAL);
+  assert_int_equal(vf_probe_record(&p, 10, VF_PROBE_TIMEOUT, 0), 0); /* a timeout fits */
   assert_int_equal(vf_probe_result(&p), 10);
-  assert_int_equal(vf_probe_next(&p), 11);
-  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_ERROR), 0);
-  assert_int_equal(vf_probe_next(&p), 0);
+  assert_int_equal(vf_probe_next(&p, NULL), 11);
+  assert_int_equal(vf_probe_record(&p, 11, VF_PROBE_ERROR, 0), 0);
+  assert_int_equal(vf_probe_next(&p, NULL), 0);
   assert_int_equal(p.launches, 2);
   assert_string_equal(vf_probe_outcome_name(VF_PROBE_TIMEOUT), "timeout");
   assert_string_equal(vf_probe_outcome_name(VF_PROBE_OOM), "oom");
+}
+
+/* ---- steering by measured peaks ---- */
+
+/* 16 GiB of weights and the like, and per-sample memory that reaches 80 GiB half a batch
+ * past t; out-of-memory launches report what filled the GPU. */
+static uint64_t linear_peak(uint64_t batch, uint64_t t, void *arg) {
+  (void)arg;
+  double b = batch > t ? (double)t + 0.5 : (double)batch;
+  return (uint64_t)(16 * GIB + 64 * GIB * b / ((double)t + 0.5));
+}
+
+static void linear_peaks_find_it_in_five(void **state) {
+  (void)state;
+  unsigned n, most = 0;
+  for (uint64_t t = 1; t <= 4096; t++) {
+    uint64_t got = steered_search(1, 4096, 0, t, (uint64_t)(80 * GIB), linear_peak, NULL, &n);
+    if (got != t) fail_msg("T %llu: found %llu", (unsigned long long)t, (unsigned long long)got);
+    if (n > most) most = n;
+  }
+  assert_true(most <= 5); /* doubling and bisecting takes up to 24 */
+}
+
+/* Peaks that say nothing useful cannot make the search wrong or endless. */
+static uint64_t nonsense_peak(uint64_t batch, uint64_t t, void *arg) {
+  uint32_t *seed = arg;
+  *seed = *seed * 1664525u + 1013904223u;
+  (void)batch;
+  (void)t;
+  return (uint64_t)(*seed >> 4) * 64;
+}
+
+static uint64_t falling_peak(uint64_t batch, uint64_t t, void *arg) {
+  (void)t;
+  (void)arg;
+  return (uint64_t)(90 * GIB) - batch * 1048576;
+}
+
+static uint64_t flat_peak(uint64_t batch, uint64_t t, void *arg) {
+  (void)batch;
+  (void)t;
+  (void)arg;
+  return (uint64_t)(40 * GIB);
+}
+
+static void any_peaks_still_find_it(void **state) {
+  (void)state;
+  static const peak_fn peaks[] = {nonsense_peak, falling_peak, flat_peak, linear_peak};
+  uint32_t seed = 7;
+  for (size_t k = 0; k < sizeof peaks / sizeof *peaks; k++)
+    for (uint64_t t = 0; t <= 300; t += t < 40 ? 1 : 13) {
+      const uint64_t hints[] = {0, t, t * 2, t / 3 + 1};
+      for (size_t h = 0; h < sizeof hints / sizeof *hints; h++) {
+        unsigned n;
+        uint64_t got = steered_search(1, 256, hints[h], t, (uint64_t)(80 * GIB), peaks[k], &seed, &n);
+        if (got != want(1, 256, t))
+          fail_msg("peaks %zu T %llu hint %llu: found %llu", k, (unsigned long long)t,
+                   (unsigned long long)hints[h], (unsigned long long)got);
+      }
+    }
+}
+
+/* One fit with the estimate's slope predicts the answer; the launch just past it confirms. */
+static void estimate_slope_and_one_fit(void **state) {
+  (void)state;
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 900), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5);
+  enum vf_probe_move m;
+  assert_int_equal(vf_probe_next(&p, &m), 900);
+  assert_int_equal(m, VF_PROBE_START);
+  assert_int_equal(vf_probe_record(&p, 900, VF_PROBE_OK, linear_peak(900, 1000, NULL)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 1000);
+  assert_int_equal(m, VF_PROBE_PREDICTED);
+  assert_true(vf_probe_predict(&p, 1000) <= (uint64_t)(80 * GIB));
+  assert_true(vf_probe_predict(&p, 1001) > (uint64_t)(80 * GIB));
+  assert_int_equal(vf_probe_record(&p, 1000, VF_PROBE_TIMEOUT, linear_peak(1000, 1000, NULL)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 1001);
+  assert_int_equal(m, VF_PROBE_CONFIRM);
+  assert_int_equal(vf_probe_record(&p, 1001, VF_PROBE_OOM, (uint64_t)(79 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, NULL), 0);
+  assert_int_equal(vf_probe_result(&p), 1000);
+  assert_int_equal(p.revealed, (uint64_t)(79 * GIB));
+  assert_string_equal(vf_probe_move_name(VF_PROBE_CONFIRM), "confirm");
+}
+
+/* An out-of-memory launch below the line (fragmentation) reveals where the memory ended: the
+ * next launch aims under that instead of the GPU's capacity. */
+static void out_of_memory_reveals_the_ceiling(void **state) {
+  (void)state;
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 0), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 0);
+  assert_int_equal(vf_probe_record(&p, 1, VF_PROBE_OK, (uint64_t)(17 * GIB)), 0);
+  /* Through the origin: 80/17 GiB, so 4; then the line through both points. */
+  assert_int_equal(vf_probe_next(&p, NULL), 4);
+  assert_int_equal(vf_probe_record(&p, 4, VF_PROBE_OK, (uint64_t)(20 * GIB)), 0);
+  enum vf_probe_move m;
+  assert_int_equal(vf_probe_next(&p, &m), 34); /* halfway to 64: 4 and 1 are close together */
+  assert_int_equal(m, VF_PROBE_APPROACH);
+  assert_int_equal(vf_probe_record(&p, 34, VF_PROBE_OK, (uint64_t)(50 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 64);
+  assert_int_equal(m, VF_PROBE_PREDICTED);
+  /* Out of memory at 64 having reached 70 GiB: 70 GiB is where the line reaches at 54. */
+  assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OOM, (uint64_t)(70 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 54);
+  assert_int_equal(m, VF_PROBE_PREDICTED);
 }
 
 /* hidden 256, 4 layers, vocab 1024: small enough for many estimates. */
@@ -168,6 +286,10 @@ int main(void) {
       cmocka_unit_test(far_off_estimate_still_converges),
       cmocka_unit_test(min_out_of_memory_means_no_fit),
       cmocka_unit_test(error_stops_and_bad_calls_refused),
+      cmocka_unit_test(linear_peaks_find_it_in_five),
+      cmocka_unit_test(any_peaks_still_find_it),
+      cmocka_unit_test(estimate_slope_and_one_fit),
+      cmocka_unit_test(out_of_memory_reveals_the_ceiling),
       cmocka_unit_test(estimate_max_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,8 @@ GOLDEN=$SRC/tests/data/golden
 TMP=${VF_TEST_TMP:-/tmp}/${NAME:-cli}.$$
 rm -rf "$TMP" && mkdir -p "$TMP"
 trap 'rm -rf "$TMP"' EXIT
+# The run history of probe, watch and plan goes to the test's own folder, never the user's.
+export XDG_STATE_HOME=$TMP/state
 # Goldens are of the embedded data, uncoloured.
 unset VRAMFIT_DATA_DIR
 export NO_COLOR=1

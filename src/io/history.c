@@ -1,0 +1,279 @@
+/* The run history store (include/vramfit/history.h): one SQLite database. */
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "vramfit/history.h"
+
+#define BUSY_MS 10000 /* how long a writer waits for another to finish its transaction */
+#define SCHEMA_VERSION "1" /* PRAGMA user_version: what a later vramfit migrates from */
+
+struct vf_history {
+  sqlite3 *db;
+  char path[1024];
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS runs ("
+    " id INTEGER PRIMARY KEY, started REAL NOT NULL, source TEXT NOT NULL,"
+    " command TEXT NOT NULL, setup TEXT, batch INTEGER, outcome TEXT NOT NULL,"
+    " exit_code INTEGER, peak_device_bytes INTEGER NOT NULL DEFAULT 0,"
+    " gpu TEXT, gpu_uuid TEXT, driver TEXT, seconds REAL);"
+    "CREATE INDEX IF NOT EXISTS runs_by_setup ON runs (setup, started);"
+    "CREATE TABLE IF NOT EXISTS plans ("
+    " id INTEGER PRIMARY KEY, saved REAL NOT NULL, label TEXT NOT NULL, json TEXT NOT NULL);";
+
+int vf_history_dir(char *buf, size_t size) {
+  const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+  int n;
+  /* The XDG specification says a relative path is to be ignored. */
+  if (state && state[0] == '/') n = snprintf(buf, size, "%s/vramfit", state);
+  else if (home && home[0]) n = snprintf(buf, size, "%s/.local/state/vramfit", home);
+  else return VF_ENOTFOUND;
+  return n > 0 && (size_t)n < size ? 0 : VF_ERANGE;
+}
+
+static int db_error(struct vf_history *h, struct vf_diag *d) {
+  return vf_diag_at(d, VF_EIO, h->path, UINT64_MAX, "%s", sqlite3_errmsg(h->db));
+}
+
+/* mkdir -p, private to the user: commands and setups can say what they are working on. */
+static int make_dirs(const char *dir, struct vf_diag *d) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1;; p++) {
+    bool end = *p == '\0';
+    if (*p != '/' && !end) continue;
+    *p = '\0';
+    if (mkdir(path, 0700) && errno != EEXIST)
+      return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "cannot make the folder: %s", strerror(errno));
+    if (end) return 0;
+    *p = '/';
+  }
+}
+
+/* A writer makes the tables a fresh store lacks. */
+static int prepare(struct vf_history *h, struct vf_diag *d) {
+  /* WAL: readers never block the writer, and a crash mid-write leaves the last commit. Its
+   * NORMAL sync keeps the database whole on power loss too, at the risk of the last run. */
+  if (sqlite3_exec(h->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK ||
+      sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+    return db_error(h, d);
+  int rc = sqlite3_exec(h->db, schema, NULL, NULL, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(h->db, "PRAGMA user_version=" SCHEMA_VERSION, NULL, NULL, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL);
+  if (rc == SQLITE_OK) return 0;
+  int err = db_error(h, d);
+  sqlite3_exec(h->db, "ROLLBACK", NULL, NULL, NULL);
+  return err;
+}
+
+int vf_history_open(const char *dir, bool create, struct vf_history **out, struct vf_diag *d) {
+  *out = NULL;
+  struct vf_history *h = calloc(1, sizeof *h);
+  if (!h) return VF_ENOMEM;
+  int n = snprintf(h->path, sizeof h->path, "%s/" VF_HISTORY_FILE, dir);
+  struct stat st;
+  int rc = n < 0 || (size_t)n >= sizeof h->path ? vf_diag_at(d, VF_ERANGE, dir, UINT64_MAX, "path too long")
+           : !create && stat(h->path, &st) ? VF_ENOTFOUND
+           : create ? make_dirs(dir, d) : 0;
+  if (!rc && sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0),
+                             NULL) != SQLITE_OK)
+    rc = db_error(h, d);
+  if (!rc) sqlite3_busy_timeout(h->db, BUSY_MS);
+  if (!rc && create) rc = prepare(h, d);
+  if (rc) return vf_history_close(h), rc;
+  *out = h;
+  return 0;
+}
+
+void vf_history_close(struct vf_history *h) {
+  if (!h) return;
+  sqlite3_close(h->db);
+  free(h);
+}
+
+static int bind_text(sqlite3_stmt *st, int i, const char *v) {
+  return v && v[0] ? sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, i);
+}
+
+static int bind_run(sqlite3_stmt *st, const struct vf_run *r) {
+  int rc = sqlite3_bind_double(st, 1, r->when);
+  if (!rc) rc = sqlite3_bind_text(st, 2, r->source, -1, SQLITE_TRANSIENT);
+  if (!rc) rc = sqlite3_bind_text(st, 3, r->command ? r->command : "", -1, SQLITE_TRANSIENT);
+  if (!rc) rc = bind_text(st, 4, r->setup);
+  if (!rc) rc = r->batch ? sqlite3_bind_int64(st, 5, (sqlite3_int64)r->batch) : sqlite3_bind_null(st, 5);
+  if (!rc) rc = sqlite3_bind_text(st, 6, r->outcome, -1, SQLITE_TRANSIENT);
+  if (!rc) rc = r->exit_code >= 0 ? sqlite3_bind_int(st, 7, r->exit_code) : sqlite3_bind_null(st, 7);
+  if (!rc) rc = sqlite3_bind_int64(st, 8, (sqlite3_int64)r->peak_device_bytes);
+  if (!rc) rc = bind_text(st, 9, r->gpu);
+  if (!rc) rc = bind_text(st, 10, r->gpu_uuid);
+  if (!rc) rc = bind_text(st, 11, r->driver);
+  if (!rc) rc = sqlite3_bind_double(st, 12, r->seconds);
+  return rc;
+}
+
+static int prepare_statement(struct vf_history *h, const char *sql, sqlite3_stmt **st, struct vf_diag *d) {
+  return sqlite3_prepare_v2(h->db, sql, -1, st, NULL) == SQLITE_OK ? 0 : db_error(h, d);
+}
+
+/* Steps a write to its end; on its own, it is one transaction. */
+static int finish_write(struct vf_history *h, sqlite3_stmt *st, int bound, struct vf_diag *d) {
+  int rc = bound == SQLITE_OK && sqlite3_step(st) == SQLITE_DONE ? 0 : db_error(h, d);
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int vf_history_add(struct vf_history *h, const struct vf_run *r, struct vf_diag *d) {
+  sqlite3_stmt *st;
+  int rc = prepare_statement(h,
+                             "INSERT INTO runs (started, source, command, setup, batch, outcome, exit_code,"
+                             " peak_device_bytes, gpu, gpu_uuid, driver, seconds)"
+                             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             &st, d);
+  return rc ? rc : finish_write(h, st, bind_run(st, r), d);
+}
+
+#define RUN_COLUMNS                                                                              \
+  "id, started, source, command, setup, batch, outcome, exit_code, peak_device_bytes, gpu,"    \
+  " gpu_uuid, driver, seconds"
+
+static char *text_copy(sqlite3_stmt *st, int i) {
+  const unsigned char *v = sqlite3_column_text(st, i);
+  return v ? strdup((const char *)v) : NULL;
+}
+
+static void text_into(sqlite3_stmt *st, int i, char *buf, size_t size) {
+  const unsigned char *v = sqlite3_column_text(st, i);
+  snprintf(buf, size, "%s", v ? (const char *)v : "");
+}
+
+static int64_t int_or(sqlite3_stmt *st, int i, int64_t none) {
+  return sqlite3_column_type(st, i) == SQLITE_NULL ? none : sqlite3_column_int64(st, i);
+}
+
+void vf_run_cleanup(struct vf_run *r) {
+  free(r->command);
+  free(r->setup);
+  r->command = r->setup = NULL;
+}
+
+/* One row of RUN_COLUMNS. VF_ENOMEM when a string cannot be copied. */
+static int read_run(sqlite3_stmt *st, struct vf_run *r) {
+  memset(r, 0, sizeof *r);
+  r->id = sqlite3_column_int64(st, 0);
+  r->when = sqlite3_column_double(st, 1);
+  text_into(st, 2, r->source, sizeof r->source);
+  r->command = text_copy(st, 3);
+  r->setup = text_copy(st, 4);
+  int64_t batch = int_or(st, 5, 0), peak = int_or(st, 8, 0);
+  r->batch = batch > 0 ? (uint64_t)batch : 0;
+  text_into(st, 6, r->outcome, sizeof r->outcome);
+  r->exit_code = (int)int_or(st, 7, -1);
+  r->peak_device_bytes = peak > 0 ? (uint64_t)peak : 0;
+  text_into(st, 9, r->gpu, sizeof r->gpu);
+  text_into(st, 10, r->gpu_uuid, sizeof r->gpu_uuid);
+  text_into(st, 11, r->driver, sizeof r->driver);
+  r->seconds = sqlite3_column_double(st, 12);
+  if (r->command && (r->setup || sqlite3_column_type(st, 4) == SQLITE_NULL)) return 0;
+  vf_run_cleanup(r);
+  return VF_ENOMEM;
+}
+
+void vf_history_runs_free(struct vf_run *runs, size_t n) {
+  for (size_t i = 0; runs && i < n; i++) vf_run_cleanup(&runs[i]);
+  free(runs);
+}
+
+static int step_error(struct vf_history *h, int rc, struct vf_diag *d) {
+  return rc == SQLITE_DONE ? 0 : rc == SQLITE_ROW ? VF_ENOMEM : db_error(h, d);
+}
+
+int vf_history_list(struct vf_history *h, size_t limit, struct vf_run **out, size_t *n,
+                    struct vf_diag *d) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st;
+  int rc = prepare_statement(h, "SELECT * FROM (SELECT " RUN_COLUMNS " FROM runs ORDER BY id DESC LIMIT ?)"
+                                " ORDER BY id", &st, d);
+  if (rc) return rc;
+  sqlite3_bind_int64(st, 1, limit ? (sqlite3_int64)limit : -1);
+  size_t cap = 0;
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (*n == cap) {
+      size_t grown = cap ? cap * 2 : 64;
+      struct vf_run *more = realloc(*out, grown * sizeof *more);
+      if (!more) break;
+      *out = more;
+      cap = grown;
+    }
+    if (read_run(st, &(*out)[*n])) break;
+    (*n)++;
+  }
+  rc = step_error(h, step, d);
+  sqlite3_finalize(st);
+  if (rc) {
+    vf_history_runs_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+int vf_history_measured(struct vf_history *h, const char *setup, struct vf_run *out,
+                        struct vf_diag *d) {
+  sqlite3_stmt *st;
+  int rc = prepare_statement(h, "SELECT " RUN_COLUMNS " FROM runs WHERE setup = ? AND peak_device_bytes > 0"
+                                " AND outcome IN ('ok', 'timeout') ORDER BY started DESC, id DESC LIMIT 1",
+                             &st, d);
+  if (rc) return rc;
+  sqlite3_bind_text(st, 1, setup, -1, SQLITE_TRANSIENT);
+  int step = sqlite3_step(st);
+  rc = step == SQLITE_ROW ? read_run(st, out) : step == SQLITE_DONE ? VF_ENOTFOUND : db_error(h, d);
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int vf_history_save_plan(struct vf_history *h, const char *label, const char *json,
+                         struct vf_diag *d) {
+  sqlite3_stmt *st;
+  int rc = prepare_statement(h, "INSERT INTO plans (saved, label, json) VALUES (?, ?, ?)", &st, d);
+  if (rc) return rc;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int bound = sqlite3_bind_double(st, 1, (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  if (bound == SQLITE_OK) bound = sqlite3_bind_text(st, 2, label, -1, SQLITE_TRANSIENT);
+  if (bound == SQLITE_OK) bound = sqlite3_bind_text(st, 3, json, -1, SQLITE_TRANSIENT);
+  return finish_write(h, st, bound, d);
+}
+
+int vf_history_last_plan(struct vf_history *h, char **json, char **label, double *when,
+                         struct vf_diag *d) {
+  *json = *label = NULL;
+  sqlite3_stmt *st;
+  int rc = prepare_statement(h, "SELECT saved, label, json FROM plans ORDER BY id DESC LIMIT 1", &st, d);
+  if (rc) return rc;
+  int step = sqlite3_step(st);
+  if (step == SQLITE_ROW) {
+    *when = sqlite3_column_double(st, 0);
+    *label = text_copy(st, 1);
+    *json = text_copy(st, 2);
+    rc = *label && *json ? 0 : VF_ENOMEM;
+  } else {
+    rc = step == SQLITE_DONE ? VF_ENOTFOUND : db_error(h, d);
+  }
+  sqlite3_finalize(st);
+  if (rc) {
+    free(*json);
+    free(*label);
+    *json = *label = NULL;
+  }
+  return rc;
+}
