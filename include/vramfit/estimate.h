@@ -82,6 +82,7 @@ struct vf_profile {
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
+  bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
 };
 
@@ -123,7 +124,7 @@ enum vf_category { VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER, VF_CAT_AC
                    VF_CAT_TEMPORARIES, VF_CAT_RUNTIME, VF_CAT_COUNT };
 const char *vf_category_name(enum vf_category c);
 
-enum vf_phase { VF_PHASE_SETUP, VF_PHASE_FORWARD, VF_PHASE_LOSS, VF_PHASE_BACKWARD,
+enum vf_phase { VF_PHASE_LOAD, VF_PHASE_FORWARD, VF_PHASE_LOSS, VF_PHASE_BACKWARD,
                 VF_PHASE_OPTIMIZER, VF_PHASE_COUNT };
 const char *vf_phase_name(enum vf_phase p);
 

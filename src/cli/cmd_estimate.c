@@ -58,7 +58,7 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
   json_object_set_new(breakdown, "allocator_slack", json_integer((json_int_t)e->allocator_slack));
   json_object_set_new(breakdown, "runtime", json_integer((json_int_t)(e->by_category[VF_CAT_RUNTIME] + e->context)));
   json_t *timeline = json_array();
-  for (int p = VF_PHASE_FORWARD; p < VF_PHASE_COUNT; p++)
+  for (int p = VF_PHASE_LOAD; p < VF_PHASE_COUNT; p++)
     json_array_append_new(timeline, json_pack("{s:s, s:I, s:I}", "phase", vf_phase_name((enum vf_phase)p),
                                               "allocated_bytes", (json_int_t)e->phase_allocated[p],
                                               "reserved_bytes", (json_int_t)e->phase_reserved[p]));
@@ -90,7 +90,7 @@ static void row(const char *label, uint64_t bytes, uint64_t capacity) {
 }
 
 static void estimate_text(const struct vf_model *m, const struct vf_estimate *e, const struct vf_gpu_spec *gpu,
-                          const char *framework) {
+                          const char *framework, bool full_load) {
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
   cli_group_digits(e->params, total, sizeof total);
@@ -99,6 +99,9 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
   printf("%s: %s attention, %llu micro batch%s per optimizer step, %s lengths\n\n", framework,
          vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
          e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths));
+  if (e->peak_phase == VF_PHASE_LOAD)
+    printf("the peak is while loading the weights%s\n\n",
+           full_load ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
   row("allocator slack", e->allocator_slack, cap);
@@ -194,7 +197,8 @@ int cmd_estimate(int argc, char **argv) {
     history_note_json(&note, o);
     code = cli_print_json(o);
   } else {
-    estimate_text(&ctx.model, &e, &ctx.gpu, r.framework);
+    estimate_text(&ctx.model, &e, &ctx.gpu, r.framework,
+                  ctx.profile.fsdp_full_load && r.setup.shard == VF_SHARD_FSDP);
     history_note_print(&note);
   }
   if (code == EXIT_OK && cap && e.device_peak > cap) code = EXIT_NO;

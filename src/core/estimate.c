@@ -125,7 +125,7 @@ static const enum vf_phase stretch_phase[ST_COUNT] = {
 #define UNITS (1 + MICRO_MAX * ST_COUNT)
 
 static enum vf_phase unit_phase(int unit) {
-  return unit == UNIT_SETUP ? VF_PHASE_SETUP : stretch_phase[(unit - 1) % ST_COUNT];
+  return unit == UNIT_SETUP ? VF_PHASE_LOAD : stretch_phase[(unit - 1) % ST_COUNT];
 }
 
 static void mark(struct ctx *x, enum stretch st) {
@@ -789,19 +789,39 @@ static void optimizer_step(struct ctx *x, bool first) {
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
+  uint64_t bytes = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) bytes += x->ps->v[i].bytes;
+  return bytes;
+}
+
+/* Loading a full state dict into a model FSDP has already sharded gathers every unit at
+ * once: Lightning's FSDPStrategy loads it under FSDP's FULL_STATE_DICT context
+ * (lightning/fabric/strategies/fsdp.py _load_raw_module_state: "gathering all weights
+ * first"), whose pre-load hook unshards each unit while Module.load_state_dict runs every
+ * post-load hook, which reshards, only after the whole recursive load
+ * (torch/nn/modules/module.py). Each GPU holds the whole model next to its shard. */
+static void load_full_state_dict(struct ctx *x) {
+  if (!x->p->fsdp_full_load || x->s->shard != VF_SHARD_FSDP || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
+  uint32_t *ids = malloc((x->layers + 1) * sizeof *ids);
+  if (!ids) {
+    x->b.rc = VF_ENOMEM;
+    return;
+  }
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) ids[l + 1] = take(x, unit_bytes(x, l), VF_CAT_WEIGHTS);
+  for (uint64_t i = 0; i <= x->layers; i++) give(x, ids[i]);
+  free(ids);
+}
+
 static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
   bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
-    if (sharded_w) {
-      uint64_t bytes = 0;
-      size_t begin, end;
-      vf_params_layer(x->ps, l, &begin, &end);
-      for (size_t i = begin; i < end; i++) bytes += x->ps->v[i].bytes;
-      if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, bytes / x->d.dsize, VF_CAT_WEIGHTS);
-    } else {
-      layer_params(x, l, NULL);
-    }
+    if (!sharded_w) layer_params(x, l, NULL);
+    else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
   }
+  load_full_state_dict(x);
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
@@ -1192,7 +1212,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
 
 static const char *const category_names[VF_CAT_COUNT] = {
     "weights", "gradients", "optimizer", "activations", "temporaries", "runtime"};
-static const char *const phase_names[VF_PHASE_COUNT] = {"setup", "forward", "loss", "backward",
+static const char *const phase_names[VF_PHASE_COUNT] = {"load", "forward", "loss", "backward",
                                                         "optimizer"};
 
 const char *vf_category_name(enum vf_category c) {

@@ -57,6 +57,7 @@ static const struct field fields[] = {
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
     FIELD("fsdp_no_sync", F_BOOL, fsdp_no_sync),
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
+    FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
 };
 

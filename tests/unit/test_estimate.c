@@ -191,8 +191,8 @@ static void one_micro(struct vf_setup *s) { s->accumulation = 1; }
 /* DDP keeps a flat gradient bucket of every trainable element besides the gradients. */
 static void test_ddp_buckets(void **state) {
   (void)state;
-  uint64_t one = toy_run(NULL, "hf").phase_allocated[VF_PHASE_SETUP];
-  uint64_t two = toy_run(two_gpus, "hf").phase_allocated[VF_PHASE_SETUP];
+  uint64_t one = toy_run(NULL, "hf").phase_allocated[VF_PHASE_LOAD];
+  uint64_t two = toy_run(two_gpus, "hf").phase_allocated[VF_PHASE_LOAD];
   assert_int_equal(two - one, 460288); /* 115,008 x 4 bytes in one 512-byte-rounded block */
 }
 
@@ -251,10 +251,10 @@ static void test_memory_savers(void **state) {
   assert_true(sel.phase_allocated[VF_PHASE_LOSS] < base.phase_allocated[VF_PHASE_LOSS]);
   /* FSDP over 8 GPUs: an eighth of the weights stay, plus the gathered layers. */
   struct vf_estimate fsdp = llama_run(fsdp8);
-  assert_true(fsdp.phase_allocated[VF_PHASE_SETUP] * 6 < base.phase_allocated[VF_PHASE_SETUP]);
+  assert_true(fsdp.phase_allocated[VF_PHASE_LOAD] * 6 < base.phase_allocated[VF_PHASE_LOAD]);
   /* Two pipeline stages: each holds half the blocks (the first also two micro batches). */
   struct vf_estimate pp = llama_run(pipelined);
-  assert_true(pp.phase_allocated[VF_PHASE_SETUP] < base.phase_allocated[VF_PHASE_SETUP]);
+  assert_true(pp.phase_allocated[VF_PHASE_LOAD] < base.phase_allocated[VF_PHASE_LOAD]);
 }
 
 /* "auto" and "default" stand for "not given": named, but nobody's spelling. */
@@ -511,7 +511,7 @@ static void test_quantize_at_load(void **state) {
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
   p.quant_load_bytes = 0;
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &without, &d), 0);
-  uint64_t n = 4096 * 1024, gain = with.phase_allocated[VF_PHASE_SETUP] - without.phase_allocated[VF_PHASE_SETUP];
+  uint64_t n = 4096 * 1024, gain = with.phase_allocated[VF_PHASE_LOAD] - without.phase_allocated[VF_PHASE_LOAD];
   /* A block is not split when less than 1 MiB would remain: allocated may count that. */
   assert_in_range(gain, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES, 68 * n - (n / 2 + n / 16) - CUBLAS_WORKSPACES + (1u << 20));
   vf_model_cleanup(&m);
