@@ -23,8 +23,15 @@ enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3 };
 struct ev {
   uint64_t bytes;
   uint32_t id;
-  uint8_t op, cat, unit;
+  uint8_t op, cat, unit, stream;
 };
+
+/* CUDA streams the caching allocator keeps apart (a block freed on one serves only its own
+ * stream): sharded training gathers weights and reduces gradients on streams of their own
+ * (FSDP2 fully_shard/_fsdp_collectives.py foreach_all_gather / foreach_reduce: the buffers
+ * are made under the all-gather and reduce-scatter streams; FSDP1 _runtime_utils.py
+ * _unshard / _reduce_grad: its unshard and post-backward streams). */
+enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER };
 
 struct builder {
   struct ev *ev;
@@ -91,11 +98,16 @@ static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uin
   b->ev[b->n++] = (struct ev){.bytes = bytes, .id = id, .op = op, .cat = cat, .unit = unit};
 }
 
-static uint32_t take(struct ctx *x, uint64_t bytes, enum vf_category cat) {
+static uint32_t take_on(struct ctx *x, uint64_t bytes, enum vf_category cat, uint8_t stream) {
   if (!bytes) return 0;
   uint32_t id = ++x->b.next_id;
   push(&x->b, OP_ALLOC, id, bytes, (uint8_t)cat, 0);
+  x->b.ev[x->b.n - 1].stream = stream;
   return id;
+}
+
+static uint32_t take(struct ctx *x, uint64_t bytes, enum vf_category cat) {
+  return take_on(x, bytes, cat, STREAM_COMPUTE);
 }
 
 static void give(struct ctx *x, uint32_t id) {
@@ -517,8 +529,8 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
     return 0;
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
-  uint32_t unsharded = take(x, full, WEIGHT_TEMPORARIES);
-  grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
+  uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
+  grad_push(x, g, take_on(x, full / x->d.dsize, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
@@ -552,7 +564,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
-  uint32_t gathered = take(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS);
+  uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   reload(x, sv);
   recompute(x, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
@@ -861,12 +873,12 @@ static void one_step(struct ctx *x, bool last_micro) {
   mark(x, ST_FORWARD_BOTTOM);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
-  uint32_t root = take(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS);
+  uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
-    uint32_t gathered = take(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS);
+    uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
     autocast_copies(x, (int32_t)l, &sv[l]);
     if (x->s->grad_ckpt == VF_CKPT_FULL) {
       keep(x, &sv[l], stream);
@@ -979,7 +991,7 @@ static int replay(const struct ctx *x, const struct builder *b, const struct vf_
       rc = vf_allocator_free(a, l->block);
       if (x->listener) report(x, e, l, unit, a);
     } else {
-      rc = vf_allocator_malloc(a, e->bytes, 0, &l->block);
+      rc = vf_allocator_malloc(a, e->bytes, e->stream, &l->block);
       l->bytes = vf_alloc_round_size(conf, e->bytes);
       l->cat = e->cat;
       cat[e->cat] += l->bytes;
@@ -1142,8 +1154,14 @@ static void fill(struct vf_estimate *out, const struct result *r, const struct v
   out->device_peak = live + out->allocator_slack + out->context;
 }
 
+/* Every layer replayed: the allocator's figures are its own, not extrapolated. */
 int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                 const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d) {
+  return vf_estimate_replaying(m, s, p, alloc, UINT64_MAX, NULL, NULL, out, d);
+}
+
+int vf_estimate_quick(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
+                      const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d) {
   return vf_estimate_replaying(m, s, p, alloc, REPLAY_B, NULL, NULL, out, d);
 }
 

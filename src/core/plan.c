@@ -17,6 +17,7 @@
 
 #include "core/bisect.h"
 #include "core/diag.h"
+#include "core/estimate_internal.h"
 #include "core/plan_internal.h"
 
 #define DEFAULT_SAFETY 0.90
@@ -77,7 +78,7 @@ static uint64_t effective_batch(const struct vf_setup *s) {
 /* Runs the estimator, keeping the lowest peak seen for the nothing-fits report. */
 static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_estimate *e,
                          struct vf_diag *d) {
-  int rc = vf_estimate(S->r->model, s, S->r->profile, S->r->alloc, e, d);
+  int rc = vf_estimate_quick(S->r->model, s, S->r->profile, S->r->alloc, e, d);
   if (!rc && S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
   S->out->estimates++;
   struct vf_plan_choice *low = &S->out->smallest;
@@ -352,6 +353,52 @@ static int start(struct search *S, struct vf_diag *d) {
   return divisors(S);
 }
 
+/* An exact (every layer replayed) estimate of one micro batch for a choice: its peak, or 0
+ * when the estimator refuses it. */
+static uint64_t exact_peak(struct search *S, const struct vf_plan_choice *c, size_t i,
+                           struct vf_estimate *e) {
+  struct vf_setup s = c->setup;
+  struct vf_diag d;
+  s.batch = S->div[i];
+  s.accumulation = S->per_gpu / S->div[i];
+  if (vf_estimate(S->r->model, &s, S->r->profile, S->r->alloc, e, &d)) return 0;
+  if (S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
+  return e->device_peak;
+}
+
+static size_t divisor_index(const struct search *S, uint64_t batch) {
+  size_t i = 0;
+  while (i + 1 < S->n_div && S->div[i] < batch) i++;
+  return i;
+}
+
+/* The search ran on quick estimates. Each tier's choice is replayed in full: its micro
+ * batch steps down through the divisors while it is over its budget there, and up while
+ * the next one fits. */
+static void confirm(struct search *S) {
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    struct vf_plan_choice *c = &S->out->tiers[t];
+    if (!c->found) continue;
+    struct vf_estimate e, next;
+    size_t i = divisor_index(S, c->setup.batch);
+    uint64_t peak = exact_peak(S, c, i, &e);
+    while ((!peak || peak > c->budget_bytes) && i > 0) peak = exact_peak(S, c, --i, &e);
+    c->found = peak && peak <= c->budget_bytes;
+    while (c->found && i + 1 < S->n_div) {
+      uint64_t up = exact_peak(S, c, i + 1, &next);
+      if (!up || up > c->budget_bytes) break;
+      e = next;
+      i++;
+    }
+    if (!c->found) continue;
+    c->setup.batch = S->div[i];
+    c->setup.accumulation = S->per_gpu / S->div[i];
+    c->effective_batch = effective_batch(&c->setup);
+    c->peak_device_bytes = e.device_peak;
+    c->tokens_per_second = vf_plan_tokens_per_second(S->r->model, &c->setup, &e, S->r->gpu);
+  }
+}
+
 int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d) {
   memset(out, 0, sizeof *out);
   struct search *S = calloc(1, sizeof *S);
@@ -360,6 +407,7 @@ int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, 
   S->out = out;
   int rc = start(S, d);
   if (!rc) search(S);
+  if (!rc) confirm(S);
   if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
   free(S->div);
   free(S->cache);

@@ -17,7 +17,9 @@
 
 #include "accuracy.h"
 
-static const struct acc_limits published_limits = {0.05, 0.12, 0.10};
+/* The estimator issue's targets: published measurements within 5% median per kind and none
+ * under by more than 10%; the traced corpus within 2% median, 5% p90, none under by 5%. */
+static const struct acc_limits published_limits = {0.05, -1, 0.10};
 static const struct acc_limits traced_limits = {0.02, 0.05, 0.05};
 
 static const char *env(const char *name) {
