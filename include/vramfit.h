@@ -18,5 +18,6 @@
 #include "vramfit/plan.h"
 #include "vramfit/probe.h"
 #include "vramfit/trace.h"
+#include "vramfit/plot.h"
 
 #endif
