@@ -48,7 +48,8 @@ struct run {
   double x, w; /* px from the plot's left edge */
 };
 
-/* The lowest and highest value in one pixel column, and the events they come from. */
+/* The first, lowest, highest and last values in one pixel column, and when the lowest and
+ * highest came. */
 struct envelope {
   bool used;
   uint64_t first, lo, hi, last;
