@@ -582,20 +582,38 @@ static int write_temp(int fd, const char *svg, size_t len) {
   return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-int vf_plot_svg_write(const struct vf_plot *p, const char *path, struct vf_diag *d) {
-  char *svg, *tmp = temp_name(path);
-  size_t len;
-  int rc = tmp ? vf_plot_svg(p, &svg, &len) : VF_ENOMEM;
-  if (rc) {
-    free(tmp);
-    return vf_diag_at(d, rc, path, UINT64_MAX, "%s", vf_strerror(rc));
+/* An existing path is followed to the file it names, so that a link still leads to the new
+ * plot; only a regular file is replaced, never a device, a pipe or a folder. */
+static int target_of(const char *path, char **target, struct vf_diag *d) {
+  struct stat st;
+  *target = NULL;
+  if (stat(path, &st) != 0) {
+    if (errno == ENOENT) *target = strdup(path);
+  } else if (!S_ISREG(st.st_mode)) {
+    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
+  } else {
+    *target = realpath(path, NULL);
   }
-  int fd = mkstemp(tmp);
-  if (fd < 0) rc = write_error(d, path, "cannot create a file next to it");
-  else if (write_temp(fd, svg, len)) rc = write_error(d, path, "cannot write it");
-  else if (rename(tmp, path)) rc = write_error(d, path, "cannot replace it");
-  if (rc && fd >= 0) unlink(tmp);
+  return *target ? 0 : write_error(d, path, "cannot write it");
+}
+
+int vf_plot_svg_write(const struct vf_plot *p, const char *path, struct vf_diag *d) {
+  char *svg = NULL, *target, *tmp;
+  size_t len;
+  int rc = target_of(path, &target, d);
+  if (rc) return rc;
+  rc = (tmp = temp_name(target)) ? vf_plot_svg(p, &svg, &len) : VF_ENOMEM;
+  if (rc) {
+    vf_diag_at(d, rc, path, UINT64_MAX, "%s", vf_strerror(rc));
+  } else {
+    int fd = mkstemp(tmp);
+    if (fd < 0) rc = write_error(d, path, "cannot create a file next to it");
+    else if (write_temp(fd, svg, len)) rc = write_error(d, path, "cannot write it");
+    else if (rename(tmp, target)) rc = write_error(d, path, "cannot replace it");
+    if (rc && fd >= 0) unlink(tmp);
+  }
   free(tmp);
+  free(target);
   free(svg);
   return rc;
 }

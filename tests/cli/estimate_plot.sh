@@ -55,6 +55,15 @@ exits 0 "${SETUP[@]}" --plot "$TMP/old.svg"
 is_svg "$TMP/old.svg"
 grep -q xxx "$TMP/old.svg" && bad "the old file's bytes remain" || ok
 
+# A link is followed: it still leads to the plot.
+mkdir "$TMP/real"
+echo old >"$TMP/real/p.svg"
+ln -s real/p.svg "$TMP/link.svg"
+exits 0 "${SETUP[@]}" --plot "$TMP/link.svg"
+[ -L "$TMP/link.svg" ] && ok || bad "--plot replaced the link with a file"
+is_svg "$TMP/real/p.svg"
+[ "$(ls -A "$TMP/real")" = p.svg ] && ok || bad "files left beside the link's target: $(ls -A "$TMP/real")"
+
 # ---- rendered by rsvg-convert (librsvg2-bin: a test prerequisite, never skipped) ----------
 if ! command -v rsvg-convert >/dev/null; then
   bad "rsvg-convert is missing: install librsvg2-bin ('make deps' does)"
@@ -75,11 +84,14 @@ mkdir "$TMP/bad"
 fails 2 "^vramfit estimate: $TMP/bad/missing/p.svg: cannot create a file next to it: No such file or directory\$" \
   "${SETUP[@]}" --plot "$TMP/bad/missing/p.svg"
 touch "$TMP/bad/file"
-fails 2 "^vramfit estimate: $TMP/bad/file/p.svg: cannot create a file next to it: Not a directory\$" \
+fails 2 "^vramfit estimate: $TMP/bad/file/p.svg: cannot write it: Not a directory\$" \
   "${SETUP[@]}" --plot "$TMP/bad/file/p.svg"
 mkdir "$TMP/bad/dir"
-fails 2 "^vramfit estimate: $TMP/bad/dir: cannot replace it: Is a directory\$" "${SETUP[@]}" --plot "$TMP/bad/dir"
-fails 2 "^vramfit estimate: $TMP/bad/dir/: cannot replace it" "${SETUP[@]}" --plot "$TMP/bad/dir/"
+fails 2 "^vramfit estimate: $TMP/bad/dir: is a directory\$" "${SETUP[@]}" --plot "$TMP/bad/dir"
+fails 2 "^vramfit estimate: $TMP/bad/dir/: is a directory\$" "${SETUP[@]}" --plot "$TMP/bad/dir/"
+# A device is never replaced by a file.
+fails 2 "^vramfit estimate: /dev/null: is not a regular file\$" "${SETUP[@]}" --plot /dev/null
+[ -c /dev/null ] && ok || bad "/dev/null is no longer a device"
 [ "$(ls -A "$TMP/bad" | tr '\n' ' ')" = "dir file " ] && [ -z "$(ls -A "$TMP/bad/dir")" ] && ok ||
   bad "files left behind: $(ls -AR "$TMP/bad" | tr '\n' ' ')"
 fails 2 '^vramfit estimate: --plot needs a value$' "${SETUP[@]}" --plot

@@ -419,10 +419,11 @@ static void unwritable_path_leaves_nothing(void **state) {
   vf_diag_clear(&diag);
   assert_int_equal(vf_plot_svg_write(&r->plot, path, &diag), VF_EIO);
   assert_string_equal(diag.file, path);
-  /* A directory in the way: the temporary file is made next to it, then removed. */
+  /* A folder in the way is refused, and nothing is made beside it. */
   snprintf(path, sizeof path, "%s/taken", dir);
   assert_int_equal(mkdir(path, 0755), 0);
   assert_int_equal(vf_plot_svg_write(&r->plot, path, &diag), VF_EIO);
+  assert_string_equal(diag.msg, "is a directory");
   char cmd[700];
   snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = taken", dir);
   assert_int_equal(system(cmd), 0);
