@@ -19,5 +19,6 @@
 #include "vramfit/probe.h"
 #include "vramfit/trace.h"
 #include "vramfit/history.h"
+#include "vramfit/plot.h"
 
 #endif

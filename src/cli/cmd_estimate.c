@@ -1,5 +1,6 @@
 /* vramfit estimate MODEL [options]: peak GPU memory of one training step. */
 #include "cli/history_cli.h"
+#include "cli/estimate_plot.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
@@ -36,15 +37,19 @@ static const char usage[] =
     "  --events FILE        write the replayed allocations and frees (every layer) to FILE,\n"
     "                       in the format of 'vramfit trace --events', to compare the two\n"
     "  --calibrate          scale the batch-dependent part (activations, temporaries) by what\n"
-    "                       a run of this setup measured here ('vramfit history')\n\n"
+    "                       a run of this setup measured here ('vramfit history')\n"
+    "  --plot FILE.svg      draw the replayed run (every layer) as an SVG image: allocated and\n"
+    "                       reserved memory event by event, the phases, the peak and its\n"
+    "                       breakdown, the GPU's capacity\n\n"
     "When this setup was measured on this machine ('vramfit probe --model ...'), the output\n"
     "says how far the estimate was from it.\n\n"
     "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
 
-enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_CALIBRATE };
+enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_CALIBRATE, O_PLOT };
 
 static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
                                      {"events", required_argument, NULL, O_EVENTS},
+                                     {"plot", required_argument, NULL, O_PLOT},
                                      {"help", no_argument, NULL, O_HELP},
                                      {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
@@ -146,25 +151,43 @@ static void write_event(void *arg, const struct vf_timeline_event *e) {
     fprintf(w->f, "c %llu %s\n", (unsigned long long)e->id, vf_category_name((enum vf_category)e->category));
 }
 
+/* What listens to the replay: --events and --plot, either or both. */
+struct listeners {
+  struct event_file events;
+  struct estimate_plot plot;
+};
+
+static void tell_listeners(void *arg, const struct vf_timeline_event *e) {
+  struct listeners *l = arg;
+  if (l->events.f) write_event(&l->events, e);
+  if (l->plot.path) estimate_plot_add(&l->plot, e);
+}
+
 static int estimate_run(const struct setup_request *r, const struct setup_context *c, const char *events,
-                        struct vf_estimate *e) {
+                        const char *plot, struct vf_estimate *e) {
   struct vf_diag d;
   vf_diag_clear(&d);
-  struct event_file w = {.phase = -1};
-  if (events && !(w.f = fopen(events, "w")))
+  struct listeners l = {.events = {.phase = -1}};
+  if (events && !(l.events.f = fopen(events, "w")))
     return cli_error("estimate", EXIT_BAD_INPUT, "--events %s: cannot write it", events);
-  if (w.f) fputs("vramfit-trace-events 1\n", w.f);
-  int rc = w.f ? vf_estimate_timeline(&c->model, &r->setup, &c->profile, &c->conf, write_event, &w, e, &d)
+  if (l.events.f) fputs("vramfit-trace-events 1\n", l.events.f);
+  estimate_plot_init(&l.plot, plot);
+  int rc = events || plot
+               ? vf_estimate_timeline(&c->model, &r->setup, &c->profile, &c->conf, tell_listeners, &l, e, &d)
                : vf_estimate(&c->model, &r->setup, &c->profile, &c->conf, e, &d);
-  if (w.f && fclose(w.f) && !rc) return cli_error("estimate", EXIT_BAD_INPUT, "--events %s: write error", events);
-  return rc ? cli_diag_error("estimate", rc, &d) : EXIT_OK;
+  int code = rc ? cli_diag_error("estimate", rc, &d) : EXIT_OK;
+  if (l.events.f && fclose(l.events.f) && !code)
+    code = cli_error("estimate", EXIT_BAD_INPUT, "--events %s: write error", events);
+  if (plot && !code) code = estimate_plot_write(&l.plot, r, c, e);
+  estimate_plot_cleanup(&l.plot);
+  return code;
 }
 
 int cmd_estimate(int argc, char **argv) {
   struct setup_request r;
   setup_request_init(&r, "estimate");
   bool json = false, calibrate = false;
-  const char *events = NULL;
+  const char *events = NULL, *plot = NULL;
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
   for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
@@ -173,6 +196,7 @@ int cmd_estimate(int argc, char **argv) {
     if (c == O_JSON) json = true;
     else if (c == O_EVENTS) events = optarg;
     else if (c == O_CALIBRATE) calibrate = true;
+    else if (c == O_PLOT) plot = optarg;
     else if (setup_option(&r, c, optarg)) return EXIT_BAD_INPUT;
   }
   if (optind != argc - 1)
@@ -182,7 +206,7 @@ int cmd_estimate(int argc, char **argv) {
   int rc = setup_context_load(&r, argv[optind], &ctx);
   if (rc) return rc;
   struct vf_estimate e;
-  if ((rc = estimate_run(&r, &ctx, events, &e))) {
+  if ((rc = estimate_run(&r, &ctx, events, plot, &e))) {
     setup_context_cleanup(&ctx);
     return rc;
   }
