@@ -23,7 +23,7 @@
 
 #define GiB 1073741824ull
 
-static const char *const phases_in_order[] = {"setup", "forward", "loss", "backward", "optimizer",
+static const char *const phases_in_order[] = {"load", "forward", "loss", "backward", "optimizer",
                                               "forward", "loss", "backward"};
 
 /* ---- a synthetic run ---- */
@@ -47,7 +47,7 @@ static struct run_data *synthetic_run(const char *title, const char *gpu) {
   struct run_data *r = calloc(1, sizeof *r);
   r->pts = calloc(2000, sizeof *r->pts);
   assert_non_null(r->pts);
-  for (int i = 0; i < 100; i++) push(r, VF_PHASE_SETUP, 4.0 * i / 99);
+  for (int i = 0; i < 100; i++) push(r, VF_PHASE_LOAD, 4.0 * i / 99);
   for (int step = 0; step < 2; step++) {
     for (int i = 0; i < 300; i++) push(r, VF_PHASE_FORWARD, 4 + 6.0 * i / 299 + (i % 2) * 0.1);
     for (int i = 0; i < 5; i++) push(r, VF_PHASE_LOSS, 10 + i * 0.5);
