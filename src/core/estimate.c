@@ -83,6 +83,7 @@ struct ctx {
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
   int stage;             /* the pipeline stage replayed: 0 first, 1 last */
+  uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
 };
@@ -827,7 +828,7 @@ static void load_full_state_dict(struct ctx *x) {
   free(ids);
 }
 
-static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
+static void persistent(struct ctx *x) {
   bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
@@ -838,13 +839,16 @@ static void persistent(struct ctx *x, uint32_t gpu_cc_major) {
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
-  /* cuBLAS keeps one workspace per handle and stream: forward and autograd threads
-   * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
-   * before). A GPU not named is taken for a current one, as the tracer takes it. */
-  bool hopper = gpu_cc_major >= 9 || gpu_cc_major == 0;
-  uint64_t ws = hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
-  take(x, ws, VF_CAT_RUNTIME);
-  take(x, ws, VF_CAT_RUNTIME);
+}
+
+/* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
+ * kept: the forward's thread and the autograd engine's each have one
+ * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
+ * before). A GPU not named is taken for a current one, as the tracer takes it. */
+static void cublas_workspace(struct ctx *x, uint32_t *made) {
+  if (*made) return;
+  bool hopper = x->s->gpu_cc_major >= 9 || x->s->gpu_cc_major == 0;
+  *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
@@ -876,6 +880,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
+  cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
@@ -900,6 +905,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   drop_graph(x);
   give(x, input);
   mark(x, ST_HEAD_BACKWARD);
+  cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
@@ -1037,7 +1043,8 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.next_id = 0;
   x->b.rc = 0;
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
-  persistent(x, x->s->gpu_cc_major);
+  persistent(x);
+  x->forward_workspace = x->backward_workspace = 0;
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
    * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole
