@@ -227,22 +227,53 @@ static void reload(struct ctx *x, struct saved *sv) {
     if (!sv->id[i]) sv->id[i] = take(x, sv->bytes[i], (enum vf_category)sv->cat[i]);
 }
 
+/* Autocast computes in a narrower dtype than the weights are stored in. */
+static bool autocast_casts(const struct ctx *x) {
+  return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights);
+}
+
+/* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
+static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
+
 static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
 }
 
+/* Bytes per element of the residual stream: the weights' dtype under autocast (the
+ * embedding's output and every residual add stay in it), else the compute dtype. */
+static uint32_t stream_bytes(const struct ctx *x) {
+  return autocast_casts(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
+}
+
+/* keep_list, with 0 meaning the residual stream's dtype (a norm's output before it is
+ * cast for the next matmul). */
+static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
+  for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : stream_bytes(x)));
+}
+
 /* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
  * projection after it keeps the norm's output as its own input. */
-static void norm_saves(struct ctx *x, struct saved *sv) {
+static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   const struct vf_profile *p = x->p;
   uint64_t elems = x->d.T * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
-    if (x->base_trainable) keep_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+    if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
     keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
-  if (x->base_trainable) keep(x, sv, elems * x->d.c);
+  if (!x->base_trainable) return;
+  /* The projections reading the output keep it as their input. Autocast casts it for each
+   * of them apart (a cast is cached only for leaf weights, autocast_mode.cpp cached_cast),
+   * so each keeps a copy of its own. */
+  uint32_t copies = autocast_casts(x) ? readers : readers > 0;
+  for (uint32_t i = 0; i < copies; i++) keep(x, sv, elems * x->d.c);
+}
+
+/* Projections reading a block's attention input, and its MLP input. */
+static uint32_t attention_readers(const struct ctx *x) { return fused_qkv(x) ? 1 : 3; }
+static uint32_t mlp_readers(const struct ctx *x) {
+  return x->m->arch.glu && !x->m->arch.fused_gate_up ? 2 : 1;
 }
 
 #define BIT(k) (1u << (k))
@@ -318,9 +349,6 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   if (s->method == VF_METHOD_DORA) dora_forward(x, sv, in, out);
   else transient(x, 2 * d->T * out * a, VF_CAT_TEMPORARIES); /* lora_B's output, scaled */
 }
-
-/* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
-static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
@@ -432,10 +460,13 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
 static void layer_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
-  norm_saves(x, sv);
+  norm_saves(x, sv, attention_readers(x) + (a->parallel_residual ? mlp_readers(x) : 0));
   attention_forward(x, sv);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
-  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++) norm_saves(x, sv);
+  /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
+   * (read by no projection). */
+  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++)
+    norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
   mlp_forward(x, sv);
   give(x, mid);
 }
@@ -618,10 +649,13 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
 static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
-  norm_saves(x, sv);
+  norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
+    /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
+     * list), and the matmul keeps the copy for its backward. */
+    if (autocast_casts(x) && !quantized_weight(x, true)) keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);
@@ -854,7 +888,7 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
  * kept for backward (the matmuls saved them) until the layer's backward is done. */
 static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
-  if (x->s->amp == VF_PREC_NONE || x->d.c >= vf_precision_bytes(x->s->weights)) return;
+  if (!autocast_casts(x)) return;
   /* Sharded mixed precision gathers the layer in the compute dtype: nothing to cast. */
   if (layer_gather_bytes(x, layer)) return;
   size_t begin, end;
