@@ -227,9 +227,13 @@ static void reload(struct ctx *x, struct saved *sv) {
     if (!sv->id[i]) sv->id[i] = take(x, sv->bytes[i], (enum vf_category)sv->cat[i]);
 }
 
-/* Autocast computes in a narrower dtype than the weights are stored in. */
+/* Autocast computes in a narrower dtype than the weights are stored in. Sharded mixed
+ * precision gathers the weights already in the compute dtype (FSDP MixedPrecision
+ * param_dtype, ZeRO-3's 16-bit partitions): nothing is cast and the residual stream is in
+ * the compute dtype. */
 static bool autocast_casts(const struct ctx *x) {
-  return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights);
+  bool gathered = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
@@ -889,8 +893,6 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
  * kept for backward (the matmuls saved them) until the layer's backward is done. */
 static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   if (!autocast_casts(x)) return;
-  /* Sharded mixed precision gathers the layer in the compute dtype: nothing to cast. */
-  if (layer_gather_bytes(x, layer)) return;
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
