@@ -59,7 +59,9 @@ def trace(spec: Spec, events_path: str) -> dict:
     started = time.monotonic()
     drivers.preload(spec)
     buffers = rules.KernelBuffers(rules.cublas_workspace_bytes(spec.gpu.capability))
-    tracker = Tracker(Hints(full_masks=spec.lengths == "fixed"), after_op=buffers.after_op)
+    # A batch of one, or of fixed lengths, has no padding: its attention mask is all ones.
+    full_masks = spec.lengths == "fixed" or spec.batch == 1
+    tracker = Tracker(Hints(full_masks=full_masks), after_op=buffers.after_op)
     fakecuda.install(fakecuda.DeviceFacts(spec.gpu.name, spec.gpu.capability,
                                           spec.gpu.total_bytes),
                      tracker.memory, tracker.empty_cache)

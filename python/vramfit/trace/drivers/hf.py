@@ -115,8 +115,11 @@ def _build(spec: Spec, run: Run) -> Any:
 
 
 class Batches:
-    """A dataset of token ids: every sample has ``seq`` tokens (fixed lengths) or, with
-    varied lengths, the first step's batches are shorter and padded by the collator."""
+    """A dataset of token ids. Fixed lengths: every sample has ``seq`` tokens. Varied
+    lengths (DataCollatorWithPadding's case): within each micro batch the first sample is
+    the longest and the others shorter, so the batch is padded and carries a real
+    attention mask; the first step's longest sample has 3/4 of ``seq`` tokens, the second
+    step's ``seq``."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -124,14 +127,20 @@ class Batches:
     def __len__(self) -> int:
         return self.spec.batch * self.spec.micro_batches
 
+    def length(self, i: int) -> int:
+        spec = self.spec
+        if spec.lengths == "fixed":
+            return spec.seq
+        step, within = i // (spec.batch * spec.accumulation), i % spec.batch
+        longest = spec.seq if step > 0 else max(1, spec.seq * 3 // 4)
+        return max(1, longest - within * longest // (2 * spec.batch))
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         import torch
-        spec = self.spec
-        step = i // (spec.batch * spec.accumulation)
-        length = spec.seq if spec.lengths == "fixed" or step > 0 else max(1, spec.seq * 3 // 4)
+        length = self.length(i)
         sample: dict[str, Any] = {"input_ids": torch.ones(length, dtype=torch.long),
                                   "attention_mask": torch.ones(length, dtype=torch.long)}
-        if spec.task == "seq-classification":
+        if self.spec.task == "seq-classification":
             sample["labels"] = torch.tensor(1)
         else:
             sample["labels"] = torch.ones(length, dtype=torch.long)
@@ -139,12 +148,11 @@ class Batches:
 
 
 def _collate(spec: Spec) -> Any:
+    """Pads each batch to its longest sample (DataCollatorWithPadding)."""
     import torch
 
     def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
         width = max(s["input_ids"].numel() for s in samples)
-        if spec.lengths == "varied":
-            width = spec.seq if samples is not None and _is_second_step(samples, spec) else width
         batch: dict[str, Any] = {}
         for key in samples[0]:
             values = [s[key] for s in samples]
@@ -156,10 +164,6 @@ def _collate(spec: Spec) -> Any:
         return batch
 
     return collate
-
-
-def _is_second_step(samples: list[dict[str, Any]], spec: Spec) -> bool:
-    return samples[0]["input_ids"].numel() == spec.seq
 
 
 def _fields(cls: Any) -> set[str]:
@@ -187,6 +191,14 @@ def _training_args(spec: Spec, out_dir: str) -> Any:
     if spec.optimizer == "sgd-momentum":
         kwargs["optim_args"] = "momentum=0.9"
     return tf.TrainingArguments(**kwargs)
+
+
+def _in_order(trainer: Any) -> None:
+    """The samples in the order the dataset has them. The Trainer shuffles with a random
+    permutation, whose values a fake tensor does not have: every index would read as the
+    same sample, losing the batches' lengths. Order changes no tensor's size."""
+    import torch
+    trainer._get_train_sampler = lambda *_a, **_k: torch.utils.data.SequentialSampler(trainer.train_dataset)
 
 
 def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
@@ -245,5 +257,6 @@ def run(spec: Spec, run: Run) -> None:
     with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
         trainer = tf.Trainer(model=model, args=_training_args(spec, out_dir),
                              train_dataset=Batches(spec), data_collator=_collate(spec))
+        _in_order(trainer)
         _mark_phases(trainer, model, run)
         trainer.train()
