@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (vf_model_load(&m[i], models[i], &d)) abort();
     }
     for (size_t i = 0; i < sizeof frameworks / sizeof *frameworks; i++)
-      if (vf_profile_load(frameworks[i], &p[i], &d)) abort();
+      if (vf_profile_load(frameworks[i], NULL, &p[i], &d)) abort();
     loaded = 1;
   }
   struct bytes b = {data, size};
