@@ -9,7 +9,7 @@
 
 static const char *const models[] = {"gpt2", "llama-3.2-1b", "mixtral-8x7b", "bert-base-uncased",
                                      "gemma-2-2b", "falcon-7b", "phi-2", "pythia-1b"};
-static const char *const frameworks[] = {"hf", "litgpt", "torchtune", "lightning",
+static const char *const frameworks[] = {"hf", "hf@4.16", "litgpt", "torchtune", "lightning",
                                          "deepspeed", "megatron", "torchtitan"};
 
 struct bytes {
