@@ -9,7 +9,7 @@
 
 static const char *const models[] = {"gpt2", "llama-3.2-1b", "mixtral-8x7b", "bert-base-uncased",
                                      "gemma-2-2b", "falcon-7b", "phi-2", "pythia-1b"};
-static const char *const frameworks[] = {"hf", "litgpt", "torchtune", "lightning",
+static const char *const frameworks[] = {"hf", "hf@4.16", "litgpt", "torchtune", "lightning",
                                          "deepspeed", "megatron", "torchtitan"};
 
 struct bytes {
@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (vf_model_load(&m[i], models[i], &d)) abort();
     }
     for (size_t i = 0; i < sizeof frameworks / sizeof *frameworks; i++)
-      if (vf_profile_load(frameworks[i], &p[i], &d)) abort();
+      if (vf_profile_load(frameworks[i], NULL, &p[i], &d)) abort();
     loaded = 1;
   }
   struct bytes b = {data, size};

@@ -34,10 +34,17 @@ int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
 void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size);
 
-/* What a framework's modeling and training code does that changes memory. Read from
- * data/frameworks/<name>.json (src/io/profile.c). */
+/* What a framework's modeling and training code does that changes memory, at one of its
+ * releases. Read from data/frameworks/<name>.json, with the behaviours that follow the
+ * PyTorch release from data/torch.json (src/io/profile.c). */
 struct vf_profile {
   char name[32];
+  char release[16]; /* the framework release the values describe ("5.23") */
+  char date[8];     /* when that release was current ("2026-06") */
+  char torch[16];   /* the PyTorch release of the run: asked for, or the one used with the release */
+  /* The version asked for is older than every release the profile describes (its oldest
+   * stands in); the same for the PyTorch release among those data/torch.json describes. */
+  bool release_predates, torch_predates;
   enum vf_attention default_attention;
   /* Copies a norm keeps for backward, in bytes per element (0 stands for the compute
    * dtype's size): always, and in addition when the norm's weight is trainable. */
@@ -169,9 +176,22 @@ int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, con
                          const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
                          struct vf_estimate *out, struct vf_diag *d);
 
+/* A --framework value: NAME, or NAME@VERSION where VERSION is a release ("4.46") or, for
+ * code from between releases, a month ("2023-10"). 0 or VF_EINVAL (d says why). */
+struct vf_framework_spec {
+  char name[32], version[16]; /* version "" when none was given */
+};
+int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, struct vf_diag *d);
+/* A --torch value: a PyTorch release ("2.1", "1.13.1"). 0 or VF_EINVAL (d says why). */
+int vf_torch_release_check(const char *text, struct vf_diag *d);
+
 /* ---- Readers (src/io) ---- */
-/* Loads data/frameworks/<name>.json. */
-int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d);
+/* Loads the profile of a framework ("hf") at the newest release it describes, or at the
+ * newest release not after a version ("hf@4.46", "litgpt@2023-10"), under the PyTorch release
+ * torch (NULL or "": the release's own). A version older than every release described gets
+ * the oldest (release_predates). VF_EINVAL for an ill-formed version, VF_ENOTFOUND for an
+ * unknown framework, VF_EFORMAT for a malformed data file. */
+int vf_profile_load(const char *framework, const char *torch, struct vf_profile *p, struct vf_diag *d);
 /* Device memory outside PyTorch's allocator, from data/runtime.json: the CUDA context of a
  * GPU generation, plus NCCL's buffers when the run spans several GPUs. */
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out);

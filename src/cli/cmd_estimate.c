@@ -16,7 +16,11 @@ static const char usage[] =
     "  --accumulation N     micro batches per optimizer step; gradients persist between them\n"
     "                       (the framework's stock recipes: litgpt 4, torchtune 8, the others 1)\n"
     "  --task T             causal-lm | seq-classification | masked-lm\n"
-    "  --framework F        hf | litgpt | torchtune | lightning | deepspeed | megatron | torchtitan (hf)\n"
+    "  --framework F        hf | litgpt | torchtune | lightning | deepspeed | megatron | torchtitan (hf);\n"
+    "                       F@VERSION for an older release (hf@4.46) or a month between releases\n"
+    "                       (litgpt@2024-04): the newest release the profile describes not after it\n"
+    "  --torch V            the PyTorch release of the run (2.1); behaviours that changed between\n"
+    "                       releases follow it (the one the framework release was used with)\n"
     "  --weights D          dtype the weights are stored in: fp32 | bf16 | fp16 (fp32)\n"
     "  --amp D              autocast compute dtype: none | bf16 | fp16 (none)\n"
     "  --optimizer O        adamw | adamw-8bit | paged-adamw-8bit | adafactor | sgd |\n"
@@ -53,8 +57,24 @@ static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, 
                                      {"help", no_argument, NULL, O_HELP},
                                      {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
+/* What stood in for a version older than every release described. */
+static json_t *version_notes(const struct setup_request *r, const struct vf_profile *p) {
+  json_t *notes = json_array();
+  char line[256];
+  if (p->release_predates) {
+    snprintf(line, sizeof line, "%s predates the releases the %s profile describes: its oldest, %s (%s), stands in",
+             r->framework, p->name, p->release, p->date);
+    json_array_append_new(notes, json_string(line));
+  }
+  if (p->torch_predates) {
+    snprintf(line, sizeof line, "torch %s predates the PyTorch releases described: the oldest stands in", p->torch);
+    json_array_append_new(notes, json_string(line));
+  }
+  return notes;
+}
+
 static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
-                             const char *framework) {
+                             const struct setup_request *r, const struct vf_profile *p) {
   json_t *breakdown = json_object();
   static const enum vf_category order[] = {VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER,
                                            VF_CAT_ACTIVATIONS, VF_CAT_TEMPORARIES};
@@ -63,10 +83,10 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
   json_object_set_new(breakdown, "allocator_slack", json_integer((json_int_t)e->allocator_slack));
   json_object_set_new(breakdown, "runtime", json_integer((json_int_t)(e->by_category[VF_CAT_RUNTIME] + e->context)));
   json_t *timeline = json_array();
-  for (int p = VF_PHASE_LOAD; p < VF_PHASE_COUNT; p++)
-    json_array_append_new(timeline, json_pack("{s:s, s:I, s:I}", "phase", vf_phase_name((enum vf_phase)p),
-                                              "allocated_bytes", (json_int_t)e->phase_allocated[p],
-                                              "reserved_bytes", (json_int_t)e->phase_reserved[p]));
+  for (int ph = VF_PHASE_LOAD; ph < VF_PHASE_COUNT; ph++)
+    json_array_append_new(timeline, json_pack("{s:s, s:I, s:I}", "phase", vf_phase_name((enum vf_phase)ph),
+                                              "allocated_bytes", (json_int_t)e->phase_allocated[ph],
+                                              "reserved_bytes", (json_int_t)e->phase_reserved[ph]));
   json_t *o = json_object();
   json_object_set_new(o, "model", json_pack("{s:s, s:I, s:I}", "name", m->name, "params", (json_int_t)e->params,
                                             "trainable_params", (json_int_t)e->trainable_params));
@@ -76,10 +96,12 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
                                            "phase", vf_phase_name(e->peak_phase)));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
-  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:I, s:s}", "framework", framework, "attention",
+  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:o}", "framework", p->name,
+                                              "framework_release", p->release, "torch", p->torch, "attention",
                                               vf_enum_name(VF_ENUM_ATTENTION, e->attention),
                                               "accumulation", (json_int_t)e->accumulation, "lengths",
-                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths)));
+                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths), "notes",
+                                              version_notes(r, p)));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(e->device_peak <= capacity) : json_null());
   return o;
@@ -95,18 +117,24 @@ static void row(const char *label, uint64_t bytes, uint64_t capacity) {
 }
 
 static void estimate_text(const struct vf_model *m, const struct vf_estimate *e, const struct vf_gpu_spec *gpu,
-                          const char *framework, bool full_load) {
+                          const struct setup_request *r, const struct vf_profile *p) {
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
   cli_group_digits(e->params, total, sizeof total);
   cli_group_digits(e->trainable_params, trainable, sizeof trainable);
   printf("%s: %s parameters, %s trainable\n", m->name, total, trainable);
-  printf("%s: %s attention, %llu micro batch%s per optimizer step, %s lengths\n\n", framework,
-         vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
+  printf("%s %s (torch %s): %s attention, %llu micro batch%s per optimizer step, %s lengths\n", p->name,
+         p->release, p->torch, vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
          e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths));
+  json_t *notes = version_notes(r, p), *note;
+  size_t i;
+  json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
+  json_decref(notes);
+  printf("\n");
   if (e->peak_phase == VF_PHASE_LOAD)
     printf("the peak is while loading the weights%s\n\n",
-           full_load ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
+           p->fsdp_full_load && r->setup.shard == VF_SHARD_FSDP
+               ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
   row("allocator slack", e->allocator_slack, cap);
@@ -217,12 +245,11 @@ int cmd_estimate(int argc, char **argv) {
   uint64_t cap = ctx.gpu.capacity_bytes;
   int code = EXIT_OK;
   if (json) {
-    json_t *o = estimate_json(&ctx.model, &e, cap, r.framework);
+    json_t *o = estimate_json(&ctx.model, &e, cap, &r, &ctx.profile);
     history_note_json(&note, o);
     code = cli_print_json(o);
   } else {
-    estimate_text(&ctx.model, &e, &ctx.gpu, r.framework,
-                  ctx.profile.fsdp_full_load && r.setup.shard == VF_SHARD_FSDP);
+    estimate_text(&ctx.model, &e, &ctx.gpu, &r, &ctx.profile);
     history_note_print(&note);
   }
   if (code == EXIT_OK && cap && e.device_peak > cap) code = EXIT_NO;

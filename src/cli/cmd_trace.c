@@ -247,6 +247,10 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
   if (optind != argc - 1)
     return cli_usage_error("trace", optind == argc ? "MODEL is missing; see 'vramfit trace --help'"
                                                    : "expects exactly one MODEL");
+  /* The tracer runs the torch its environment pins: another one cannot be asked for. */
+  if (a->r.torch)
+    return cli_usage_error("trace", "--torch: the tracer runs the PyTorch release its environment pins "
+                                    "('make trace-env'); --torch is estimate's");
   a->model = argv[optind];
   return EXIT_OK;
 }
@@ -316,15 +320,11 @@ int cmd_trace(int argc, char **argv) {
   struct trace_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code) return code < 0 ? EXIT_OK : code;
-  char framework[64];
-  const char *at = strchr(a.r.framework, '@');
-  snprintf(framework, sizeof framework, "%.*s", at ? (int)(at - a.r.framework) : 63, a.r.framework);
-  a.r.framework = framework;
   struct setup_context ctx;
   if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
   a.attention = a.r.setup.attention;
   vf_setup_resolve(&a.r.setup, &ctx.model, &ctx.profile);
-  code = trace_loaded(&a, &ctx, framework, at ? at + 1 : "");
+  code = trace_loaded(&a, &ctx, a.r.spec.name, a.r.spec.version);
   setup_context_cleanup(&ctx);
   return code;
 }

@@ -8,6 +8,7 @@ void setup_request_init(struct setup_request *r, const char *cmd) {
   memset(r, 0, sizeof *r);
   r->cmd = cmd;
   r->framework = "hf";
+  vf_framework_spec_parse(r->framework, &r->spec, NULL);
   vf_setup_default(&r->setup);
 }
 
@@ -94,6 +95,19 @@ static int parse_choice(struct setup_request *r, int c, const char *arg) {
   }
 }
 
+/* --framework NAME[@VERSION] and --torch VERSION: checked here, resolved when the profile loads. */
+static int parse_version(struct setup_request *r, int c, const char *arg) {
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  if (c == O_FRAMEWORK ? vf_framework_spec_parse(arg, &r->spec, &d) : vf_torch_release_check(arg, &d)) {
+    cli_usage_error(r->cmd, "%s: %s", c == O_FRAMEWORK ? "--framework" : "--torch", d.msg);
+    return VF_EINVAL;
+  }
+  if (c == O_FRAMEWORK) r->framework = arg;
+  else r->torch = arg;
+  return 0;
+}
+
 static int parse_count(struct setup_request *r, const char *flag, const char *arg, uint64_t *out) {
   return cli_parse_u64(r->cmd, flag, arg, out);
 }
@@ -116,7 +130,8 @@ int setup_option(struct setup_request *r, int c, const char *arg) {
   case O_WEIGHTS: return parse_precision(r, "--weights", arg, &s->weights, false);
   case O_AMP: return parse_precision(r, "--amp", arg, &s->amp, true);
   case O_OFFLOAD: return parse_offload(r, arg, &s->offload);
-  case O_FRAMEWORK: r->framework = arg; return 0;
+  case O_FRAMEWORK:
+  case O_TORCH: return parse_version(r, c, arg);
   case O_GPU: r->gpu = arg; return 0;
   case O_ALLOC_CONF: r->alloc_conf = arg; return 0;
   case O_LORA_TARGETS:
@@ -157,7 +172,7 @@ int setup_context_load(struct setup_request *r, const char *model, struct setup_
   struct vf_diag d;
   vf_diag_clear(&d);
   vf_model_init(&c->model);
-  int rc = vf_profile_load(r->framework, &c->profile, &d);
+  int rc = vf_profile_load(r->framework, r->torch, &c->profile, &d);
   if (rc) return cli_diag_error(r->cmd, rc, &d);
   if ((rc = alloc_conf_for(r, &c->conf)) || (rc = gpu_for(r, &c->gpu))) return rc;
   struct vf_setup *s = &r->setup;

@@ -1,27 +1,40 @@
-/* Framework profiles (data/frameworks/<name>.json) and the CUDA context table
- * (data/runtime.json): what differs between frameworks is data, not code. */
+/* Framework profiles (data/frameworks/<name>.json), the PyTorch releases (data/torch.json) and
+ * the CUDA context table (data/runtime.json): what differs between frameworks, between their
+ * releases and between PyTorch releases is data, not code.
+ *
+ * A profile or torch.json is a list of releases, newest first. The newest gives every field,
+ * each older one only the fields whose value differs from the release above it, and every
+ * value carries a one-line source. A framework's field may be "torch": the value then follows
+ * the PyTorch release of the run (torch.json). */
+#include "io/profile.h"
+
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/version.h"
 #include "io/data.h"
 #include "io/json_util.h"
-#include "vramfit.h"
 
 enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_ATTENTION };
 
 struct field {
   const char *key;
   enum field_type type;
-  size_t offset, count_offset;
+  size_t offset, size, count_offset;
 };
 
-#define FIELD(k, t, member) {k, t, offsetof(struct vf_profile, member), 0}
-#define LIST(k, member, count) \
-  {k, F_U32_LIST, offsetof(struct vf_profile, member), offsetof(struct vf_profile, count)}
+#define MEMBER_SIZE(member) sizeof(((struct vf_profile *)0)->member)
+#define FIELD(k, t, member) {k, t, offsetof(struct vf_profile, member), MEMBER_SIZE(member), 0}
+#define LIST(k, member, count)                                                                \
+  {k, F_U32_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                   \
+   offsetof(struct vf_profile, count)}
 
+/* Every struct vf_profile member a profile sets. A new field is one line here, its member in
+ * struct vf_profile, and a value with its source in the newest release of every profile. */
 static const struct field fields[] = {
     FIELD("default_attention", F_ATTENTION, default_attention),
     LIST("rms_norm_saves", rms_norm_saves, n_rms_norm_saves),
@@ -60,84 +73,305 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
 };
+enum { NFIELDS = sizeof fields / sizeof *fields };
 
-static int set_field(struct vf_profile *p, const struct field *f, json_t *v, const char *file,
-                     struct vf_diag *d) {
+/* A value that defers to the PyTorch release. */
+static const char follow_torch[] = "torch";
+
+static const struct field *field_named(const char *key) {
+  for (size_t i = 0; i < NFIELDS; i++)
+    if (strcmp(fields[i].key, key) == 0) return &fields[i];
+  return NULL;
+}
+
+static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
   char *base = (char *)p;
   switch (f->type) {
   case F_BOOL:
-    if (!json_is_boolean(v)) break;
+    if (!json_is_boolean(v)) return false;
     *(bool *)(base + f->offset) = json_is_true(v);
-    return 0;
+    return true;
   case F_U32:
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) break;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) return false;
     *(uint32_t *)(base + f->offset) = (uint32_t)json_integer_value(v);
-    return 0;
+    return true;
   case F_DOUBLE:
-    if (!json_is_number(v)) break;
+    if (!json_is_number(v)) return false;
     *(double *)(base + f->offset) = json_number_value(v);
-    return 0;
+    return true;
   case F_ATTENTION: {
     int a;
-    if (!json_is_string(v) || vf_enum_parse(VF_ENUM_ATTENTION, json_string_value(v), &a)) break;
+    if (!json_is_string(v) || vf_enum_parse(VF_ENUM_ATTENTION, json_string_value(v), &a)) return false;
     *(enum vf_attention *)(base + f->offset) = (enum vf_attention)a;
-    return 0;
+    return true;
   }
   case F_U32_LIST: {
-    if (!json_is_array(v) || json_array_size(v) > 4) break;
+    if (!json_is_array(v) || json_array_size(v) * sizeof(uint32_t) > f->size) return false;
     uint32_t *list = (uint32_t *)(base + f->offset);
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) {
-      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 8) goto bad;
+      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 8) return false;
       list[i] = (uint32_t)json_integer_value(e);
     }
     *(uint32_t *)(base + f->count_offset) = (uint32_t)json_array_size(v);
-    return 0;
+    return true;
   }
   }
-bad:
-  return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "'%s' has a value of the wrong type", f->key);
+  return false;
 }
 
-static int parse_profile(json_t *root, const char *file, struct vf_profile *p, struct vf_diag *d) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(root, key, v) {
-    if (strcmp(key, "name") == 0 || strcmp(key, "notes") == 0) continue;
-    const struct field *f = NULL;
-    for (size_t i = 0; i < sizeof fields / sizeof *fields && !f; i++)
-      if (strcmp(fields[i].key, key) == 0) f = &fields[i];
-    if (!f) return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "unknown profile key '%s'", key);
-    int rc = set_field(p, f, v, file, d);
-    if (rc) return rc;
-  }
-  for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-    if (!json_object_get(root, fields[i].key))
-      return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "missing profile key '%s'", fields[i].key);
+static void copy_value(struct vf_profile *to, const struct vf_profile *from, const struct field *f) {
+  memcpy((char *)to + f->offset, (const char *)from + f->offset, f->size);
+  if (f->type == F_U32_LIST)
+    memcpy((char *)to + f->count_offset, (const char *)from + f->count_offset, sizeof(uint32_t));
+}
+
+/* A source is one line: "<owner>/<repo>:<file>@<release or commit>: what the code does", or
+ * "n/a: why the field does not apply", or "[U] " and an explanation for one not confirmed in
+ * the source code. */
+static bool source_ok(const char *s) {
+  if (strchr(s, '\n') || strchr(s, '\r')) return false;
+  if (strncmp(s, "[U] ", 4) == 0) return s[4] != '\0';
+  const char *end = strstr(s, ": ");
+  if (!end || !end[2]) return false;
+  size_t n = (size_t)(end - s);
+  if (n == 3 && strncmp(s, "n/a", 3) == 0) return true;
+  const char *slash = memchr(s, '/', n), *colon = memchr(s, ':', n), *at = memchr(s, '@', n);
+  return !memchr(s, ' ', n) && slash && colon && at && slash < colon && colon < at && at + 1 < end;
+}
+
+/* Reading one file's list of releases. */
+struct chain {
+  const char *file;
+  bool framework;                /* a framework's file (else torch.json) */
+  const struct vf_version *want; /* the version asked for; NULL: the newest */
+  struct vf_profile *out;        /* the fields, applied from the newest down to the chosen release */
+  json_t *value[NFIELDS];        /* each field's value as of the release read last */
+  bool follows_torch[NFIELDS];   /* the chosen release's value is "torch" */
+  const char *torch_in[NFIELDS]; /* a release saying "torch" for the field, to name in errors */
+  json_t *chosen;                /* the chosen release entry */
+  bool predates;                 /* want is older than every release: the oldest is chosen */
+};
+
+static const char *text_of(json_t *e, const char *key) { return json_string_value(json_object_get(e, key)); }
+
+/* An error in one release of c's file: "release 4.16: ...". */
+__attribute__((format(printf, 4, 5))) static int bad(const struct chain *c, struct vf_diag *d, const char *release,
+                                                     const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "release %s: %s", release, msg);
+}
+
+static bool is_meta(const struct chain *c, const char *key) {
+  return strcmp(key, "release") == 0 || strcmp(key, "date") == 0 || strcmp(key, "describes") == 0 ||
+         strcmp(key, "sources") == 0 || (c->framework && strcmp(key, "torch") == 0);
+}
+
+/* Newest first: a release below another is older and not dated after it. */
+static int check_order(const struct chain *c, json_t *e, json_t *above, struct vf_diag *d) {
+  struct vf_version v, av, date, above_date;
+  const char *rel = text_of(e, "release");
+  vf_release_parse(rel, &v);
+  vf_release_parse(text_of(above, "release"), &av);
+  vf_month_parse(text_of(e, "date"), &date);
+  vf_month_parse(text_of(above, "date"), &above_date);
+  if (vf_version_compare(&v, &av) >= 0)
+    return bad(c, d, rel, "listed below release %s: releases go newest first", text_of(above, "release"));
+  if (vf_version_compare(&date, &above_date) > 0)
+    return bad(c, d, rel, "dated after release %s above it", text_of(above, "release"));
   return 0;
 }
 
-int vf_profile_load(const char *name, struct vf_profile *p, struct vf_diag *d) {
-  char path[96];
-  if (strlen(name) >= sizeof p->name || strchr(name, '/'))
-    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX, "unknown framework '%s'", name);
-  snprintf(path, sizeof path, "frameworks/%s.json", name);
-  const char *text;
-  size_t len;
-  if (vf_data_get(path, &text, &len))
-    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                      "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, "
-                      "megatron, torchtitan)", name);
-  json_t *root;
-  int rc = vf_json_parse(text, len, path, &root, d);
-  vf_data_release(text);
+/* release, date, describes, sources (and a framework's torch): present and well formed. */
+static int check_meta(const struct chain *c, json_t *e, json_t *above, size_t i, struct vf_diag *d) {
+  struct vf_version v;
+  const char *rel = text_of(e, "release"), *date = text_of(e, "date"), *torch = text_of(e, "torch"),
+             *describes = text_of(e, "describes");
+  if (!rel || strlen(rel) >= MEMBER_SIZE(release) || vf_release_parse(rel, &v))
+    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu]: 'release' must be a version like 2.1", i);
+  if (!date || vf_month_parse(date, &v)) return bad(c, d, rel, "'date' must be a month like 2024-04");
+  if (!describes || !*describes || strchr(describes, '\n'))
+    return bad(c, d, rel, "'describes' must be one line saying what the release stands for");
+  if (c->framework && (!torch || strlen(torch) >= MEMBER_SIZE(torch) || vf_release_parse(torch, &v)))
+    return bad(c, d, rel, "'torch' must be the PyTorch release used with it, like 2.1");
+  if (!json_is_object(json_object_get(e, "sources")))
+    return bad(c, d, rel, "'sources' must be an object giving each field's source");
+  return above ? check_order(c, e, above, d) : 0;
+}
+
+/* One field of a release: its value checked, compared with the release above, and applied
+ * to c->out when apply. */
+static int read_field(struct chain *c, const struct field *f, json_t *v, const char *rel, bool newest, bool apply,
+                      struct vf_diag *d) {
+  size_t i = (size_t)(f - fields);
+  struct vf_profile scratch;
+  bool torch = c->framework && json_is_string(v) && strcmp(json_string_value(v), follow_torch) == 0;
+  if (!torch && !set_value(apply ? c->out : &scratch, f, v))
+    return bad(c, d, rel, "'%s' has a value of the wrong type", f->key);
+  if (!newest && !c->value[i])
+    return bad(c, d, rel, "'%s' is not set by the newest release, which gives every field", f->key);
+  if (!newest && json_equal(c->value[i], v))
+    return bad(c, d, rel, "'%s' repeats the value of the release above: an older release gives only what differs",
+               f->key);
+  c->value[i] = v;
+  if (torch && !c->torch_in[i]) c->torch_in[i] = rel;
+  if (apply) c->follows_torch[i] = torch;
+  return 0;
+}
+
+static int read_sources(const struct chain *c, json_t *e, const char *rel, struct vf_diag *d) {
+  json_t *sources = json_object_get(e, "sources"), *v;
+  const char *key;
+  json_object_foreach(sources, key, v) {
+    if (is_meta(c, key) || !json_object_get(e, key))
+      return bad(c, d, rel, "a source for '%s', which this release does not set", key);
+    if (!json_is_string(v) || !source_ok(json_string_value(v)))
+      return bad(c, d, rel,
+                 "the source of '%s' is not one line '<owner>/<repo>:<file>@<release or commit>: what the code "
+                 "does' (or 'n/a: why', or '[U] ' and why it is unconfirmed)", key);
+  }
+  json_object_foreach(e, key, v)
+    if (!is_meta(c, key) && !json_object_get(sources, key)) return bad(c, d, rel, "'%s' has no source", key);
+  return 0;
+}
+
+static int read_fields(struct chain *c, json_t *e, bool newest, bool apply, struct vf_diag *d) {
+  const char *rel = text_of(e, "release"), *key;
+  json_t *v;
+  json_object_foreach(e, key, v) {
+    if (is_meta(c, key)) continue;
+    const struct field *f = field_named(key);
+    if (!f) return bad(c, d, rel, "unknown key '%s'", key);
+    int rc = read_field(c, f, v, rel, newest, apply, d);
+    if (rc) return rc;
+  }
+  for (size_t i = 0; newest && c->framework && i < NFIELDS; i++)
+    if (!c->value[i]) return bad(c, d, rel, "'%s' is missing: the newest release gives every field", fields[i].key);
+  return read_sources(c, e, rel, d);
+}
+
+/* Whether a release is the newest one not after the version asked for. */
+static bool matches(const struct chain *c, json_t *e) {
+  struct vf_version v;
+  if (!c->want) return true;
+  if (c->want->month) vf_month_parse(text_of(e, "date"), &v);
+  else vf_release_parse(text_of(e, "release"), &v);
+  return vf_version_compare(&v, c->want) <= 0;
+}
+
+static int read_releases(struct chain *c, json_t *list, struct vf_diag *d) {
+  if (!json_is_array(list) || json_array_size(list) == 0)
+    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'releases' must be a list of releases, newest first");
+  size_t i;
+  json_t *e, *above = NULL;
+  json_array_foreach(list, i, e) {
+    if (!json_is_object(e)) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu] is not an object", i);
+    int rc = check_meta(c, e, above, i, d);
+    if (!rc) rc = read_fields(c, e, i == 0, !c->chosen, d);
+    if (rc) return rc;
+    if (!c->chosen && matches(c, e)) c->chosen = e;
+    above = e;
+  }
+  c->predates = !c->chosen;
+  if (!c->chosen) c->chosen = above;
+  return 0;
+}
+
+/* The whole file: {"name", "notes" (optional prose), "releases"}. */
+static int read_root(struct chain *c, json_t *root, const char *name, struct vf_diag *d) {
+  if (!json_is_object(root)) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "not a JSON object");
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    bool known = ((strcmp(key, "name") == 0 || strcmp(key, "notes") == 0) && json_is_string(v)) ||
+                 strcmp(key, "releases") == 0;
+    if (!known) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "unknown key '%s' (or not a string)", key);
+  }
+  const char *named = text_of(root, "name");
+  if (!named || strcmp(named, name) != 0)
+    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'name' must be \"%s\"", name);
+  int rc = read_releases(c, json_object_get(root, "releases"), d);
   if (rc) return rc;
+  snprintf(c->out->release, sizeof c->out->release, "%s", text_of(c->chosen, "release"));
+  snprintf(c->out->date, sizeof c->out->date, "%s", text_of(c->chosen, "date"));
+  return 0;
+}
+
+/* The fields that say "torch" take their values from the run's PyTorch release. */
+static int apply_torch(const struct chain *fw, json_t *torch_root, const char *file, struct vf_profile *p,
+                       struct vf_diag *d) {
+  struct vf_version want;
+  vf_release_parse(p->torch, &want);
+  struct vf_profile tp;
+  memset(&tp, 0, sizeof tp);
+  struct chain c = {.file = file, .want = &want, .out = &tp};
+  int rc = read_root(&c, torch_root, "torch", d);
+  if (rc) return rc;
+  for (size_t i = 0; i < NFIELDS; i++) {
+    /* Older releases set only what the newest sets, so a value anywhere means described. */
+    if (fw->torch_in[i] && !c.value[i])
+      return vf_diag_at(d, VF_EFORMAT, fw->file, UINT64_MAX, "release %s: '%s' is \"torch\", but %s does not describe it",
+                        fw->torch_in[i], fields[i].key, c.file);
+    if (fw->follows_torch[i]) copy_value(p, &tp, &fields[i]);
+  }
+  p->torch_predates = c.predates;
+  return 0;
+}
+
+static int parse_roots(const struct vf_framework_spec *spec, const char *torch, json_t *fw_root, json_t *torch_root,
+                       const struct vf_profile_texts *t, struct vf_profile *p, struct vf_diag *d) {
+  struct vf_version want;
+  bool versioned = spec->version[0] != '\0';
+  if (versioned) vf_version_parse(spec->version, &want);
+  struct chain fw = {.file = t->framework_file, .framework = true, .want = versioned ? &want : NULL, .out = p};
+  int rc = read_root(&fw, fw_root, spec->name, d);
+  if (rc) return rc;
+  p->release_predates = fw.predates;
+  /* --torch, or the PyTorch release the chosen framework release was used with. */
+  snprintf(p->torch, sizeof p->torch, "%s", torch && *torch ? torch : text_of(fw.chosen, "torch"));
+  return apply_torch(&fw, torch_root, t->torch_file, p, d);
+}
+
+int vf_profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct vf_profile_texts *t,
+                     struct vf_profile *p, struct vf_diag *d) {
   memset(p, 0, sizeof *p);
-  snprintf(p->name, sizeof p->name, "%s", name);
-  rc = json_is_object(root) ? parse_profile(root, path, p, d)
-                            : vf_diag_at(d, VF_EFORMAT, path, UINT64_MAX, "not a JSON object");
-  json_decref(root);
+  snprintf(p->name, sizeof p->name, "%s", spec->name);
+  if (torch && *torch) {
+    int rc = vf_torch_release_check(torch, d);
+    if (rc) return rc;
+  }
+  json_t *fw_root = NULL, *torch_root = NULL;
+  int rc = vf_json_parse(t->framework, t->framework_len, t->framework_file, &fw_root, d);
+  if (!rc) rc = vf_json_parse(t->torch, t->torch_len, t->torch_file, &torch_root, d);
+  if (!rc) rc = parse_roots(spec, torch, fw_root, torch_root, t, p, d);
+  json_decref(fw_root);
+  json_decref(torch_root);
+  return rc;
+}
+
+int vf_profile_load(const char *framework, const char *torch, struct vf_profile *p, struct vf_diag *d) {
+  struct vf_framework_spec spec;
+  int rc = vf_framework_spec_parse(framework, &spec, d);
+  if (rc) return rc;
+  char path[96];
+  snprintf(path, sizeof path, "frameworks/%s.json", spec.name);
+  struct vf_profile_texts t = {.framework_file = path, .torch_file = "torch.json"};
+  if (vf_data_get(path, &t.framework, &t.framework_len))
+    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+                      "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, megatron, torchtitan)",
+                      spec.name);
+  if ((rc = vf_data_get(t.torch_file, &t.torch, &t.torch_len))) {
+    vf_data_release(t.framework);
+    return vf_diag_at(d, rc, t.torch_file, UINT64_MAX, "cannot read the PyTorch releases");
+  }
+  rc = vf_profile_parse(&spec, torch, &t, p, d);
+  vf_data_release(t.framework);
+  vf_data_release(t.torch);
   return rc;
 }
 

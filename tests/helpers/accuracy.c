@@ -91,8 +91,44 @@ static int published_row(char **f, int n, const int *idx, struct acc_case *c) {
   return c->measured > 0 ? 0 : -1;
 }
 
+/* A case of calibration-releases.tsv: an id, or an id prefix ending in '*'. */
+static bool case_matches(const char *pattern, const char *id) {
+  size_t n = strlen(pattern);
+  return n && pattern[n - 1] == '*' ? strncmp(pattern, id, n - 1) == 0 : strcmp(pattern, id) == 0;
+}
+
+/* Adds `--framework F@R --torch T` from the first row of the releases file matching each case
+ * from `first` on: every case must have one. */
+static int assign_releases(const char *path, struct acc_set *s, size_t first, char *err, size_t size) {
+  FILE *in = fopen(path, "r");
+  if (!in) return snprintf(err, size, "%s: cannot open", path), -1;
+  char line[2048], *f[MAX_FIELDS];
+  int row = 0, rc = 0;
+  while (!rc && fgets(line, sizeof line, in)) {
+    row++;
+    if (line[0] == '#' || strncmp(line, "case\t", 5) == 0) continue;
+    if (split(line, f) < 3) {
+      rc = (snprintf(err, size, "%s:%d: expected case, framework, torch and evidence", path, row), -1);
+      break;
+    }
+    for (size_t i = first; i < s->n; i++) {
+      struct acc_case *c = &s->v[i];
+      if (c->release[0] || !case_matches(f[0], c->id)) continue;
+      snprintf(c->release, sizeof c->release, "%s", f[1]);
+      size_t n = strlen(c->args);
+      snprintf(c->args + n, sizeof c->args - n, " --framework %s --torch %s", f[1], f[2]);
+    }
+  }
+  fclose(in);
+  for (size_t i = first; !rc && i < s->n; i++)
+    if (!s->v[i].release[0]) rc = (snprintf(err, size, "%s: no release for case %s", path, s->v[i].id), -1);
+  return rc;
+}
+
 int acc_read_published(const char *path, struct acc_set *s, char *err, size_t size) {
-  return read_tsv(path, published_cols, 5, published_row, s, err, size);
+  size_t first = s->n;
+  int rc = read_tsv(path, published_cols, 5, published_row, s, err, size);
+  return rc ? rc : assign_releases(ACC_RELEASES_FILE, s, first, err, size);
 }
 
 static const char *const traced_cols[] = {"id", "model", "family", "framework", "framework_version",

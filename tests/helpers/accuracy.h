@@ -16,6 +16,7 @@ struct acc_case {
   char id[64], model[128], kind[16], args[2048];
   double measured;  /* bytes */
   double estimated; /* bytes; < 0 when vramfit gave no estimate */
+  char release[64]; /* published cases: the --framework NAME@RELEASE it was measured with */
 };
 
 struct acc_set {
@@ -23,7 +24,9 @@ struct acc_set {
   size_t n;
 };
 
-/* Appends the rows of a corpus file; 0, or -1 with err filled (unreadable file, bad row). */
+/* Appends the rows of a corpus file; 0, or -1 with err filled (unreadable file, bad row).
+ * Published cases get the framework and PyTorch release they were measured with from
+ * bench/calibration-releases.tsv (ACC_RELEASES_FILE); a case it has no row for is an error. */
 int acc_read_published(const char *path, struct acc_set *s, char *err, size_t size);
 int acc_read_traced(const char *path, struct acc_set *s, char *err, size_t size);
 /* Every *.tsv of dir, sorted by name (none: 0 with the set unchanged). */

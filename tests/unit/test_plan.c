@@ -25,7 +25,7 @@ static struct fixture *setup_for(const char *model, const char *gpu) {
   struct vf_diag d;
   vf_model_init(&f->m);
   assert_int_equal(vf_model_load(&f->m, model, &d), 0);
-  assert_int_equal(vf_profile_load("hf", &f->p, &d), 0);
+  assert_int_equal(vf_profile_load("hf", NULL, &f->p, &d), 0);
   vf_alloc_conf_default(&f->c);
   assert_int_equal(vf_gpu_lookup(gpu, &f->gpu), 0);
   f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0};
