@@ -189,12 +189,18 @@ def _training_args(spec: Spec, out_dir: str) -> Any:
     return tf.TrainingArguments(**kwargs)
 
 
-def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
+def mark_forward_and_loss(model: Any, run: Run) -> None:
+    """"forward" when the model starts, "loss" when its head (LM head or classifier)
+    starts. Shared with the drivers that train a transformers model."""
     model.register_forward_pre_hook(lambda *_: run.phase("forward"))
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head or getattr(model, "classifier", None) or getattr(model, "score", None)
     if head is not None:  # the loss phase: the head's projection, then the loss
         head.register_forward_pre_hook(lambda *_: run.phase("loss"))
+
+
+def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
+    mark_forward_and_loss(model, run)
     backward = trainer.accelerator.backward
 
     def marked_backward(loss: Any, **kwargs: Any) -> Any:
