@@ -132,6 +132,7 @@ def test_unsupported_setups_are_refused(tmp_path):
                 (dict(method="qlora", quant="nf4-dq"), "quantization"),
                 (dict(method="adapter"), "LLaMA-Adapter"),
                 (dict(weights="fp16", amp="fp16"), "GradScaler"),
+                (dict(loss="chunked"), "own loss"),
                 (dict(optimizer="paged-adamw-8bit"), "managed memory")]
     if not driver.HAS_BITSANDBYTES:
         refusals.append((dict(optimizer="adamw-8bit"), "bitsandbytes"))

@@ -45,8 +45,8 @@ def _bitsandbytes(spec: Spec) -> Any:
 
 
 def optimizer_factory(spec: Spec) -> Callable[[list[Any]], Any]:
-    """What ``configure_optimizers`` builds over the trainable parameters; the learning
-    rates are the libraries' documented examples (they change no memory)."""
+    """What ``configure_optimizers`` builds over the trainable parameters (the learning
+    rates change no memory)."""
     import torch
 
     if spec.optimizer == "adamw":
@@ -112,6 +112,8 @@ def _refuse(spec: Spec) -> None:
                           "the lightning driver yet")
     if spec.method in ("adapter", "adapter-v2"):
         raise Unsupported(f"--method {spec.method}: LLaMA-Adapter is litgpt's; PEFT has no such method")
+    if spec.loss != "default":
+        raise Unsupported(f"--loss {spec.loss}: the module returns the transformers model's own loss")
     if spec.grad_ckpt == "selective":
         raise Unsupported("--grad-ckpt selective: transformers' activation checkpointing "
                           "checkpoints whole layers only")
@@ -155,7 +157,8 @@ def run(spec: Spec, run: Run) -> None:
     # as a model loaded on the CPU in the module's __init__ (the documented examples) and
     # moved by the Trainer would be: the GPU never sees another copy. A "-true" precision
     # then converts the module in place (a no-op for the base weights, which are already
-    # in that dtype; PEFT's fp32 adapters become half, as on the GPU).
+    # in that dtype; PEFT's fp32 adapters become half, as on the GPU). Building it in the
+    # configure_model hook instead would make the same tensors directly on the device.
     model = _build(spec, run)
     if spec.grad_ckpt == "full":
         _checkpoint_layers(model)
