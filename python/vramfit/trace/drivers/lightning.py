@@ -90,8 +90,8 @@ def phase_callback(run: Run) -> Any:
     import lightning.pytorch as pl
 
     class Phases(pl.Callback):
-        """Marks the phases from the Trainer's own hooks; "loss" comes from the head's
-        forward hook (hf.mark_forward_and_loss)."""
+        """Marks the phases from the Trainer's own hooks; "loss" starts with the model's
+        head (hf.mark_forward_and_loss)."""
 
         def on_train_batch_start(self, *_: Any) -> None:
             run.phase("forward")
@@ -120,9 +120,10 @@ def _refuse(spec: Spec) -> None:
     precision(spec)
     if spec.optimizer == "paged-adamw-8bit":
         # bitsandbytes functional.get_paged: states of 1e5+ elements live in CUDA managed
-        # memory (cget_managed_ptr), which its CPU library cannot give.
-        raise Unsupported("--optimizer paged-adamw-8bit: paged states live in CUDA managed "
-                          "memory, which the tracer cannot make yet")
+        # memory (cget_managed_ptr), outside the caching allocator; its CPU library has none.
+        raise Unsupported("--optimizer paged-adamw-8bit: its states live in CUDA managed memory, "
+                          "which the tracer cannot allocate; trace adamw-8bit (the same states, "
+                          "in the allocator) instead")
     if spec.optimizer in ("adamw-8bit", "lion"):
         _bitsandbytes(spec)
 
