@@ -205,4 +205,12 @@ def _keep_modules_in_place(torch: Any) -> None:
                         table[name] = moved[id(t)]
         return self
 
+    def cuda(self: Any, device: Any = None) -> Any:
+        return to(self, torch.device("cuda", device) if isinstance(device, int)
+                  else torch.device(device or "cuda"))
+
     torch.nn.Module.to = to
+    # cpu() and cuda() go through _apply too (Lightning 2.6's Strategy.teardown moves the
+    # module to the CPU when fit ends, pytorch/strategies/strategy.py).
+    torch.nn.Module.cpu = lambda self: to(self, "cpu")
+    torch.nn.Module.cuda = cuda

@@ -10,7 +10,8 @@ PyTorch does.
 
 The mode also answers what fake tensors cannot: data-dependent scalars (``.item()``, ``if
 tensor:``) get a value from what is known of the tensor (a fill value, a NaN check: never
-NaN) or a documented default, and in-place random fills leave the tensor as it is.
+NaN) or a documented default, and in-place random fills and host pinning leave the tensor
+as it is.
 """
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def _ops(*names: str) -> set[Any]:
 RANDOM_FILLS = _ops("uniform_", "normal_", "bernoulli_.float", "bernoulli_.Tensor",
                     "exponential_", "random_", "random_.from", "random_.to",
                     "log_normal_", "cauchy_", "geometric_")
+# Pinning copies a host tensor into page-locked host memory, which the CUDA host allocator
+# keeps apart from the device's (never in max_memory_allocated); a CPU-only build has no
+# host allocator to pin with, so the tensor is returned as it is (a DataLoader with
+# pin_memory=True, as Lightning's LightningDataModule.from_datasets makes, pins each batch).
+HOST_PINNING = _ops("_pin_memory")
 NEVER_TRUE = _ops("isnan", "isinf", "isposinf", "isneginf")
 ALWAYS_TRUE = _ops("isfinite")
 SAME_VALUE = _ops("any", "any.dim", "any.dims", "all", "all.dim", "all.dims", "max", "min",
@@ -188,7 +194,7 @@ class Tracker(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func in RANDOM_FILLS:
+        if func in RANDOM_FILLS or func in HOST_PINNING:
             return args[0]
         if func in SCALARS:
             try:

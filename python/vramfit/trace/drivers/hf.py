@@ -201,12 +201,18 @@ def _in_order(trainer: Any) -> None:
     trainer._get_train_sampler = lambda *_a, **_k: torch.utils.data.SequentialSampler(trainer.train_dataset)
 
 
-def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
+def mark_forward_and_loss(model: Any, run: Run) -> None:
+    """"forward" when the model starts, "loss" when its head (LM head or classifier)
+    starts. Shared with the drivers that train a transformers model."""
     model.register_forward_pre_hook(lambda *_: run.phase("forward"))
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head or getattr(model, "classifier", None) or getattr(model, "score", None)
     if head is not None:  # the loss phase: the head's projection, then the loss
         head.register_forward_pre_hook(lambda *_: run.phase("loss"))
+
+
+def _mark_phases(trainer: Any, model: Any, run: Run) -> None:
+    mark_forward_and_loss(model, run)
     backward = trainer.accelerator.backward
 
     def marked_backward(loss: Any, **kwargs: Any) -> Any:
