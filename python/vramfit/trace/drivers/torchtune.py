@@ -151,9 +151,11 @@ def lora_arguments(spec: Spec, dims: dict[str, Any]) -> dict[str, Any]:
 # ---- what a run reads from disk --------------------------------------------------------------
 class Checkpointer:
     """Stands in for torchtune's checkpointers: ``load_checkpoint()`` gives the base model's
-    state dict as CPU tensors of the checkpoint's shapes (FullModelHFCheckpointer loads with
-    map_location cpu and converts to torchtune's names), which the recipe copies into the
-    model it built on the device. On the fake device CPU tensors hold no memory."""
+    state dict as CPU tensors of the checkpoint's shapes and stored dtype (config.json's
+    torch_dtype; FullModelHFCheckpointer loads with map_location cpu and converts to
+    torchtune's names), which the recipe copies into the model it built on the device (an
+    NF4 weight takes the copy onto the device first, to quantize it). On the fake device
+    CPU tensors hold no memory."""
 
     def __init__(self, builder: str, dims: dict[str, Any], dtype: str, model_type: str,
                  should_load_recipe_state: bool = False, **_: Any) -> None:
@@ -164,7 +166,7 @@ class Checkpointer:
         import torch
         from torchtune import config, training
 
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[self.dtype]
+        dtype = getattr(torch, self.dtype)
         with torch.device("meta"):
             base = config._utils._get_component_from_path(self.builder)(**self.dims)
         state = {name: torch.empty(t.shape, dtype=dtype, device="cpu")
@@ -266,7 +268,8 @@ def recipe_config(spec: Spec, model_config: dict[str, Any], out_dir: str) -> dic
         "model": accepted(model["_component_"], model) | {"_component_": model["_component_"]},
         "tokenizer": {"_component_": f"{__name__}.Tokenizer", "max_seq_len": spec.seq},
         "checkpointer": {"_component_": f"{__name__}.Checkpointer", "builder": base,
-                         "dims": accepted(base, dims), "dtype": spec.weights,
+                         "dims": accepted(base, dims),
+                         "dtype": stored_dtype(model_config),
                          "model_type": fam.upper()},
         "resume_from_checkpoint": False,
         "save_adapter_weights_only": False,
@@ -298,6 +301,11 @@ def recipe_config(spec: Spec, model_config: dict[str, Any], out_dir: str) -> dic
             "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
             "num_warmup_steps": 100}
     return cfg
+
+
+def stored_dtype(config: dict[str, Any]) -> str:
+    stored = config.get("torch_dtype")
+    return stored if stored in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
 def recipe_class(method: str) -> Any:
