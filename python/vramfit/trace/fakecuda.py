@@ -164,6 +164,10 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
             "allocated_bytes.all.peak": memory()["peak_allocated"],
             "reserved_bytes.all.current": memory()["reserved"],
             "reserved_bytes.all.peak": memory()["peak_reserved"],
+            # Blocks freed on one stream but pending on another stay active; the fake
+            # device has one stream, so active is allocated (torchtune logs the peak).
+            "active_bytes.all.current": memory()["allocated"],
+            "active_bytes.all.peak": memory()["peak_allocated"],
             "num_alloc_retries": 0, "num_ooms": 0},
         "set_per_process_memory_fraction": lambda *_a, **_k: None,
     }
@@ -171,7 +175,58 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
         setattr(cuda, name, value)
         if hasattr(cuda, "memory") and hasattr(cuda.memory, name):
             setattr(cuda.memory, name, value)
+    _with_nccl(torch)
     _keep_modules_in_place(torch)
+    _swappable(torch)
+    _tensor_of_tensors(torch)
+
+
+def _tensor_of_tensors(torch: Any) -> None:
+    """``torch.tensor(list)`` reads tensor elements with ``_local_scalar_dense`` in C++,
+    beneath the Python modes that answer data-dependent values, which looks for a CUDA
+    kernel the CPU build lacks (torchtune 0.6 models/llama3_1/_position_embeddings.py
+    builds its scaled RoPE frequencies so). Each element is read with ``.item()`` first,
+    which the tracker answers; the values never change memory."""
+    original = getattr(torch.tensor, "vramfit_original", torch.tensor)
+
+    def tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in data):
+            data = [x.item() if isinstance(x, torch.Tensor) else x for x in data]
+        return original(data, *args, **kwargs)
+
+    tensor.vramfit_original = original  # type: ignore[attr-defined]
+    torch.tensor = tensor
+
+
+def _swappable(torch: Any) -> None:
+    """``torch.utils.swap_tensors`` refuses tensors that have weak references. A fake tensor
+    that a factory call made is held weakly by its mode's converter memo
+    (torch/_subclasses/meta_utils.py ``MetaConverter.tensor_memo``), a reference the GPU
+    tensor would not have, so the memo's entries for the two tensors go first (torchtune
+    0.6 modules/low_precision/nf4_linear.py swaps each weight for its NF4 form)."""
+    original = getattr(torch.utils.swap_tensors, "vramfit_original", torch.utils.swap_tensors)
+
+    def swap_tensors(t1: Any, t2: Any) -> None:
+        for t in (t1, t2):
+            mode = getattr(t, "fake_mode", None)
+            if mode is not None:
+                memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+                for key in [k for k, v in memo.items() if v is t]:
+                    del memo[key]
+        return original(t1, t2)
+
+    swap_tensors.vramfit_original = original  # type: ignore[attr-defined]
+    torch.utils.swap_tensors = swap_tensors
+
+
+def _with_nccl(torch: Any) -> None:
+    """PyTorch's CUDA builds for Linux ship NCCL, and frameworks test for it before they
+    allow bf16 (torchtune 0.6 training/precision.py ``verify_bf16_support``: NCCL >= 2.10).
+    The version is the NCCL the CUDA 12 builds pin (pytorch .ci/docker/ci_commit_pins/
+    nccl-cu12.txt, v2.27.x); frameworks only compare it with minimums."""
+    torch.cuda.nccl.version = lambda: (2, 27, 3)
+    if torch.distributed.is_available():
+        torch.distributed.is_nccl_available = lambda: True
 
 
 def _keep_modules_in_place(torch: Any) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -29,6 +29,15 @@ aten = torch.ops.aten
 
 ROUND = 512  # the allocator's smallest block; for the running figures only
 HINTED_NUMEL = 16  # tensors larger than this never get a value hint
+
+
+def leaves(t: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors that hold memory: a wrapper subclass (torchao's NF4Tensor) has none of
+    its own, only its inner tensors; its ops run them inside its ``__torch_dispatch__``,
+    below this mode, so the tracker meets them through the wrapper."""
+    if not is_traceable_wrapper_subclass(t):
+        return [t]
+    return [leaf for name in t.__tensor_flatten__()[0] for leaf in leaves(getattr(t, name))]
 
 
 def _ops(*names: str) -> set[Any]:
@@ -100,8 +109,8 @@ class Tracker(TorchDispatchMode):
         """Names the category of tensors that are alive now (weights, gradients,
         optimizer); everything else is an activation or temporary."""
         with self._lock:
-            for t in tensors:
-                sid = self._ids.get(id(t.untyped_storage()))
+            for leaf in (leaf for t in tensors for leaf in leaves(t)):
+                sid = self._ids.get(id(leaf.untyped_storage()))
                 if sid is not None:
                     self.events.append(("c", sid, category))
 
@@ -145,6 +154,10 @@ class Tracker(TorchDispatchMode):
 
     def _see(self, t: Any) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            return
+        if is_traceable_wrapper_subclass(t):
+            for leaf in leaves(t):
+                self._see(leaf)
             return
         storage = t.untyped_storage()
         key = id(storage)
