@@ -20,9 +20,24 @@ calls unchanged. What it reproduces or stands in for, all above or below the tra
   shorter with ``--lengths varied``) batched by litgpt's own SFT collate function, which pads
   each batch to its longest sample as with Alpaca.
 
-Each release's own code runs in its own environment (``--framework litgpt@0.3.0``); where
-the releases differ the differences are the scripts' own (``main()``'s arguments are given
-by name, as each release declares them).
+Releases. Each runs in its own environment (``--framework litgpt@0.3.0``: the config hub's
+benchmark release; 0.4.x for its later rows) and the tracer calls each one's own code. What
+the driver has to know of the differences:
+
+* ``main()``'s arguments: 0.3.0 takes (fabric, devices, seed, config, data, checkpoint_dir,
+  out_dir, train, eval), 0.5.13 adds optimizer, num_nodes and (lora.py) precision; full.py,
+  and adapter_v2.py in 0.5.13, take a resume flag: they are passed by name, as each release
+  declares them.
+* ``TrainArgs`` / ``EvalArgs`` fields (0.3.0 has learning rates in TrainArgs and no
+  ``final_validation``): only the fields the release has are set.
+* ``Config`` fields for a config.json litgpt does not know (0.3.0 has no ``attn_bias``).
+* bitsandbytes: 0.42 (pinned by 0.3.0 to 0.4.13) has only ctypes kernels; 0.50 has
+  torch.library ops with fake kernels (``bitsandbytes_without_kernels``).
+
+The differences in memory are the releases' own and need nothing here, e.g. 0.4.6 made
+RMSNorm multiply by its weight in fp32 (model.py, commit 916a84ca), 0.5.x swaps the
+embedding of a quantized model for bitsandbytes' StableEmbedding after making the
+optimizer (finetune/lora.py, commit ae798aba): bench/README.md "Tracer self-check".
 """
 from __future__ import annotations
 
@@ -285,7 +300,7 @@ def _stand_ins(script: Any, spec: Spec) -> dict[str, Any]:
     return names
 
 
-# ---- bitsandbytes before its torch.library ops ------------------------------------------------
+# ---- bitsandbytes on the fake device -----------------------------------------------------------
 def _no_kernel(*_: Any, **__: Any) -> int:
     return 0
 
@@ -298,19 +313,21 @@ class _NoKernels:
 
 
 def bitsandbytes_without_kernels() -> None:
-    """bitsandbytes up to 0.44 (litgpt 0.3.0 pins 0.42.0) has no fake kernels: its Python
-    code allocates every output and state with torch (functional.py quantize_4bit:
+    """bitsandbytes' Python code allocates every output and state with torch and then has a
+    CUDA kernel, called through ctypes with the tensors' raw pointers, fill them in place.
+    Up to 0.44 (litgpt 0.3.0 pins 0.42.0) that is all of it (functional.py quantize_4bit:
     ``absmax = torch.zeros(blocks)``, ``out = torch.zeros((n + 1) // 2, 1, uint8)``;
-    dequantize_4bit: ``out = torch.empty(shape, dtype)``; the optimizers' states:
-    ``torch.zeros_like``) and then calls a CUDA kernel through ctypes with the tensors' raw
-    pointers to fill them in place. On the fake device nothing is to be computed, so every
-    kernel becomes a no-op and a fake tensor's pointer NULL; everything that allocates stays
-    the release's own code, its autograd functions included (autograd/_functions.py
-    MatMul4Bit keeps ``ctx.tensors = (A, B)``). Two functions build memory outside the
-    caching allocator and are replaced: ``get_paged`` (a paged optimizer state is a CPU
-    tensor over cudaMallocManaged memory, functional.py 169-177: here a CPU tensor of the
-    same shape, flagged as paged) and the optimizer kernel tables, which a CPU-only build
-    leaves undefined (functional.py 28-: ``if COMPILED_WITH_CUDA``)."""
+    dequantize_4bit: ``out = torch.empty(shape, dtype)``; the optimizer states:
+    ``torch.zeros_like``); from 0.45 the kernels are torch.library ops whose fake
+    implementations serve the fake device (bitsandbytes/_ops.py) and ctypes is left for paged
+    memory and fills. On the fake device nothing is to be computed: every ctypes kernel
+    becomes a no-op and a fake tensor's pointer NULL, while all that allocates stays the
+    release's own code, its autograd functions included (0.42 autograd/_functions.py
+    MatMul4Bit keeps ``ctx.tensors = (A, B)``; 0.50 keeps ``(None, B)``). Two things are
+    made outside the caching allocator and are replaced: ``get_paged`` (a paged optimizer
+    state is a CPU tensor over cudaMallocManaged memory, functional.py ``get_paged``: here a
+    CPU tensor of the same shape, flagged as paged) and, in 0.42, the optimizer kernel
+    tables that a CPU-only build leaves undefined (functional.py ``if COMPILED_WITH_CUDA``)."""
     import collections
     import ctypes
 
@@ -334,15 +351,8 @@ def bitsandbytes_without_kernels() -> None:
     F.get_paged = get_paged
     kernels = (_no_kernel, _no_kernel, _no_kernel)
     for table in ("str2optimizer32bit", "str2optimizer8bit", "str2optimizer8bit_blockwise"):
-        setattr(F, table, collections.defaultdict(lambda: kernels))
-
-
-def _bitsandbytes_for_the_fake_device() -> None:
-    """bitsandbytes from 0.45 declares its kernels as torch.library ops with fake
-    implementations (bitsandbytes/_ops.py): those run as they are."""
-    import importlib.util
-    if importlib.util.find_spec("bitsandbytes") and not importlib.util.find_spec("bitsandbytes._ops"):
-        bitsandbytes_without_kernels()
+        if not hasattr(F, table):
+            setattr(F, table, collections.defaultdict(lambda: kernels))
 
 
 # ---- phases ----------------------------------------------------------------------------------
@@ -441,7 +451,7 @@ def run(spec: Spec, run: Run) -> None:
         raise Unsupported(f"--method adapter: litgpt's adapter starts at layer {config.adapter_start_layer} "
                           f"(adapter_start_layer) and {spec.model} has {config.n_layer}: nothing to train")
     if spec.quantized:
-        _bitsandbytes_for_the_fake_device()
+        bitsandbytes_without_kernels()
     fabric, precision = _fabric(spec)
     _mark_phases(fabric, run)
     # full.py writes its final checkpoint with fabric.save; torch.save copies each tensor
