@@ -105,6 +105,15 @@ def test_lora_trains_less_than_full(tmp_path):
     assert any(e[0] == "c" and e[2] == "optimizer" for e in lora)  # AdamW states of the adapters
 
 
+def test_the_optimizer_is_litgpts_choice(tmp_path):
+    # --optimizer SGD: a torch.optim class name that instantiate_torch_optimizer resolves;
+    # plain SGD keeps no state, AdamW two per parameter.
+    _, sgd = run(tmp_path, method="lora", optimizer="sgd")
+    _, adamw = run(tmp_path, method="lora")
+    assert not any(e[0] == "c" and e[2] == "optimizer" for e in sgd)
+    assert any(e[0] == "c" and e[2] == "optimizer" for e in adamw)
+
+
 def test_adapters_run_their_scripts(tmp_path):
     for method, script in (("adapter", "finetune/adapter.py"), ("adapter-v2", "finetune/adapter_v2.py")):
         summary, events = run(tmp_path, config=PYTHIA, method=method)
@@ -128,10 +137,38 @@ def test_qlora_swaps_the_embedding_after_making_the_optimizer(tmp_path):
 
 def test_unsupported_setups_are_refused(tmp_path):
     refusals = [(dict(grad_ckpt="full"), "only under FSDP"), (dict(method="dora"), "--method dora"),
-                (dict(optimizer="sgd"), "--optimizer sgd"), (dict(amp="bf16"), "--weights bf16 --amp bf16"),
+                (dict(optimizer="none"), "always step an optimizer"),
+                (dict(method="qlora", optimizer="sgd"), "PagedAdamW only"),
+                (dict(amp="bf16"), "--weights bf16 --amp bf16"),
                 (dict(method="full", quant="nf4"), "does not quantize"),
                 (dict(method="adapter"), "adapter_start_layer"),
                 (dict(task="seq-classification"), "causal language models")]
     for kw, message in refusals:
         with pytest.raises(Unsupported, match=message):
             run(tmp_path, **kw)
+
+
+def test_bitsandbytes_gemm_dequantizes_beyond_its_own_kernel():
+    # rules.py rule 4: bitsandbytes 0.50 gemm_4bit serves few rows with its own kernel
+    # (outputs only) and more with a dequantized weight in the input's dtype, the nested
+    # absmax first dequantized to fp32 twice; its own choice decides which.
+    import bitsandbytes as bnb
+    import torch
+
+    from vramfit.trace import fakecuda, rules
+    from vramfit.trace.tracker import Tracker
+
+    buffers = rules.KernelBuffers(0)
+    tracker = Tracker(after_op=buffers.after_op)
+    fakecuda.install(fakecuda.DeviceFacts("NVIDIA A10G", (8, 6), 24 << 30), tracker.memory, tracker.empty_cache)
+    out_features, in_features = 4096, 4096
+    with fakecuda.fake_mode(), tracker:
+        weight = torch.empty(out_features, in_features, dtype=torch.half, device="cuda")
+        packed, state = bnb.functional.quantize_4bit(weight, quant_type="nf4", compress_statistics=True)
+        for rows, dequantized in ((4, False), (2048, True)):
+            start = len(tracker.events)
+            x = torch.empty(rows, in_features, dtype=torch.bfloat16, device="cuda")
+            bnb.matmul_4bit(x, packed.t(), quant_state=state)
+            sizes = [e[2] for e in tracker.events[start:] if e[0] == "a"]
+            assert (out_features * in_features * 2 in sizes) == dequantized
+            assert sizes.count(out_features * in_features // 64 * 4) == (2 if dequantized else 0)

@@ -16,6 +16,7 @@ from test_litgpt import VALIDATION, allocated_in, micro_batches, phases, run  # 
 
 from vramfit.trace import fakecuda  # noqa: E402
 from vramfit.trace.drivers.litgpt import bitsandbytes_without_kernels  # noqa: E402
+from vramfit.trace.spec import Unsupported  # noqa: E402
 from vramfit.trace.tracker import Tracker  # noqa: E402
 
 
@@ -23,6 +24,11 @@ def test_the_release_runs_its_own_scripts(tmp_path):
     summary, events = run(tmp_path, method="lora", framework_version="0.3.0")
     assert summary["framework"] == {"name": "litgpt", "version": "0.3.0"}
     assert phases(events) == ["load"] + VALIDATION + ["forward", "loss", "backward", "optimizer"] * 2 + VALIDATION
+
+
+def test_the_release_makes_adamw_only(tmp_path):
+    with pytest.raises(Unsupported, match="AdamW only"):
+        run(tmp_path, method="lora", optimizer="sgd", framework_version="0.3.0")
 
 
 def test_qlora_runs_on_bitsandbytes_0_42(tmp_path):

@@ -63,6 +63,16 @@ PRECISIONS = {("bf16", "none"): "bf16-true", ("fp16", "none"): "16-true",
 
 QUANTIZE = {"nf4": "bnb.nf4", "nf4-dq": "bnb.nf4-dq", "int8": "bnb.int8-training"}
 
+# setup()'s --optimizer (0.4.x on): a torch.optim class name, or a class path with init_args
+# (utils.py instantiate_torch_optimizer). With --quantize the scripts make bitsandbytes'
+# PagedAdamW whatever AdamW is named (utils.py instantiate_bnb_optimizer), and 0.3.0 makes
+# AdamW (PagedAdamW) in main() itself.
+OPTIMIZERS: dict[str, Any] = {
+    "adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor",
+    "sgd-momentum": {"class_path": "torch.optim.SGD", "init_args": {"momentum": 0.9}},
+    "adamw-8bit": "bitsandbytes.optim.AdamW8bit", "paged-adamw-8bit": "bitsandbytes.optim.PagedAdamW8bit",
+    "lion": "bitsandbytes.optim.Lion"}
+
 # The scripts' setup() defaults for the adapters: lora_alpha 16, lora_dropout 0.05.
 LORA_ALPHA, LORA_DROPOUT = 16, 0.05
 SEED = 1337
@@ -152,9 +162,10 @@ def _check(spec: Spec) -> None:
     if spec.grad_ckpt != "none":
         raise Unsupported(f"--grad-ckpt {spec.grad_ckpt}: litgpt's fine-tuning scripts checkpoint activations "
                           f"only under FSDP (devices > 1); on one GPU they do not")
-    if spec.optimizer != "adamw":
-        raise Unsupported(f"--optimizer {spec.optimizer}: the tracer runs litgpt's default, AdamW (bitsandbytes' "
-                          f"PagedAdamW with --quantize)")
+    if spec.optimizer not in OPTIMIZERS:
+        raise Unsupported(f"--optimizer {spec.optimizer}: litgpt's scripts always step an optimizer")
+    if spec.optimizer != "adamw" and spec.quantized:
+        raise Unsupported(f"--optimizer {spec.optimizer}: with --quantize litgpt makes bitsandbytes' PagedAdamW only")
     if spec.attention == "eager":
         raise Unsupported("--attention eager: litgpt's attention is SDPA (eager only where soft-capping needs it)")
     if (spec.weights, spec.amp) not in PRECISIONS:
@@ -418,9 +429,11 @@ def _call_main(script: Any, spec: Spec, fabric: Any, precision: str | None, conf
                out_dir: Path) -> None:
     offered = dict(fabric=fabric, devices=1, num_nodes=1, seed=SEED, config=config,
                    data=_data_module(spec), checkpoint_dir=out_dir / "checkpoint", out_dir=out_dir / "out",
-                   train=_train_args(script, spec), eval=_eval_args(spec), optimizer="AdamW",
+                   train=_train_args(script, spec), eval=_eval_args(spec), optimizer=OPTIMIZERS[spec.optimizer],
                    precision=precision, resume=False)
     params = list(inspect.signature(script.main).parameters)
+    if "optimizer" not in params and spec.optimizer != "adamw":
+        raise Unsupported(f"--optimizer {spec.optimizer}: litgpt {_release(spec)}'s scripts make AdamW only")
     missing = [p for p in params if p not in offered]
     if missing:
         raise FrameworkMissing(f"litgpt's {script.__name__}.main() takes '{missing[0]}', which this "
@@ -450,8 +463,7 @@ def run(spec: Spec, run: Run) -> None:
     if spec.method == "adapter" and config.adapter_start_layer >= config.n_layer:
         raise Unsupported(f"--method adapter: litgpt's adapter starts at layer {config.adapter_start_layer} "
                           f"(adapter_start_layer) and {spec.model} has {config.n_layer}: nothing to train")
-    if spec.quantized:
-        bitsandbytes_without_kernels()
+    bitsandbytes_without_kernels()  # quantization and bitsandbytes' optimizers
     fabric, precision = _fabric(spec)
     _mark_phases(fabric, run)
     # full.py writes its final checkpoint with fabric.save; torch.save copies each tensor
