@@ -15,7 +15,8 @@ APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
                 python3 python3-yaml tmux libsqlite3-dev librsvg2-bin libxml2-dev libpng-dev
 # The tracer's environments: venvs of Debian's Python 3.11 and a C++ shim against torch.
 TRACE_APT_PACKAGES := python3 python3-venv g++
-TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning
+# litgpt@0.3.0: the release the tracer's self-check against litgpt's measurements runs
+TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning litgpt@0.3.0
 
 .PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces
 

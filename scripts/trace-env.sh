@@ -5,11 +5,11 @@
 # with the fake-CUDA shim compiled against its torch. An environment whose requirements
 # have not changed since it was built is left as it is.
 #
-# usage: scripts/trace-env.sh [FRAMEWORK...]   (default: hf litgpt torchtune lightning)
+# usage: scripts/trace-env.sh [FRAMEWORK...]   (default: hf litgpt torchtune lightning litgpt@0.3.0)
 set -eu
 cd "$(dirname "$0")/.."
 root=${VRAMFIT_TRACE_ENV:-.venv-trace}
-frameworks=${*:-hf litgpt torchtune lightning}
+frameworks=${*:-hf litgpt torchtune lightning litgpt@0.3.0}
 python=${PYTHON:-python3}
 
 # The CPU build of torch is a cp311 wheel; any other Python would fetch a CUDA build.
@@ -40,7 +40,10 @@ for fw in $frameworks; do
   echo "trace-env: building $env from $req"
   rm -rf "$env"
   "$python" -m venv "$env"
-  if ! "$env/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >"$env/pip.log" 2>&1; then
+  # A lock marked '# trace-env: --no-deps' lists every package of an old release whose own
+  # pins are not on PyPI (litgpt 0.3.0 pins a lightning nightly): installed as listed.
+  nodeps=$(grep -qx '# trace-env: --no-deps' "$req" && echo --no-deps || true)
+  if ! "$env/bin/python" -m pip install -q --disable-pip-version-check $nodeps -r "$req" >"$env/pip.log" 2>&1; then
     grep -v "^WARNING: Location" "$env/pip.log" | tail -n 20 >&2
     echo "trace-env: $fw: pip could not install $req (log: $env/pip.log)" >&2
     exit 3

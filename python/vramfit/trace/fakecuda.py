@@ -179,6 +179,8 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     _keep_modules_in_place(torch)
     _swappable(torch)
     _tensor_of_tensors(torch)
+    _deep_copies_are_clones(torch)
+    _subclasses_of_fake_tensors(torch)
 
 
 def _tensor_of_tensors(torch: Any) -> None:
@@ -229,6 +231,49 @@ def _with_nccl(torch: Any) -> None:
         torch.distributed.is_nccl_available = lambda: True
 
 
+def _deep_copies_are_clones(torch: Any) -> None:
+    """``copy.deepcopy`` of a tensor copies its storage (``Tensor.__deepcopy__``), which a
+    fake tensor cannot do (its storage is on the meta device); a clone is the same
+    allocation. (torchmetrics deep-copies every metric state's default, metric.py
+    ``add_state``.)"""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def deepcopy(self: Any, memo: dict[int, Any]) -> Any:
+        if id(self) not in memo:
+            with torch.no_grad():
+                new = self.clone()
+            new.requires_grad_(self.requires_grad)
+            memo[id(self)] = new
+        return memo[id(self)]
+
+    FakeTensor.__deepcopy__ = deepcopy
+
+
+def _subclasses_of_fake_tensors(torch: Any) -> None:
+    """Parameter subclasses that wrap their data with ``Tensor._make_subclass``
+    (bitsandbytes' ``Params4bit`` and ``Int8Params``) cannot wrap a fake tensor: its
+    TensorImpl already has its Python object. Such a parameter becomes the fake tensor
+    itself, retyped to a class that is both (``FakeTensor`` first, so the fake mode still
+    answers its ops; the subclass's methods and attributes are all there)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    make_subclass = getattr(torch.Tensor._make_subclass, "vramfit_original", torch.Tensor._make_subclass)
+    both: dict[type, type] = {}
+
+    # The parameter names are the C function's: torch._dynamo checks them against its polyfill.
+    def make(cls: type, data: Any, requires_grad: bool = False, **kwargs: Any) -> Any:
+        if not isinstance(data, FakeTensor) or issubclass(cls, FakeTensor):
+            return make_subclass(cls, data, requires_grad, **kwargs)
+        if cls not in both:
+            both[cls] = type(f"Fake{cls.__name__}", (FakeTensor, cls), {})
+        t = data.detach().requires_grad_(requires_grad)
+        t.__class__ = both[cls]
+        return t
+
+    make.vramfit_original = make_subclass  # type: ignore[attr-defined]
+    torch.Tensor._make_subclass = staticmethod(make)
+
+
 def _keep_modules_in_place(torch: Any) -> None:
     """``Module.to()`` moves each parameter and buffer with ``Tensor.to`` and puts the
     result in its place, as ``Module._apply`` does on a GPU.
@@ -242,7 +287,13 @@ def _keep_modules_in_place(torch: Any) -> None:
         wanted = dtype if dtype is not None and (t.is_floating_point() or t.is_complex()) else None
         return t.to(device=device, dtype=wanted)
 
+    original = getattr(torch.nn.Module.to, "vramfit_original", torch.nn.Module.to)
+
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if next(self.parameters(), None) is None:
+            # Nothing to swap: ``_apply`` also moves what a module keeps besides buffers
+            # (torchmetrics' metric states, metric.py ``_apply``).
+            return original(self, *args, **kwargs)
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         moved: dict[int, Any] = {}
         with torch.no_grad():
@@ -254,11 +305,14 @@ def _keep_modules_in_place(torch: Any) -> None:
                             continue
                         if id(t) not in moved:
                             new = move(t, device, dtype)
-                            if new is not t and kind == "_parameters":
+                            if new is not t and kind == "_parameters" and \
+                                    not isinstance(new, torch.nn.Parameter):
                                 new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
                             moved[id(t)] = new
                         table[name] = moved[id(t)]
         return self
+
+    to.vramfit_original = original  # type: ignore[attr-defined]
 
     def cuda(self: Any, device: Any = None) -> Any:
         return to(self, torch.device("cuda", device) if isinstance(device, int)

@@ -24,10 +24,17 @@ caching allocator sees for most CUDA kernels too. The exceptions, each with its 
    accumulator for head dims above 128, the sorted segments of the embedding backward
    (EmbeddingBackwardKernel.cu), and ``_foreach_norm``'s per-chunk partial norms
    (ForeachReduceOp.cu). ``KernelBuffers`` adds them around the op that makes them.
+4. **bitsandbytes' 4-bit matmul** (0.49 and later, backends/cuda/ops.py ``gemm_4bit``):
+   its fake kernel gives the output only, while on CUDA, beyond the rows its own kernel
+   serves, it dequantizes the weight into a buffer of the input's dtype and calls
+   ``F.linear`` (``_dequant_linear_fallback``).
 """
 from __future__ import annotations
 
+import ast
+import functools
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -223,6 +230,65 @@ def _foreach_norm(args: tuple, _out: Any) -> list[int]:
     return [len(tensors) * chunks * FP32]
 
 
+# ---- rule 4: bitsandbytes' gemm_4bit ----------------------------------------------------------
+@functools.cache
+def _bnb_gemm_choice() -> dict[str, Any]:
+    """bitsandbytes' own choice between its gemm kernel and dequantize + F.linear
+    (``_gemm_4bit_use_custom_cuda`` and the limits beside it), taken from its CUDA backend's
+    source: that module binds CUDA streams when imported, which a CPU-only build lacks."""
+    import bitsandbytes
+
+    path = os.path.join(os.path.dirname(bitsandbytes.__file__), "backends", "cuda", "ops.py")
+    if not os.path.exists(path):
+        return {}
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = {"_gemm_4bit_use_custom_cuda", "_GEMM_4BIT_CUSTOM_FLOOR_M", "_gemm_4bit_custom_max_m"}
+    kept = [node for node in tree.body if _defines(node) & names]
+
+    def dispatch_props(index: int) -> tuple[int, int, int]:
+        p = torch.cuda.get_device_properties(index)
+        return p.multi_processor_count, p.major, p.minor
+
+    space: dict[str, Any] = {"torch": torch, "functools": functools, "_gpu_dispatch_props": dispatch_props,
+                             "_gemm_4bit_use_custom_rocm": None}
+    exec(compile(ast.Module(body=kept, type_ignores=[]), path, "exec"), space)  # noqa: S102
+    return space
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if isinstance(node, ast.If):
+        return set().union(*(_defines(n) for n in node.body + node.orelse))
+    return set()
+
+
+def _bnb_gemm_4bit(args: tuple, kwargs: dict, _out: Any) -> list[int]:
+    # gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, ...): with a
+    # nested absmax, two fp32 [blocks] tensors (absmax_dq, absmax_dq + offset), then B_dq
+    # [N, K] in A's dtype; all freed when the op returns.
+    A, shape, absmax, blocksize = args[0], args[2], args[3], args[4]
+    absmax_8bit = kwargs.get("absmax_8bit", args[7] if len(args) > 7 else None)
+    K, (N, _) = A.shape[-1], shape
+    M = A.numel() // K
+    choice = _bnb_gemm_choice()
+    custom = choice.get("_gemm_4bit_use_custom_cuda")
+    if custom is None:  # releases before the fallback: gemm_4bit was the inference GEMV only
+        return []
+    if M <= choice["_gemm_4bit_custom_max_m"] and K % blocksize == 0 and \
+            custom(A.device.index or 0, A.dtype, M, N, K):
+        return []
+    nested = [absmax_8bit.numel() * FP32] * 2 if absmax_8bit is not None else []
+    return nested + [N * K * A.element_size()]
+
+
+NAMED_BUFFERS: dict[str, Callable[[tuple, dict, Any], list[int]]] = {
+    "bitsandbytes::gemm_4bit": _bnb_gemm_4bit,
+}
+
+
 BUFFERS: dict[Any, Callable[[tuple, Any], list[int]]] = {
     aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
@@ -234,21 +300,25 @@ BUFFERS: dict[Any, Callable[[tuple, Any], list[int]]] = {
 
 @dataclass
 class KernelBuffers:
-    """Adds the buffers of rule 3 as the ops run: transient ones next to the op's outputs,
-    the cuBLAS workspace once per thread for the rest of the run."""
+    """Adds the buffers of rules 3 and 4 as the ops run: transient ones next to the op's
+    outputs, the cuBLAS workspace once per thread for the rest of the run."""
     cublas_bytes: int
     threads: set[int] = field(default_factory=set)
     transient: int = 0
 
-    def after_op(self, func: Any, args: tuple, _kwargs: dict, out: Any, tracker: Any) -> None:
+    def after_op(self, func: Any, args: tuple, kwargs: dict, out: Any, tracker: Any) -> None:
         if func in GEMMS:
             thread = threading.get_ident()
             if thread not in self.threads:
                 self.threads.add(thread)
                 tracker.allocate(self.cublas_bytes)
         rule = BUFFERS.get(func)
-        if rule is not None:
-            ids = [tracker.allocate(n) for n in rule(args, out) if n > 0]
+        sizes = rule(args, out) if rule is not None else None
+        if sizes is None and getattr(func, "namespace", "aten") != "aten":
+            named = NAMED_BUFFERS.get(func.name())
+            sizes = named(args, kwargs, out) if named is not None else None
+        if sizes:
+            ids = [tracker.allocate(n) for n in sizes if n > 0]
             self.transient += len(ids)
             for sid in ids:
                 tracker.release(sid)
@@ -263,7 +333,7 @@ def _never_called(*_args: Any, **_kwargs: Any) -> Any:
 
 
 def install(policy: SdpaPolicy) -> None:
-    """Rules 1 and 2; rule 3 is the tracker's ``after_op`` hook."""
+    """Rules 1 and 2; rules 3 and 4 are the tracker's ``after_op`` hook."""
     if not _LIBRARY:
         lib = torch.library.Library("aten", "IMPL")
         for op in FUSED_ON_CUDA:
