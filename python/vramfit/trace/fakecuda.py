@@ -190,6 +190,12 @@ def _tensor_of_tensors(torch: Any) -> None:
     builds its scaled RoPE frequencies so). Each element is read with ``.item()`` first,
     which the tracker answers; the values never change memory."""
     original = getattr(torch.tensor, "vramfit_original", torch.tensor)
+    # ``with torch.device("cuda"):`` gives the device to the factories it knows by identity,
+    # a set made at its first use (torch/utils/_device.py ``_device_constructors``): made
+    # now, it holds the original, which the replacement calls (Lightning's bitsandbytes
+    # layers test ``torch.tensor(0).device`` to quantize as they are built).
+    import torch.utils._device
+    torch.utils._device._device_constructors()
 
     def tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(data, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in data):
