@@ -18,7 +18,7 @@ TRACE_APT_PACKAGES := python3 python3-venv g++
 # litgpt@0.3.0: the release the tracer's self-check against litgpt's measurements runs
 TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning litgpt@0.3.0
 
-.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces
+.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces uncertainty
 
 all: build
 
@@ -50,6 +50,13 @@ trace-test: trace-env
 # again; TRACES=hf- (an id prefix) retraces a part. Takes about an hour for all.
 traces: build trace-env
 	sh bench/traced/setups.sh | $(BUILD)/bench/bench_traces $(BUILD)/vramfit bench/traced $(TRACES)
+
+# data/uncertainty.json, every estimate's range: the estimator's spread on the traced corpus
+# and the published cases, per group of setups (bench/spread). Rerun after the estimator or a
+# corpus changes; the build after it embeds the new file.
+uncertainty: build
+	$(BUILD)/bench/bench_spread $(BUILD)/vramfit ../shared/calibration/published.tsv bench/traced data/uncertainty.json
+	cmake --build $(BUILD)
 
 asan: deps trace-env
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON

@@ -10,6 +10,8 @@ for bin in "$dir"/bench/bench_*; do
   echo "== $name"
   case "$name" in
   bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" "$src/bench/traced" ;;
+  # the table only: `make uncertainty` writes data/uncertainty.json
+  bench_spread) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" "$src/bench/traced" "$dir/uncertainty.json" ;;
   bench_speed) "$bin" "$dir/vramfit" ;;
   bench_inspect) "$bin" 21 "$dir/vramfit" ;;
   *) "$bin" ;;

@@ -20,5 +20,6 @@
 #include "vramfit/trace.h"
 #include "vramfit/history.h"
 #include "vramfit/plot.h"
+#include "vramfit/uncertainty.h"
 
 #endif

@@ -1,7 +1,10 @@
 /* Planning (`vramfit plan`): the fastest setting that fits a GPU, found by calling the
  * estimator over the knobs the user lets change.
  *
- * Fit: an estimate's device peak (what nvidia-smi shows) at most a tier's budget.
+ * Fit: an estimate's device peak (what nvidia-smi shows) at most a tier's budget. The safe
+ * and balanced tiers judge the high end of the peak's range (vramfit/uncertainty.h), as
+ * `estimate` judges a fit; the aggressive tier judges the point estimate: it bets on the
+ * estimate being right.
  * Speed: the throughput model of vf_plan_tokens_per_second(). */
 #ifndef VRAMFIT_PLAN_H
 #define VRAMFIT_PLAN_H
@@ -12,6 +15,7 @@
 
 #include "vramfit/estimate.h"
 #include "vramfit/gpu.h"
+#include "vramfit/uncertainty.h"
 
 /* Knobs that must not change (--keep). */
 enum vf_keep {
@@ -42,6 +46,8 @@ struct vf_plan_request {
   uint32_t keep;                 /* VF_KEEP_* bits */
   double batch_scale;            /* >0: every estimate's batch-dependent part scaled by it
                                   * (vf_estimate_calibrate, --calibrate); 0: as estimated */
+  /* The framework's measured spread; NULL: every tier judges the point estimate. */
+  const struct vf_uncertainty_table *uncertainty;
 };
 
 /* One setting and what it costs. */
@@ -52,6 +58,7 @@ struct vf_plan_choice {
   uint64_t peak_device_bytes;
   uint64_t budget_bytes;
   double tokens_per_second;
+  struct vf_range device_range; /* of peak_device_bytes; the point at both ends without a spread */
 };
 
 enum { VF_PLAN_MAX_CHANGES = 12 };

@@ -1,4 +1,6 @@
 /* vramfit estimate MODEL [options]: peak GPU memory of one training step. */
+#include <string.h>
+
 #include "cli/history_cli.h"
 #include "cli/estimate_plot.h"
 #include "cli/setup_opts.h"
@@ -47,7 +49,10 @@ static const char usage[] =
     "                       breakdown, the GPU's capacity\n\n"
     "When this setup was measured on this machine ('vramfit probe --model ...'), the output\n"
     "says how far the estimate was from it.\n\n"
-    "Exit status: 0, or 1 when --gpu is given and the peak does not fit.\n";
+    "Each peak comes with a range: how far the estimator has missed on measured runs of\n"
+    "similar setups (the framework and the kind of method; data/uncertainty.json). The fit\n"
+    "is judged on the high end of the nvidia-smi range.\n\n"
+    "Exit status: 0, or 1 when --gpu is given and the high end of the peak does not fit.\n";
 
 enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_CALIBRATE, O_PLOT };
 
@@ -73,8 +78,40 @@ static json_t *version_notes(const struct setup_request *r, const struct vf_prof
   return notes;
 }
 
-static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate *e, uint64_t capacity,
+/* An estimate's peaks with their ranges, from the group of setups whose measured spread
+ * gave them. */
+struct shown {
+  const struct vf_estimate *e;
+  struct vf_ranges ranges;
+  const char *group;
+};
+
+static json_t *range_json(const struct vf_range *r) {
+  return json_pack("{s:I, s:I}", "low", (json_int_t)r->low, "high", (json_int_t)r->high);
+}
+
+static json_t *peak_json(const struct shown *p) {
+  const struct vf_estimate *e = p->e;
+  json_t *o = json_pack("{s:I, s:I, s:I, s:s}", "allocated_bytes", (json_int_t)e->allocated_peak, "reserved_bytes",
+                        (json_int_t)e->reserved_peak, "device_bytes", (json_int_t)e->device_peak, "phase",
+                        vf_phase_name(e->peak_phase));
+  for (int k = 0; k < VF_PEAK_COUNT; k++) {
+    char key[32];
+    snprintf(key, sizeof key, "%s_range", vf_peak_kind_name((enum vf_peak_kind)k));
+    json_object_set_new(o, key, range_json(&p->ranges.kind[k]));
+  }
+  json_object_set_new(o, "range_group", json_string(p->group));
+  return o;
+}
+
+/* Whether the device peak fits capacity: judged on the high end of its range. */
+static bool fits_high(const struct shown *p, uint64_t capacity) {
+  return p->ranges.kind[VF_PEAK_DEVICE].high <= capacity;
+}
+
+static json_t *estimate_json(const struct vf_model *m, const struct shown *shown, uint64_t capacity,
                              const struct setup_request *r, const struct vf_profile *p) {
+  const struct vf_estimate *e = shown->e;
   json_t *breakdown = json_object();
   static const enum vf_category order[] = {VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER,
                                            VF_CAT_ACTIVATIONS, VF_CAT_TEMPORARIES};
@@ -90,10 +127,7 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
   json_t *o = json_object();
   json_object_set_new(o, "model", json_pack("{s:s, s:I, s:I}", "name", m->name, "params", (json_int_t)e->params,
                                             "trainable_params", (json_int_t)e->trainable_params));
-  json_object_set_new(o, "peak", json_pack("{s:I, s:I, s:I, s:s}", "allocated_bytes", (json_int_t)e->allocated_peak,
-                                           "reserved_bytes", (json_int_t)e->reserved_peak,
-                                           "device_bytes", (json_int_t)e->device_peak,
-                                           "phase", vf_phase_name(e->peak_phase)));
+  json_object_set_new(o, "peak", peak_json(shown));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
   json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:o}", "framework", p->name,
@@ -103,21 +137,62 @@ static json_t *estimate_json(const struct vf_model *m, const struct vf_estimate 
                                               vf_enum_name(VF_ENUM_LENGTHS, e->lengths), "notes",
                                               version_notes(r, p)));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
-  json_object_set_new(o, "fits", capacity ? json_boolean(e->device_peak <= capacity) : json_null());
+  json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
   return o;
 }
 
-static void row(const char *label, uint64_t bytes, uint64_t capacity) {
-  char human[32];
-  cli_format_bytes(bytes, human, sizeof human);
-  if (capacity)
-    printf("  %-22s %12s  %5.1f%%\n", label, human, 100.0 * (double)bytes / (double)capacity);
-  else
-    printf("  %-22s %12s\n", label, human);
+/* "18.18 - 24.88 GiB", the unit once when both ends share it. */
+static void format_range(const struct vf_range *r, char *buf, size_t size) {
+  char low[32], high[32];
+  cli_format_bytes(r->low, low, sizeof low);
+  cli_format_bytes(r->high, high, sizeof high);
+  char *unit_low = strchr(low, ' ');
+  const char *unit_high = strchr(high, ' ');
+  if (unit_low && unit_high && strcmp(unit_low, unit_high) == 0) *unit_low = '\0';
+  snprintf(buf, size, "%s - %s", low, high);
 }
 
-static void estimate_text(const struct vf_model *m, const struct vf_estimate *e, const struct vf_gpu_spec *gpu,
+/* One figure; range: its range, or NULL. */
+static void row(const char *label, uint64_t bytes, const struct vf_range *range, uint64_t capacity) {
+  char human[32], of_gpu[16] = "", in_range[80] = "";
+  cli_format_bytes(bytes, human, sizeof human);
+  if (capacity) snprintf(of_gpu, sizeof of_gpu, "  %5.1f%%", 100.0 * (double)bytes / (double)capacity);
+  if (range) {
+    char r[72];
+    format_range(range, r, sizeof r);
+    snprintf(in_range, sizeof in_range, "  (%s)", r);
+  }
+  printf("  %-22s %12s%s%s\n", label, human, of_gpu, in_range);
+}
+
+/* The verdict, on the high end of the device range: fits even there; fits at the estimate
+ * but not at the high end (too close to call: exit 1 all the same); does not fit. */
+static void verdict(const struct shown *p, const struct vf_gpu_spec *gpu) {
+  uint64_t cap = gpu->capacity_bytes, point = p->e->device_peak, high = p->ranges.kind[VF_PEAK_DEVICE].high;
+  char capacity[32], room[32], at_high[32], at_point[32];
+  cli_format_bytes(cap, capacity, sizeof capacity);
+  cli_format_bytes(high, at_high, sizeof at_high);
+  cli_format_bytes(point, at_point, sizeof at_point);
+  bool fits = high <= cap, close = !fits && point <= cap, color = cli_use_color(stdout);
+  const char *on = gpu->name[0] ? gpu->name : "the GPU";
+  printf("\n%s%s%s on %s (%s)", color ? (fits ? "\033[32m" : close ? "\033[33m" : "\033[31m") : "",
+         fits ? "fits" : "does not fit", color ? "\033[0m" : "", on, capacity);
+  if (fits) {
+    cli_format_bytes(cap - high, room, sizeof room);
+    printf(" even at the high end, %s: %s to spare\n", at_high, room);
+  } else if (close) {
+    cli_format_bytes(high - cap, room, sizeof room);
+    printf(" at the high end, %s: %s short; the estimate itself, %s, fits, with too little room for "
+           "the estimator's error\n", at_high, room, at_point);
+  } else {
+    cli_format_bytes(point - cap, room, sizeof room);
+    printf(": %s short\n", room);
+  }
+}
+
+static void estimate_text(const struct vf_model *m, const struct shown *shown, const struct vf_gpu_spec *gpu,
                           const struct setup_request *r, const struct vf_profile *p) {
+  const struct vf_estimate *e = shown->e;
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
   cli_group_digits(e->params, total, sizeof total);
@@ -136,22 +211,15 @@ static void estimate_text(const struct vf_model *m, const struct vf_estimate *e,
            p->fsdp_full_load && r->setup.shard == VF_SHARD_FSDP
                ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
-  for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], cap);
-  row("allocator slack", e->allocator_slack, cap);
-  row("CUDA, cuBLAS, NCCL", e->by_category[VF_CAT_RUNTIME] + e->context, cap);
+  for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], NULL, cap);
+  row("allocator slack", e->allocator_slack, NULL, cap);
+  row("CUDA, cuBLAS, NCCL", e->by_category[VF_CAT_RUNTIME] + e->context, NULL, cap);
   printf("\n");
-  row("max_memory_allocated", e->allocated_peak, cap);
-  row("max_memory_reserved", e->reserved_peak, cap);
-  row("nvidia-smi (device)", e->device_peak, cap);
-  if (!cap) return;
-  char capacity[32], room[32];
-  cli_format_bytes(cap, capacity, sizeof capacity);
-  bool fits = e->device_peak <= cap;
-  cli_format_bytes(fits ? cap - e->device_peak : e->device_peak - cap, room, sizeof room);
-  bool color = cli_use_color(stdout);
-  printf("\n%s%s%s on %s (%s): %s %s\n", color ? (fits ? "\033[32m" : "\033[31m") : "",
-         fits ? "fits" : "does not fit", color ? "\033[0m" : "",
-         gpu->name[0] ? gpu->name : "the GPU", capacity, room, fits ? "to spare" : "short");
+  row("max_memory_allocated", e->allocated_peak, &shown->ranges.kind[VF_PEAK_ALLOCATED], cap);
+  row("max_memory_reserved", e->reserved_peak, &shown->ranges.kind[VF_PEAK_RESERVED], cap);
+  row("nvidia-smi (device)", e->device_peak, &shown->ranges.kind[VF_PEAK_DEVICE], cap);
+  printf("  (ranges: how far off the estimator has been on %s runs)\n", shown->group);
+  if (cap) verdict(shown, gpu);
 }
 
 /* --events: the replay in the tracer's event format (python/vramfit/trace/__main__.py). */
@@ -242,17 +310,20 @@ int cmd_estimate(int argc, char **argv) {
   struct history_note note;
   history_note_find(&r, argv[optind], &ctx, &note);
   if (calibrate && history_note_ratio(&note, "estimate") > 0) vf_estimate_calibrate(&e, note.ratio);
+  const struct vf_uncertainty *u = vf_uncertainty_for(&ctx.uncertainty, &r.setup);
+  struct shown shown = {.e = &e, .group = u->group};
+  vf_estimate_ranges(&e, u, &shown.ranges);
   uint64_t cap = ctx.gpu.capacity_bytes;
   int code = EXIT_OK;
   if (json) {
-    json_t *o = estimate_json(&ctx.model, &e, cap, &r, &ctx.profile);
+    json_t *o = estimate_json(&ctx.model, &shown, cap, &r, &ctx.profile);
     history_note_json(&note, o);
     code = cli_print_json(o);
   } else {
-    estimate_text(&ctx.model, &e, &ctx.gpu, &r, &ctx.profile);
+    estimate_text(&ctx.model, &shown, &ctx.gpu, &r, &ctx.profile);
     history_note_print(&note);
   }
-  if (code == EXIT_OK && cap && e.device_peak > cap) code = EXIT_NO;
+  if (code == EXIT_OK && cap && !fits_high(&shown, cap)) code = EXIT_NO;
   history_note_cleanup(&note);
   setup_context_cleanup(&ctx);
   return code;

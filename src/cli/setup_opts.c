@@ -173,6 +173,7 @@ int setup_context_load(struct setup_request *r, const char *model, struct setup_
   vf_diag_clear(&d);
   vf_model_init(&c->model);
   int rc = vf_profile_load(r->framework, r->torch, &c->profile, &d);
+  if (!rc) rc = vf_uncertainty_load(c->profile.name, &c->uncertainty, &d);
   if (rc) return cli_diag_error(r->cmd, rc, &d);
   if ((rc = alloc_conf_for(r, &c->conf)) || (rc = gpu_for(r, &c->gpu))) return rc;
   struct vf_setup *s = &r->setup;

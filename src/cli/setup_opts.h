@@ -54,11 +54,12 @@ struct setup_context {
   struct vf_alloc_conf conf;
   struct vf_gpu_spec gpu; /* zeroed when no --gpu was given */
   struct vf_model model;
+  struct vf_uncertainty_table uncertainty; /* the framework's measured spread */
 };
 
-/* Loads the profile, allocator configuration, GPU and model, and fills the setup's GPU
- * fields (generation, capacity, CUDA context). Returns an exit code, the error printed;
- * on EXIT_OK the caller releases c with setup_context_cleanup(). */
+/* Loads the profile and its measured spread, the allocator configuration, GPU and model,
+ * and fills the setup's GPU fields (generation, capacity, CUDA context). Returns an exit
+ * code, the error printed; on EXIT_OK the caller releases c with setup_context_cleanup(). */
 int setup_context_load(struct setup_request *r, const char *model, struct setup_context *c);
 void setup_context_cleanup(struct setup_context *c);
 

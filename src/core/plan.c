@@ -75,6 +75,25 @@ static uint64_t effective_batch(const struct vf_setup *s) {
   return s->batch * s->accumulation * plan_data_parallel(s);
 }
 
+/* The range of setting s's device peak, as estimated in e. */
+static struct vf_range device_range(const struct vf_plan_request *r, const struct vf_setup *s,
+                                    const struct vf_estimate *e) {
+  if (!r->uncertainty) return (struct vf_range){e->device_peak, e->device_peak};
+  return vf_range_of(e->device_peak, &vf_uncertainty_for(r->uncertainty, s)->kind[VF_PEAK_DEVICE]);
+}
+
+/* The peak tier t holds to its budget (plan.h says why). */
+static uint64_t judged_peak(const struct vf_plan_request *r, enum vf_tier t, const struct vf_setup *s,
+                            const struct vf_estimate *e) {
+  return t == VF_TIER_AGGRESSIVE ? e->device_peak : device_range(r, s, e).high;
+}
+
+static struct vf_plan_choice choice(const struct vf_plan_request *r, const struct vf_setup *s,
+                                    const struct vf_estimate *e, uint64_t budget) {
+  return (struct vf_plan_choice){true, *s, effective_batch(s), e->device_peak, budget,
+                                 vf_plan_tokens_per_second(r->model, s, e, r->gpu), device_range(r, s, e)};
+}
+
 /* Runs the estimator, keeping the lowest peak seen for the nothing-fits report. */
 static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_estimate *e,
                          struct vf_diag *d) {
@@ -82,9 +101,7 @@ static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_e
   if (!rc && S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
   S->out->estimates++;
   struct vf_plan_choice *low = &S->out->smallest;
-  if (!rc && (!low->found || e->device_peak < low->peak_device_bytes))
-    *low = (struct vf_plan_choice){true, *s, effective_batch(s), e->device_peak, 0,
-                                   vf_plan_tokens_per_second(S->r->model, s, e, S->r->gpu)};
+  if (!rc && (!low->found || e->device_peak < low->peak_device_bytes)) *low = choice(S->r, s, e, 0);
   return rc;
 }
 
@@ -239,26 +256,26 @@ static const struct vf_estimate *at(struct search *S, struct config *c, size_t i
   return S->cached[i] == 1 ? &S->cache[i] : NULL;
 }
 
-static bool fits(struct search *S, struct config *c, size_t i, uint64_t budget) {
+static bool fits(struct search *S, struct config *c, size_t i, enum vf_tier t) {
   const struct vf_estimate *e = at(S, c, i);
-  return e && e->device_peak <= budget;
+  return e && judged_peak(S->r, t, &c->s, e) <= S->budget[t];
 }
 
 struct fit_arg {
   struct search *S;
   struct config *c;
-  uint64_t budget;
+  enum vf_tier t;
 };
 
 static bool divisor_fits(uint64_t i, void *arg) {
   struct fit_arg *f = arg;
-  return fits(f->S, f->c, (size_t)i, f->budget);
+  return fits(f->S, f->c, (size_t)i, f->t);
 }
 
-/* The largest divisor whose peak fits budget, or -1. */
-static long largest_fitting(struct search *S, struct config *c, uint64_t budget) {
-  if (!fits(S, c, 0, budget)) return -1;
-  struct fit_arg f = {S, c, budget};
+/* The largest divisor whose peak fits tier t's budget, or -1. */
+static long largest_fitting(struct search *S, struct config *c, enum vf_tier t) {
+  if (!fits(S, c, 0, t)) return -1;
+  struct fit_arg f = {S, c, t};
   return (long)vf_last_fitting(0, S->n_div - 1, divisor_fits, &f);
 }
 
@@ -266,12 +283,11 @@ static void consider(struct search *S, enum vf_tier t, struct config *c, size_t 
   struct vf_setup s = c->s;
   s.batch = S->div[i];
   s.accumulation = S->per_gpu / S->div[i];
-  double rate = vf_plan_tokens_per_second(S->r->model, &s, &S->cache[i], S->r->gpu);
-  double sc = score(S, &s, rate);
+  struct vf_plan_choice c_at = choice(S->r, &s, &S->cache[i], S->budget[t]);
+  double sc = score(S, &s, c_at.tokens_per_second);
   if (sc <= S->score[t]) return;
   S->score[t] = sc;
-  S->out->tiers[t] = (struct vf_plan_choice){true, s, effective_batch(&s), S->cache[i].device_peak,
-                                             S->budget[t], rate};
+  S->out->tiers[t] = c_at;
 }
 
 /* Tries c for every tier it could improve; false when it can improve none (nor can any
@@ -283,7 +299,7 @@ static bool try_config(struct search *S, struct config *c) {
   memset(S->cached, 0, S->n_div * sizeof *S->cached);
   for (int t = VF_TIER_AGGRESSIVE; t >= 0; t--) {
     if (!open[t]) continue;
-    long i = largest_fitting(S, c, S->budget[t]);
+    long i = largest_fitting(S, c, (enum vf_tier)t);
     if (i < 0) break;
     consider(S, (enum vf_tier)t, c, (size_t)i);
   }
@@ -347,23 +363,22 @@ static int start(struct search *S, struct vf_diag *d) {
   double share[VF_TIER_COUNT] = {safety - SAFE_MARGIN, safety, safety > AGGRESSIVE_SHARE ? safety : AGGRESSIVE_SHARE};
   for (int t = 0; t < VF_TIER_COUNT; t++) S->budget[t] = share[t] > 0 ? (uint64_t)(share[t] * cap) : 0;
   S->out->target_effective_batch = target;
-  S->out->given = (struct vf_plan_choice){true, given,
-                                          effective_batch(&given), e.device_peak, S->budget[VF_TIER_BALANCED],
-                                          vf_plan_tokens_per_second(r->model, &given, &e, r->gpu)};
+  S->out->given = choice(r, &given, &e, S->budget[VF_TIER_BALANCED]);
   return divisors(S);
 }
 
-/* An exact (every layer replayed) estimate of one micro batch for a choice: its peak, or 0
- * when the estimator refuses it. */
-static uint64_t exact_peak(struct search *S, const struct vf_plan_choice *c, size_t i,
-                           struct vf_estimate *e) {
+/* Whether an exact (every layer replayed) estimate of tier t's choice c at micro batch
+ * divisor i fits the tier's budget; e gets the estimate. A setting the estimator refuses
+ * does not fit. */
+static bool exact_fits(struct search *S, enum vf_tier t, const struct vf_plan_choice *c, size_t i,
+                       struct vf_estimate *e) {
   struct vf_setup s = c->setup;
   struct vf_diag d;
   s.batch = S->div[i];
   s.accumulation = S->per_gpu / S->div[i];
-  if (vf_estimate(S->r->model, &s, S->r->profile, S->r->alloc, e, &d)) return 0;
+  if (vf_estimate(S->r->model, &s, S->r->profile, S->r->alloc, e, &d)) return false;
   if (S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
-  return e->device_peak;
+  return judged_peak(S->r, t, &s, e) <= c->budget_bytes;
 }
 
 static size_t divisor_index(const struct search *S, uint64_t batch) {
@@ -372,30 +387,39 @@ static size_t divisor_index(const struct search *S, uint64_t batch) {
   return i;
 }
 
-/* The search ran on quick estimates. Each tier's choice is replayed in full: its micro
- * batch steps down through the divisors while it is over its budget there, and up while
- * the next one fits. */
+/* Moves choice c of tier t to the largest micro batch whose exact estimate fits the tier's
+ * budget: down from where the quick estimates put it while it is over, then up while the
+ * next one fits. False when not even the smallest fits. */
+static bool settle(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
+  struct vf_estimate e, next;
+  size_t i = divisor_index(S, c->setup.batch);
+  bool ok = exact_fits(S, t, c, i, &e);
+  while (!ok && i > 0) ok = exact_fits(S, t, c, --i, &e);
+  if (!ok) return false;
+  while (i + 1 < S->n_div && exact_fits(S, t, c, i + 1, &next)) {
+    e = next;
+    i++;
+  }
+  c->setup.batch = S->div[i];
+  c->setup.accumulation = S->per_gpu / S->div[i];
+  *c = choice(S->r, &c->setup, &e, c->budget_bytes);
+  return true;
+}
+
+/* The search ran on quick estimates: each tier's choice is settled on exact ones. What
+ * fits a tighter tier's budget fits a looser one's, so a looser tier whose own choice
+ * settled lower (or not at all) takes the tighter one's, its micro batch grown where the
+ * looser budget allows. */
 static void confirm(struct search *S) {
   for (int t = 0; t < VF_TIER_COUNT; t++) {
-    struct vf_plan_choice *c = &S->out->tiers[t];
-    if (!c->found) continue;
-    struct vf_estimate e, next;
-    size_t i = divisor_index(S, c->setup.batch);
-    uint64_t peak = exact_peak(S, c, i, &e);
-    while ((!peak || peak > c->budget_bytes) && i > 0) peak = exact_peak(S, c, --i, &e);
-    c->found = peak && peak <= c->budget_bytes;
-    while (c->found && i + 1 < S->n_div) {
-      uint64_t up = exact_peak(S, c, i + 1, &next);
-      if (!up || up > c->budget_bytes) break;
-      e = next;
-      i++;
-    }
-    if (!c->found) continue;
-    c->setup.batch = S->div[i];
-    c->setup.accumulation = S->per_gpu / S->div[i];
-    c->effective_batch = effective_batch(&c->setup);
-    c->peak_device_bytes = e.device_peak;
-    c->tokens_per_second = vf_plan_tokens_per_second(S->r->model, &c->setup, &e, S->r->gpu);
+    struct vf_plan_choice *c = &S->out->tiers[t], *tighter = t > 0 ? &S->out->tiers[t - 1] : NULL;
+    if (c->found) c->found = settle(S, (enum vf_tier)t, c);
+    if (!tighter || !tighter->found) continue;
+    if (c->found && score(S, &c->setup, c->tokens_per_second) >= score(S, &tighter->setup, tighter->tokens_per_second))
+      continue;
+    *c = *tighter;
+    c->budget_bytes = S->budget[t];
+    settle(S, (enum vf_tier)t, c);
   }
 }
 

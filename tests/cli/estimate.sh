@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# vramfit estimate: golden output of the demo scenario, the contract's JSON, the fit
-# verdict's exit codes, and one-line errors for impossible setups and bad flags.
+# vramfit estimate: golden output of the demo scenario, the contract's JSON, each peak's
+# range, the fit verdict (on the high end) and its exit codes, and one-line errors for
+# impossible setups, bad flags and a bad uncertainty file.
 NAME=estimate
 source "$(dirname "$0")/lib/harness.sh"
 
@@ -8,8 +9,9 @@ DEMO=(estimate qwen2.5-7b --weights bf16 --method lora --lora-r 128 --lora-targe
       --batch 1 --seq 1536 --grad-ckpt full --gpu 24GiB)
 
 # ---- golden output -------------------------------------------------------------------------
-golden estimate-demo.txt "${DEMO[@]}"
-golden estimate-demo.json "${DEMO[@]}" --json
+# The demo's LoRA fine-tune does not fit 24 GiB at the high end of its range: exit 1.
+GOLDEN_EXIT=1 golden estimate-demo.txt "${DEMO[@]}"
+GOLDEN_EXIT=1 golden estimate-demo.json "${DEMO[@]}" --json
 
 # ---- the contract's JSON -------------------------------------------------------------------
 # Every field the contract names is there, and the breakdown sums to device_bytes.
@@ -29,6 +31,22 @@ print("ok")
 PY
 )
 if [ "$rc" -eq 0 ] && [ "$json_ok" = ok ]; then ok; else bad "estimate --json: $json_ok"; fi
+# Each peak has a range around it, from the group of setups named.
+run estimate llama-3.2-1b --weights bf16 --method lora --json
+range_ok=$(python3 - "$TMP/out" <<'PY' 2>&1
+import json, sys
+p = json.load(open(sys.argv[1]))["peak"]
+for kind in ("allocated", "reserved", "device"):
+    r = p[kind + "_range"]
+    assert list(r) == ["low", "high"] and all(isinstance(v, int) for v in r.values()), r
+    assert r["low"] < p[kind + "_bytes"] < r["high"], (kind, r, p[kind + "_bytes"])
+assert p["range_group"] == "hf/lora", p["range_group"]
+print("ok")
+PY
+)
+if [ "$rc" -eq 0 ] && [ "$range_ok" = ok ]; then ok; else bad "estimate --json ranges: $range_ok"; fi
+succeeds '^  nvidia-smi \(device\) .* \([0-9.]+ - [0-9.]+ GiB\)$' estimate llama-3.2-1b --weights bf16 --method lora
+succeeds 'how far off the estimator has been on hf/lora runs' estimate llama-3.2-1b --weights bf16 --method lora
 # Without --gpu there is no verdict.
 succeeds '"capacity_bytes": null' estimate gpt2 --json
 succeeds '"fits": null' estimate gpt2 --json
@@ -39,6 +57,22 @@ exits 1 estimate llama-2-7b --gpu rtx-4090
 grep -q 'does not fit on rtx-4090' "$TMP/out" && ok || bad "no 'does not fit' verdict: $(tail -1 "$TMP/out")"
 exits 0 estimate gpt2 --gpu rtx-4090
 grep -q '^fits on rtx-4090' "$TMP/out" && ok || bad "no 'fits' verdict: $(tail -1 "$TMP/out")"
+# The verdict is the high end's: a GPU between the estimate and the high end of its range
+# does not fit (exit 1), and the text says the estimate itself would.
+run estimate llama-3.2-1b --weights bf16 --method lora --json
+read -r between above < <(python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["peak"]
+mib = 2**20
+print((p["device_bytes"] + p["device_range"]["high"]) // 2 // mib, p["device_range"]["high"] // mib + 1)' "$TMP/out")
+exits 1 estimate llama-3.2-1b --weights bf16 --method lora --gpu "${between}MiB"
+grep -q '^does not fit on the GPU (.*) at the high end, .*: .* short; the estimate itself, .*, fits' "$TMP/out" && ok ||
+  bad "no high-end verdict: $(tail -1 "$TMP/out")"
+exits 1 estimate llama-3.2-1b --weights bf16 --method lora --gpu "${between}MiB" --json
+grep -q '"fits": false' "$TMP/out" && ok || bad "--json fits is not false between the estimate and the high end"
+exits 0 estimate llama-3.2-1b --weights bf16 --method lora --gpu "${above}MiB"
+grep -q '^fits on the GPU (.*) even at the high end, .*: .* to spare$' "$TMP/out" && ok ||
+  bad "no fit at the high end: $(tail -1 "$TMP/out")"
 # More memory never makes a setup need less: batch 8 peaks above batch 1.
 run estimate llama-3.2-1b --weights bf16 --batch 1 --json
 one=$(grep -o '"device_bytes": [0-9]*' "$TMP/out" | grep -o '[0-9]*$')
@@ -76,6 +110,14 @@ fails 2 "^vramfit estimate: unknown model 'nosuchmodel'" estimate nosuchmodel
 fails 2 '^vramfit estimate: MODEL is missing' estimate
 fails 2 "^vramfit estimate: unknown option '--bogus'; see 'vramfit estimate --help'$" estimate gpt2 --bogus
 fails 2 '^vramfit estimate: --batch needs a value$' estimate gpt2 --batch
+# A copy of data/ (VRAMFIT_DATA_DIR) with a broken or no uncertainty file: one line, exit 2.
+cp -r "$SRC/data" "$TMP/data"
+printf '{"groups": [' >"$TMP/data/uncertainty.json"
+VRAMFIT_DATA_DIR=$TMP/data fails 2 '^vramfit estimate: uncertainty.json:1:[0-9]+: invalid JSON' estimate gpt2
+printf '{"groups": []}' >"$TMP/data/uncertainty.json"
+VRAMFIT_DATA_DIR=$TMP/data fails 2 '^vramfit estimate: uncertainty.json: no group for every setup' estimate gpt2
+rm "$TMP/data/uncertainty.json"
+VRAMFIT_DATA_DIR=$TMP/data fails 2 '^vramfit estimate: uncertainty.json: missing from the data folder' estimate gpt2
 # --gpu auto without a driver: the environment lacks something, exit 3.
 VRAMFIT_NVML=$TMP/no-such-libnvidia-ml.so fails 3 'cannot load the NVML library' estimate gpt2 --gpu auto
 

@@ -25,8 +25,14 @@ for c in [d["recommended"]] + tiers:
     assert c["batch"] * c["accumulation"] * 4 == 128, c
     assert c["peak_device_bytes"] <= 0.97 * d["capacity_bytes"]
     assert c["seq"] == 2048 and c["tokens_per_second"] > 0
+    r = c["peak_device_range"]
+    assert r["low"] < c["peak_device_bytes"] < r["high"], r
+# safe and balanced hold the high end of the range to their budget, aggressive the estimate
+for name, c in d["tiers"].items():
+    held = c["peak_device_bytes"] if name == "aggressive" else c["peak_device_range"]["high"]
+    assert held <= c["budget_bytes"], (name, held, c["budget_bytes"])
 assert d["recommended"] == d["tiers"]["balanced"]
-assert d["recommended"]["peak_device_bytes"] <= 0.90 * d["capacity_bytes"]
+assert d["recommended"]["peak_device_range"]["high"] <= 0.90 * d["capacity_bytes"]
 peaks = [c["peak_device_bytes"] for c in tiers]
 assert peaks == sorted(peaks), peaks
 assert d["changes"] and all(isinstance(s, str) for s in d["changes"])
@@ -78,7 +84,7 @@ optim: adamw_torch
 learning_rate: 2.0e-4
 YAML
 cp "$TMP/train.yaml" "$TMP/train.orig"
-"$VRAMFIT" plan llama-3.1-8b --weights bf16 --amp bf16 --method lora --batch 8 --accumulation 4 \
+"$VRAMFIT" plan mistral-7b --weights bf16 --amp bf16 --method lora --batch 8 --accumulation 4 \
   --gpu rtx-4090 --keep seq,capacity,optimizer --json >"$TMP/plan.json"
 (cd "$TMP" && "$VRAMFIT" apply train.yaml --plan plan.json --dry-run) >"$TMP/diff" 2>"$TMP/err"
 rc=$?

@@ -47,6 +47,7 @@ static void columns(char **f, int n, const char *const *names, int nnames, int *
   }
 }
 
+/* Fills c from a row: 0, 1 to leave the row out, -1 for a bad row. */
 typedef int (*row_fn)(char **f, int n, const int *idx, struct acc_case *c);
 
 static int read_tsv(const char *path, const char *const *names, int nnames, row_fn fill,
@@ -64,7 +65,9 @@ static int read_tsv(const char *path, const char *const *names, int nnames, row_
     }
     if (n == 1 && !f[0][0]) continue;
     struct acc_case *c;
-    if (grow(s, &c) || fill(f, n, idx, c)) {
+    int filled = grow(s, &c) ? -1 : fill(f, n, idx, c);
+    if (filled > 0) s->n--;
+    if (filled < 0) {
       snprintf(err, size, "%s:%d: expected %d tab-separated columns (%s, ...)", path, row, nnames, names[0]);
       rc = -1;
     }
@@ -131,8 +134,9 @@ int acc_read_published(const char *path, struct acc_set *s, char *err, size_t si
   return rc ? rc : assign_releases(ACC_RELEASES_FILE, s, first, err, size);
 }
 
-static const char *const traced_cols[] = {"id", "model", "family", "framework", "framework_version",
-                                          "torch", "args", "allocated_bytes", "phase"};
+static const char *const traced_cols[] = {"id", "model", "family", "framework", "framework_version", "torch",
+                                          "args", "allocated_bytes", "reserved_bytes", "phase", "seconds"};
+enum { TRACED_COLS = sizeof traced_cols / sizeof *traced_cols };
 
 static int traced_row(char **f, int n, const int *idx, struct acc_case *c) {
   char bytes[64];
@@ -145,7 +149,23 @@ static int traced_row(char **f, int n, const int *idx, struct acc_case *c) {
 }
 
 int acc_read_traced(const char *path, struct acc_set *s, char *err, size_t size) {
-  return read_tsv(path, traced_cols, 9, traced_row, s, err, size);
+  return read_tsv(path, traced_cols, TRACED_COLS, traced_row, s, err, size);
+}
+
+/* A row's reserved peak as replayed, compared with peak.reserved_bytes; rows without one
+ * are left out. */
+static int replayed_row(char **f, int n, const int *idx, struct acc_case *c) {
+  char bytes[64];
+  if (field(f, n, idx[0], c->id, sizeof c->id) || field(f, n, idx[1], c->model, sizeof c->model) ||
+      field(f, n, idx[6], c->args, sizeof c->args))
+    return -1;
+  snprintf(c->kind, sizeof c->kind, "replayed");
+  c->measured = field(f, n, idx[8], bytes, sizeof bytes) ? 0 : strtod(bytes, NULL);
+  return c->measured > 0 ? 0 : 1;
+}
+
+static int read_replayed(const char *path, struct acc_set *s, char *err, size_t size) {
+  return read_tsv(path, traced_cols, TRACED_COLS, replayed_row, s, err, size);
 }
 
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
@@ -155,17 +175,27 @@ static int tsv_file(const struct dirent *e) {
   return n > 4 && strcmp(e->d_name + n - 4, ".tsv") == 0;
 }
 
-int acc_read_traced_dir(const char *dir, struct acc_set *s, char *err, size_t size) {
+typedef int (*file_fn)(const char *path, struct acc_set *s, char *err, size_t size);
+
+static int read_dir(const char *dir, file_fn read, struct acc_set *s, char *err, size_t size) {
   struct dirent **list;
   int n = scandir(dir, &list, tsv_file, by_name), rc = 0;
   for (int i = 0; i < n; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, list[i]->d_name);
-    if (!rc) rc = acc_read_traced(path, s, err, size);
+    if (!rc) rc = read(path, s, err, size);
     free(list[i]);
   }
   if (n >= 0) free(list);
   return rc;
+}
+
+int acc_read_traced_dir(const char *dir, struct acc_set *s, char *err, size_t size) {
+  return read_dir(dir, acc_read_traced, s, err, size);
+}
+
+int acc_read_replayed_dir(const char *dir, struct acc_set *s, char *err, size_t size) {
+  return read_dir(dir, read_replayed, s, err, size);
 }
 
 void acc_free(struct acc_set *s) {
@@ -176,7 +206,7 @@ void acc_free(struct acc_set *s) {
 
 /* The field of `estimate --json` that matches what was measured. */
 static const char *field_of(const char *kind) {
-  if (strcmp(kind, "reserved") == 0) return "reserved_bytes";
+  if (strcmp(kind, "reserved") == 0 || strcmp(kind, "replayed") == 0) return "reserved_bytes";
   if (strcmp(kind, "device") == 0) return "device_bytes";
   return "allocated_bytes"; /* allocated, and active (allocated plus pending frees) */
 }
@@ -213,16 +243,31 @@ static char *capture(char **argv, int *status) {
   return out;
 }
 
+/* Splits a case's args into words (in buf, a copy) appended to argv from n; returns the new
+ * count. */
+static int words(const struct acc_case *c, char *buf, char **argv, int n) {
+  snprintf(buf, sizeof c->args, "%s", c->args);
+  for (char *save, *w = strtok_r(buf, " \t", &save); w && n < MAX_ARGS; w = strtok_r(NULL, " \t", &save))
+    argv[n++] = w;
+  return n;
+}
+
+const char *acc_arg(const struct acc_case *c, const char *flag, char *out, size_t size) {
+  char buf[sizeof c->args], *argv[MAX_ARGS];
+  int n = words(c, buf, argv, 0);
+  for (int i = 0; i + 1 < n; i++)
+    if (strcmp(argv[i], flag) == 0) return snprintf(out, size, "%s", argv[i + 1]), out;
+  return NULL;
+}
+
 static double estimate_one(const char *vramfit, const struct acc_case *c) {
   char args[sizeof c->args], model[sizeof c->model], *argv[MAX_ARGS + 5];
-  snprintf(args, sizeof args, "%s", c->args);
   snprintf(model, sizeof model, "%s", c->model);
   int n = 0;
   argv[n++] = (char *)vramfit;
   argv[n++] = "estimate";
   argv[n++] = model;
-  for (char *save, *w = strtok_r(args, " \t", &save); w && n < MAX_ARGS; w = strtok_r(NULL, " \t", &save))
-    argv[n++] = w;
+  n = words(c, args, argv, n);
   argv[n++] = "--json";
   argv[n] = NULL;
   int status = -1;

@@ -3,9 +3,10 @@
  *
  * Two corpora: shared/calibration/published.tsv (id, model, args, measured_mib, kind, ...;
  * kind says which peak was measured) and the traced corpus, bench/traced/NAME.tsv (id, model,
- * family, framework, framework_version, torch, args, allocated_bytes, phase; always
- * max_memory_allocated). Each case runs `VRAMFIT estimate MODEL ARGS --json`: args holds
- * every estimate option the case needs. */
+ * family, framework, framework_version, torch, args, allocated_bytes, reserved_bytes, phase,
+ * seconds: max_memory_allocated, and reserved as the traced events replayed through vramfit's
+ * allocator model). Each case runs `VRAMFIT estimate MODEL ARGS --json`: args holds every
+ * estimate option the case needs. */
 #ifndef VF_TEST_ACCURACY_H
 #define VF_TEST_ACCURACY_H
 
@@ -31,7 +32,14 @@ int acc_read_published(const char *path, struct acc_set *s, char *err, size_t si
 int acc_read_traced(const char *path, struct acc_set *s, char *err, size_t size);
 /* Every *.tsv of dir, sorted by name (none: 0 with the set unchanged). */
 int acc_read_traced_dir(const char *dir, struct acc_set *s, char *err, size_t size);
+/* The same files' replayed reserved peaks, as cases of kind "replayed" (compared with
+ * peak.reserved_bytes); rows without one are left out. */
+int acc_read_replayed_dir(const char *dir, struct acc_set *s, char *err, size_t size);
 void acc_free(struct acc_set *s);
+
+/* The word after flag in the case's args ("--method" -> "lora") into out; NULL when the
+ * args do not give flag. */
+const char *acc_arg(const struct acc_case *c, const char *flag, char *out, size_t size);
 
 /* Runs every case through the binary and fills `estimated`. */
 void acc_estimate(const char *vramfit, struct acc_set *s);

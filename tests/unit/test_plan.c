@@ -28,7 +28,7 @@ static struct fixture *setup_for(const char *model, const char *gpu) {
   assert_int_equal(vf_profile_load("hf", NULL, &f->p, &d), 0);
   vf_alloc_conf_default(&f->c);
   assert_int_equal(vf_gpu_lookup(gpu, &f->gpu), 0);
-  f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0};
+  f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0, NULL};
   vf_setup_default(&f->r.base);
   f->r.base.capacity_bytes = f->gpu.capacity_bytes;
   f->r.base.gpu_cc_major = (uint32_t)f->gpu.cc_major;
