@@ -84,3 +84,12 @@ def test_unsupported_setups_are_refused(tmp_path):
         run(tmp_path, grad_ckpt="selective")
     with pytest.raises(Unsupported, match="--gpus 2"):
         Spec.from_json('{"model": "m", "config": "c", "gpus": 2}')
+
+
+def test_list_indices_in_a_checkpoints_recompute(tmp_path):
+    # Falcon's multi-query heads are split with list indices; with checkpointing the
+    # recompute indexes on autograd's device thread (fakecuda._list_indices).
+    config = os.path.join(TINY, "tiny-falcon", "config.json")
+    summary, events = run(tmp_path, config=config, grad_ckpt="full")
+    assert summary["framework"]["name"] == "transformers"
+    assert sum(1 for e in events if e == "p backward") == 2

@@ -181,6 +181,35 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     _tensor_of_tensors(torch)
     _deep_copies_are_clones(torch)
     _subclasses_of_fake_tensors(torch)
+    _list_indices(torch)
+
+
+def _list_indices(torch: Any) -> None:
+    """A list in an index (``t[..., [-2], :]``) becomes an index tensor on the indexed
+    tensor's device, as it does on a GPU. PyTorch builds it on the host and moves it in C++
+    (torch/csrc/utils/tensor_new.cpp ``internal_new_from_data``), and on autograd's device
+    thread, where a backward or a checkpoint's recompute runs, that move misses the fake
+    mode (transformers 5.23 models/falcon/modeling_falcon.py ``_split_heads`` under
+    gradient checkpointing). Each list becomes the host tensor first and then a device
+    tensor by a factory and a copy, which the mode sees on every thread; the same bytes."""
+    original = getattr(torch.Tensor.__getitem__, "vramfit_original", torch.Tensor.__getitem__)
+
+    def as_tensor(index: Any, device: Any) -> Any:
+        if not isinstance(index, list):
+            return index
+        host = torch.tensor(index, device="cpu")
+        return torch.empty(host.shape, dtype=host.dtype, device=device).copy_(host)
+
+    def getitem(self: Any, index: Any) -> Any:
+        if self.device.type == "cuda":
+            if isinstance(index, tuple) and any(isinstance(i, list) for i in index):
+                index = tuple(as_tensor(i, self.device) for i in index)
+            elif isinstance(index, list):
+                index = as_tensor(index, self.device)
+        return original(self, index)
+
+    getitem.vramfit_original = original  # type: ignore[attr-defined]
+    torch.Tensor.__getitem__ = getitem
 
 
 def _tensor_of_tensors(torch: Any) -> None:
