@@ -88,3 +88,22 @@ def test_embedding_backward_sorts_above_3072_indices():
     temps = rules._embedding_backward((grad, idx, 128256), None)
     assert temps[-1] == (1638 + 16384) * 4096 * 4
     assert rules._embedding_backward((grad[:3072], idx[:3072], 128256), None) == []
+
+
+@pytest.fixture()
+def fake_with_kernels():
+    t = Tracker(kernels=rules.KERNELS)
+    fakecuda.install(fakecuda.DeviceFacts("test", (9, 0), 80 << 30), t.memory, t.empty_cache)
+    with fakecuda.fake_mode(), t:
+        yield t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_in_any_dtype_makes_its_output_only(fake_with_kernels, dtype):
+    a = torch.empty(64, 32, device="cuda", dtype=dtype)
+    b = torch.empty(4, 32, 16, device="cuda", dtype=dtype)
+    offs = torch.empty(4, device="cuda", dtype=torch.int32)
+    before = fake_with_kernels.current
+    out = torch._grouped_mm(a, b, offs)
+    assert out.dtype == dtype and out.shape == (64, 16)
+    assert fake_with_kernels.current - before == rules.rnd(64 * 16 * dtype.itemsize, 512)

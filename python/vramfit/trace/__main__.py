@@ -61,7 +61,8 @@ def trace(spec: Spec, events_path: str) -> dict:
     buffers = rules.KernelBuffers(rules.cublas_workspace_bytes(spec.gpu.capability))
     # A batch of one, or of fixed lengths, has no padding: its attention mask is all ones.
     full_masks = spec.lengths == "fixed" or spec.batch == 1
-    tracker = Tracker(Hints(full_masks=full_masks), after_op=buffers.after_op)
+    tracker = Tracker(Hints(full_masks=full_masks), after_op=buffers.after_op,
+                      kernels=rules.KERNELS)
     fakecuda.install(fakecuda.DeviceFacts(spec.gpu.name, spec.gpu.capability,
                                           spec.gpu.total_bytes),
                      tracker.memory, tracker.empty_cache)

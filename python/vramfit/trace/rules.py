@@ -28,6 +28,12 @@ caching allocator sees for most CUDA kernels too. The exceptions, each with its 
    its fake kernel gives the output only, while on CUDA, beyond the rows its own kernel
    serves, it dequantizes the weight into a buffer of the input's dtype and calls
    ``F.linear`` (``_dequant_linear_fallback``).
+5. **Grouped matmul in any dtype.** ``_grouped_mm``'s meta kernel refuses inputs other
+   than bf16 (torch/_meta_registrations.py ``_meta_grouped_mm_common``), while the CUDA
+   kernel takes its fast path for bf16 and otherwise ``_grouped_mm_fallback``, an mm per
+   group written into the one output tensor (aten/src/ATen/native/cuda/GroupedBlas.cpp
+   ``_grouped_mm_cuda``): transformers' MoE experts in fp32 (integrations/moe.py) run on
+   a GPU. ``KERNELS`` answers it with the output only, in the dtype CUDA gives it.
 """
 from __future__ import annotations
 
@@ -322,6 +328,25 @@ class KernelBuffers:
             self.transient += len(ids)
             for sid in ids:
                 tracker.release(sid)
+
+
+# ---- rule 5: grouped matmul ---------------------------------------------------------------
+def _grouped_mm(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, b = args[0], args[1]
+    # _resolve_grouped_mm_out_dtype: the one asked for, else the inputs'
+    out_dtype = kwargs.get("out_dtype", args[4] if len(args) > 4 else None) or a.dtype
+    if a.dtype == b.dtype == out_dtype == torch.bfloat16:
+        return func(*args, **kwargs)
+    # The meta kernel on bf16 copies gives the output's shape; the tracker sees only the
+    # output, in its own dtype, as the fallback allocates it.
+    tensors = {k: v for k, v in kwargs.items() if k != "out_dtype"}
+    bf16 = [x.to(torch.bfloat16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in (*args[:4], *tensors.values())]
+    out = func(*bf16[:min(len(args), 4)], **dict(zip(tensors, bf16[min(len(args), 4):])))
+    return out.to(out_dtype)
+
+
+KERNELS: dict[Any, Callable[..., Any]] = {aten._grouped_mm.default: _grouped_mm}
 
 
 # ---- installation --------------------------------------------------------------------------

@@ -82,11 +82,16 @@ class Tracker(TorchDispatchMode):
     (empty_cache) events for storages on the CUDA device."""
 
     def __init__(self, hints: Hints | None = None,
-                 after_op: Callable[[Any, tuple, dict, Any, "Tracker"], None] | None = None) -> None:
+                 after_op: Callable[[Any, tuple, dict, Any, "Tracker"], None] | None = None,
+                 kernels: dict[Any, Callable[..., Any]] | None = None) -> None:
+        """after_op: called after every op (kernel buffers); kernels: ops to answer with
+        another function of (func, args, kwargs), whose own intermediate tensors are not
+        seen (a CUDA kernel that makes only its output where the meta kernel differs)."""
         super().__init__()
         self.events: list[tuple] = []
         self.hints = hints or Hints()
         self.after_op = after_op
+        self.kernels = kernels or {}
         self._ids: dict[int, int] = {}
         self._next = 1
         self._lock = threading.Lock()
@@ -214,7 +219,8 @@ class Tracker(TorchDispatchMode):
                 return func(*args, **kwargs)
             except Exception:  # data-dependent: FakeTensorMode cannot know
                 return self._scalar(func, args)
-        out = func(*args, **kwargs)
+        kernel = self.kernels.get(func)
+        out = kernel(func, args, kwargs) if kernel else func(*args, **kwargs)
         for t in tree_flatten(out)[0]:
             self._see(t)
         self._hint(func, args, out)

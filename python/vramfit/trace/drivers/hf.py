@@ -108,7 +108,10 @@ def _build(spec: Spec, run: Run) -> Any:
                                task_type={"causal-lm": "CAUSAL_LM",
                                           "seq-classification": "SEQ_CLS",
                                           "masked-lm": None}[spec.task])
-        model = peft.get_peft_model(model, lora)
+        try:
+            model = peft.get_peft_model(model, lora)
+        except ValueError as e:  # PEFT refuses the configuration (tuners/lora/layer.py)
+            raise Unsupported(f"PEFT {peft.__version__} refuses this LoRA: {e}") from e
     run.note(f"{model.__class__.__name__} {config.model_type}, "
              f"attention {model.config._attn_implementation}")
     return model
