@@ -6,6 +6,9 @@
  *   id model family framework framework_version torch args allocated_bytes
  *   reserved_bytes phase seconds
  *
+ * family is the model's config.json model_type (qwen2, gemma2, mistral, phi3...): the
+ * catalogue's families group architectures (Qwen2.5 and Mistral are llama there).
+ *
  * A setup that fails to trace is reported with the tracer's last line and left out.
  * Exit 1 when any failed.
  *
@@ -84,7 +87,7 @@ static int trace(const char *bin, const char *id, const char *model, const char 
   }
   snprintf(framework, fw_size, "%s", json_string_value(json_object_get(fw, "name")));
   snprintf(line, size, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%lld\t%lld\t%s\t%.1f\n", id, model,
-           json_string_value(json_object_get(json_object_get(root, "model"), "family")), framework,
+           json_string_value(json_object_get(json_object_get(root, "model"), "model_type")), framework,
            json_string_value(json_object_get(fw, "version")), json_string_value(json_object_get(root, "torch")),
            args, (long long)json_integer_value(json_object_get(t, "allocated_bytes")),
            (long long)json_integer_value(json_object_get(t, "reserved_bytes")),

@@ -67,3 +67,73 @@ for m in qwen2.5-0.5b llama-3.2-1b mistral-7b; do
   row hf "$m" --weights bf16 --method lora --batch 32 --seq 256 --lengths varied --accumulation 2
   row hf "$m" --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o,gate,up,down,head --batch 1 --seq 2048
 done
+
+# ---- litgpt: the fine-tuning scripts' main() on Fabric (litgpt 0.5) ------------------------
+# One GPU: no activation checkpointing (the scripts checkpoint only under FSDP) and SDPA.
+for m in tinyllama-1.1b llama-3.2-1b llama-3.2-3b qwen2.5-0.5b gemma-2b gemma-2-2b phi-2 \
+  phi-3-mini-4k-instruct pythia-1b stablelm-base-alpha-3b falcon-7b mistral-7b llama-3.1-8b qwen2.5-7b; do
+  row litgpt "$m" --weights bf16 --batch 1 --seq 512
+  row litgpt "$m" --weights bf16 --method lora --lora-r 16 --batch 2 --seq 1024
+  row litgpt "$m" --weights bf16 --method qlora --quant nf4 --lora-r 32 --batch 1 --seq 2048
+  row litgpt "$m" --weights bf16 --method adapter --batch 4 --seq 512
+done
+for m in tinyllama-1.1b llama-3.2-1b qwen2.5-0.5b pythia-1b; do
+  row litgpt "$m" --weights fp32 --batch 2 --seq 256
+  row litgpt "$m" --weights fp32 --amp bf16 --method lora --batch 4 --seq 512
+  row litgpt "$m" --weights bf16 --method adapter-v2 --batch 2 --seq 1024
+  row litgpt "$m" --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o,gate,up,down,head --batch 8 --seq 256
+  row litgpt "$m" --weights bf16 --method lora --batch 1 --seq 8192
+done
+for opt in sgd adafactor adamw-8bit lion; do
+  row litgpt llama-3.2-1b --weights bf16 --optimizer $opt --batch 2 --seq 1024
+done
+for m in llama-3.2-1b phi-2 mistral-7b; do
+  row litgpt "$m" --weights bf16 --method lora --batch 16 --seq 256 --lengths varied --accumulation 2
+  row litgpt "$m" --weights bf16 --method qlora --quant nf4-dq --lora-r 64 --lora-targets all-linear --batch 4 --seq 1024
+done
+
+# ---- torchtune: the single-device recipes' setup() and train() (torchtune 0.6) -------------
+for m in llama-3.2-1b llama-3.2-3b qwen2.5-0.5b qwen2.5-1.5b gemma-2b gemma-2-2b phi-3-mini-4k-instruct \
+  mistral-7b llama-3.1-8b qwen2.5-7b; do
+  row torchtune "$m" --weights bf16 --batch 2 --seq 512 --grad-ckpt full
+  row torchtune "$m" --weights bf16 --method lora --lora-r 8 --lora-targets q,v --batch 2 --seq 1024 --grad-ckpt full
+  row torchtune "$m" --weights bf16 --method lora --lora-r 64 --lora-targets q,k,v,o,gate,up,down --batch 4 --seq 512
+  row torchtune "$m" --weights bf16 --method qlora --quant nf4-dq --lora-r 8 --lora-targets q,k,v,o,gate,up,down --batch 2 --seq 2048 --grad-ckpt full
+  row torchtune "$m" --weights bf16 --method dora --lora-targets q,v --batch 1 --seq 1024
+done
+for m in llama-3.2-1b qwen2.5-0.5b gemma-2b; do
+  row torchtune "$m" --weights bf16 --batch 8 --seq 256 --accumulation 4
+  row torchtune "$m" --weights fp32 --batch 1 --seq 512
+  row torchtune "$m" --weights bf16 --method lora --batch 1 --seq 8192 --grad-ckpt full
+  row torchtune "$m" --weights bf16 --method lora --batch 16 --seq 128 --lengths varied
+  row torchtune "$m" --weights bf16 --batch 4 --seq 1024 --grad-ckpt full --offload activations
+done
+for opt in sgd adafactor adamw-8bit; do
+  row torchtune llama-3.2-1b --weights bf16 --optimizer $opt --batch 2 --seq 1024
+done
+
+# ---- lightning: a LightningModule around a transformers model, Lightning's Trainer ---------
+for m in gpt2 gpt2-medium pythia-1b qwen2.5-0.5b qwen2.5-1.5b tinyllama-1.1b llama-3.2-1b gemma-2b \
+  phi-2 mistral-7b llama-3.1-8b; do
+  row lightning "$m" --weights bf16 --batch 2 --seq 512
+  row lightning "$m" --weights fp32 --amp bf16 --batch 4 --seq 256
+  row lightning "$m" --weights bf16 --method lora --lora-r 16 --batch 2 --seq 1024 --grad-ckpt full
+  row lightning "$m" --weights fp32 --amp bf16 --method lora --lora-targets all-linear --batch 1 --seq 2048
+done
+for m in gpt2 qwen2.5-0.5b llama-3.2-1b; do
+  row lightning "$m" --weights fp32 --batch 2 --seq 512
+  row lightning "$m" --weights fp32 --amp fp16 --batch 8 --seq 256
+  row lightning "$m" --weights bf16 --method dora --batch 2 --seq 512
+  row lightning "$m" --weights bf16 --batch 16 --seq 128 --accumulation 4
+  row lightning "$m" --weights bf16 --batch 8 --seq 512 --lengths varied
+  row lightning "$m" --weights bf16 --batch 2 --seq 1024 --attention eager
+done
+for m in bert-base-uncased roberta-large; do
+  for task in seq-classification masked-lm; do
+    row lightning "$m" --task $task --batch 16 --seq 256
+    row lightning "$m" --task $task --weights fp32 --amp bf16 --method lora --lora-targets q,k,v,o --batch 32 --seq 128
+  done
+done
+for opt in sgd-momentum adafactor none; do
+  row lightning llama-3.2-1b --weights bf16 --optimizer $opt --batch 4 --seq 512
+done

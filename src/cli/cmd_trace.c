@@ -189,8 +189,9 @@ static json_t *result_json(const struct trace_args *a, const struct setup_contex
     json_object_set_new(breakdown, vf_category_name((enum vf_category)k), json_integer((json_int_t)r->by_category[k]));
   json_t *fw = json_object_get(t->summary, "framework");
   json_t *o = json_object();
-  json_object_set_new(o, "model", json_pack("{s:s, s:s}", "name", c->model.name, "family",
-                                            vf_family_name(c->model.arch.family)));
+  json_object_set_new(o, "model", json_pack("{s:s, s:s, s:s}", "name", c->model.name, "family",
+                                            vf_family_name(c->model.arch.family), "model_type",
+                                            c->model.arch.model_type));
   json_object_set_new(o, "traced", json_pack("{s:I, s:I, s:s, s:o, s:o, s:I}", "allocated_bytes",
                                              (json_int_t)r->allocated_peak, "reserved_bytes",
                                              (json_int_t)r->reserved_peak, "phase", phase_of(t, r->peak_phase),
