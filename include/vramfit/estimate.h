@@ -87,6 +87,7 @@ struct vf_profile {
   bool quantize_head;      /* the output head is quantized along with the blocks */
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
+  bool zero_grad_before_backward; /* zero_grad() runs after the next forward, not the step */
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */

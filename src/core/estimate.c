@@ -73,6 +73,7 @@ struct ctx {
   struct saved *sv; /* per replayed layer, plus the head */
   struct grads grads;
   bool grads_kept; /* gradients of the previous micro batch are still there */
+  struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -940,6 +941,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
   drop_graph(x);
   give(x, input);
+  give_all(x, &x->stale);
   mark(x, ST_HEAD_BACKWARD);
   cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
@@ -966,7 +968,13 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* zero_grad(set_to_none=False), torch's default before 2.0, zeroes them in place. */
   x->grads_kept = !x->p->zero_grad_frees;
   if (x->grads_kept) return;
-  give_all(x, g);
+  if (!x->p->zero_grad_before_backward) {
+    give_all(x, g);
+    return;
+  }
+  /* Lightning's closure frees them only after the next forward and loss. */
+  for (size_t i = 0; i < g->n; i++) grad_push(x, &x->stale, g->id[i]);
+  g->n = 0;
 }
 
 /* ---- Replay ---- */
@@ -1072,7 +1080,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->layers = layers;
   x->grads_kept = x->states_made = false;
   x->held_logits = 0;
-  x->graph.n = 0;
+  x->graph.n = x->stale.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1258,6 +1266,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.unsharded);
   free(x.grads.id);
   free(x.graph.id);
+  free(x.stale.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);

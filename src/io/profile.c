@@ -68,6 +68,7 @@ static const struct field fields[] = {
     FIELD("quantize_head", F_BOOL, quantize_head),
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
+    FIELD("zero_grad_before_backward", F_BOOL, zero_grad_before_backward),
     FIELD("fsdp_no_sync", F_BOOL, fsdp_no_sync),
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),

@@ -629,6 +629,19 @@ static void test_full_load(void **state) {
   assert_in_range(gain, whole, whole + 3 * 512);
 }
 
+static void zero_grad_late(struct vf_profile *p, bool on) { p->zero_grad_before_backward = on; }
+static void full(struct vf_setup *s) { s->method = VF_METHOD_FULL; }
+
+/* Lightning's closure zeroes the gradients between training_step and backward: the first
+ * step's gradients (every weight's, fp32) are still there through the second step's forward
+ * and loss, and gone before its backward makes new ones. */
+static void test_zero_grad_before_backward(void **state) {
+  (void)state;
+  int64_t gain = phase_gain(false, "hf", zero_grad_late, full, VF_PHASE_LOSS);
+  assert_in_range(gain, TOY_PARAMS * 4, TOY_PARAMS * 4 + 32 * 512);
+  assert_int_equal(phase_gain(false, "hf", zero_grad_late, full, VF_PHASE_BACKWARD), 0);
+}
+
 /* DoRA keeps, per adapted projection (q and v, 64 x 64), the base weight's copy in the
  * adapter's dtype and two outputs (8 x 64 x 4 bytes each) more than LoRA does; its
  * magnitude vectors (64 each, a 512-byte block) and their AdamW states come on top. */
@@ -692,7 +705,7 @@ int main(void) {
       cmocka_unit_test(test_varied_lengths),   cmocka_unit_test(test_held_logits),
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
-      cmocka_unit_test(test_dora),
+      cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
