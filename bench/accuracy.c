@@ -5,8 +5,13 @@
  * 10%: the ones that would OOM). tests/unit/test_accuracy holds the same figures to the
  * estimator's targets (tests/helpers/accuracy.c is shared).
  *
+ * The traced corpus is also broken down by framework, model family (model_type) and
+ * method, with each group's deepest under-estimate.
+ *
  * usage: bench_accuracy VRAMFIT PUBLISHED_TSV [TRACED_DIR] */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "accuracy.h"
 
@@ -38,6 +43,47 @@ static int print_kinds(const struct acc_set *s, const char *title) {
   return failed;
 }
 
+/* A case's value of one grouping, into out. */
+typedef void (*group_fn)(const struct acc_case *c, char *out, size_t size);
+
+static void by_framework(const struct acc_case *c, char *out, size_t size) {
+  if (!acc_arg(c, "--framework", out, size)) snprintf(out, size, "hf");
+  out[strcspn(out, "@")] = '\0';
+}
+
+static void by_family(const struct acc_case *c, char *out, size_t size) { snprintf(out, size, "%s", c->family); }
+
+static void by_method(const struct acc_case *c, char *out, size_t size) {
+  if (!acc_arg(c, "--method", out, size)) snprintf(out, size, "full");
+}
+
+/* One line per value of the grouping: the allocated peaks' figures of its cases. */
+static void print_groups(const struct acc_set *s, const char *title, group_fn group) {
+  printf("\n%-22s %5s %12s %12s %14s  %s\n", title, "cases", "median |err|", "p90 |err|", "under by >10%",
+         "deepest under");
+  struct acc_set sub = {.v = malloc(s->n * sizeof *s->v)};
+  char seen[64][32];
+  size_t nseen = 0;
+  for (size_t i = 0; sub.v && i < s->n && nseen < 64; i++) {
+    char value[32], other[32];
+    group(&s->v[i], value, sizeof value);
+    size_t k = 0;
+    while (k < nseen && strcmp(seen[k], value) != 0) k++;
+    if (k < nseen) continue;
+    snprintf(seen[nseen++], sizeof seen[0], "%s", value);
+    sub.n = 0;
+    for (size_t j = i; j < s->n; j++) {
+      group(&s->v[j], other, sizeof other);
+      if (strcmp(other, value) == 0) sub.v[sub.n++] = s->v[j];
+    }
+    struct acc_stats st;
+    acc_stats_of(&sub, "allocated", &st);
+    printf("%-22s %5d %11.1f%% %11.1f%% %14d  %+.1f%% %s\n", value, st.n, 100 * st.median, 100 * st.p90, st.under10,
+           100 * st.worst_under, st.worst_id ? st.worst_id : "");
+  }
+  free(sub.v);
+}
+
 static int run(const char *vramfit, struct acc_set *s, const char *title) {
   acc_estimate(vramfit, s);
   print_cases(s);
@@ -62,6 +108,9 @@ int main(int argc, char **argv) {
   if (traced.n) {
     printf("\n");
     failed += run(argv[1], &traced, "traced corpus: kind");
+    print_groups(&traced, "traced: framework", by_framework);
+    print_groups(&traced, "traced: family", by_family);
+    print_groups(&traced, "traced: method", by_method);
   }
   acc_free(&published);
   acc_free(&traced);

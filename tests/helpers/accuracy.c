@@ -141,7 +141,8 @@ enum { TRACED_COLS = sizeof traced_cols / sizeof *traced_cols };
 static int traced_row(char **f, int n, const int *idx, struct acc_case *c) {
   char bytes[64];
   if (field(f, n, idx[0], c->id, sizeof c->id) || field(f, n, idx[1], c->model, sizeof c->model) ||
-      field(f, n, idx[6], c->args, sizeof c->args) || field(f, n, idx[7], bytes, sizeof bytes))
+      field(f, n, idx[2], c->family, sizeof c->family) || field(f, n, idx[6], c->args, sizeof c->args) ||
+      field(f, n, idx[7], bytes, sizeof bytes))
     return -1;
   snprintf(c->kind, sizeof c->kind, "allocated");
   c->measured = strtod(bytes, NULL);

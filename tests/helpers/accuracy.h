@@ -18,6 +18,7 @@ struct acc_case {
   double measured;  /* bytes */
   double estimated; /* bytes; < 0 when vramfit gave no estimate */
   char release[64]; /* published cases: the --framework NAME@RELEASE it was measured with */
+  char family[32];  /* traced cases: the model's model_type (qwen2, gemma2, ...) */
 };
 
 struct acc_set {

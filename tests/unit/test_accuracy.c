@@ -87,8 +87,8 @@ static void traced_corpus_when_present(void **state) {
 static void limits_bite(void **state) {
   (void)state;
   struct acc_case cases[] = {
-      {"a", "m", "allocated", "", 100, 101, ""}, {"b", "m", "allocated", "", 100, 98, ""},
-      {"c", "m", "allocated", "", 100, 89, ""}, /* 11% under */
+      {"a", "m", "allocated", "", 100, 101, "", ""}, {"b", "m", "allocated", "", 100, 98, "", ""},
+      {"c", "m", "allocated", "", 100, 89, "", ""}, /* 11% under */
   };
   struct acc_set s = {cases, 3};
   struct acc_stats st;
