@@ -23,12 +23,16 @@ enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_AC
 /* Whether batches all have --seq tokens per sample (packed or fixed-length data) or are
  * padded to their own longest sample, so that their lengths vary from step to step. */
 enum vf_lengths { VF_LENGTHS_DEFAULT, VF_LENGTHS_FIXED, VF_LENGTHS_VARIED };
+/* Whether the run validates: a forward under no_grad over a batch of the micro batch's
+ * size after the training steps, with the optimizer's states still there. */
+enum vf_eval { VF_EVAL_DEFAULT, VF_EVAL_NO, VF_EVAL_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
-                    VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS };
+                    VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS,
+                    VF_ENUM_EVAL };
 const char *vf_enum_name(enum vf_enum_kind kind, int value);
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -92,6 +96,7 @@ struct vf_profile {
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
+  bool validates;          /* the stock training loop runs validation between steps */
 };
 
 struct vf_setup {
@@ -107,6 +112,7 @@ struct vf_setup {
   enum vf_ckpt grad_ckpt;
   enum vf_attention attention;
   enum vf_lengths lengths;
+  enum vf_eval eval;
   uint64_t gpus, tp, pp, cp;
   enum vf_shard shard;
   uint32_t offload; /* VF_OFFLOAD_* bits */
@@ -133,7 +139,7 @@ enum vf_category { VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER, VF_CAT_AC
 const char *vf_category_name(enum vf_category c);
 
 enum vf_phase { VF_PHASE_LOAD, VF_PHASE_FORWARD, VF_PHASE_LOSS, VF_PHASE_BACKWARD,
-                VF_PHASE_OPTIMIZER, VF_PHASE_COUNT };
+                VF_PHASE_OPTIMIZER, VF_PHASE_EVAL, VF_PHASE_SAVE, VF_PHASE_COUNT };
 const char *vf_phase_name(enum vf_phase p);
 
 struct vf_estimate {
@@ -142,6 +148,7 @@ struct vf_estimate {
   enum vf_attention attention;
   uint64_t accumulation;
   enum vf_lengths lengths;
+  enum vf_eval eval; /* whether the run validates after its steps */
   uint64_t allocated_peak, reserved_peak, device_peak;
   enum vf_phase peak_phase;
   /* At the allocated peak: live tensor bytes per category; then the allocator's cached and

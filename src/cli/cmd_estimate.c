@@ -1,4 +1,4 @@
-/* vramfit estimate MODEL [options]: peak GPU memory of one training step. */
+/* vramfit estimate MODEL [options]: peak GPU memory of the training run. */
 #include <string.h>
 
 #include "cli/history_cli.h"
@@ -7,7 +7,8 @@
 
 static const char usage[] =
     "usage: vramfit estimate MODEL [options]\n\n"
-    "Peak GPU memory of one training step (the second: optimizer states exist), as\n"
+    "Peak GPU memory of the training run (loading the weights, two optimizer steps,\n"
+    "validation where the run validates, saving the checkpoint), as\n"
     "torch.cuda.max_memory_allocated(), max_memory_reserved() and nvidia-smi see it,\n"
     "with a breakdown at the peak.\n\n"
     "  --batch N            micro batch per GPU (1)\n"
@@ -15,6 +16,9 @@ static const char usage[] =
     "  --lengths L          fixed (every batch --seq long: packed or fixed-length data) |\n"
     "                       varied (each batch padded to its longest sample; the caching\n"
     "                       allocator then reserves more) (the framework's recipes)\n"
+    "  --eval E             yes | no: the run validates (a no_grad forward over a batch of the\n"
+    "                       micro batch's size, optimizer states alive) (the framework's loop:\n"
+    "                       litgpt's scripts and Megatron validate, the others do not)\n"
     "  --accumulation N     micro batches per optimizer step; gradients persist between them\n"
     "                       (the framework's stock recipes: litgpt 4, torchtune 8, the others 1)\n"
     "  --task T             causal-lm | seq-classification | masked-lm\n"
@@ -120,22 +124,24 @@ static json_t *estimate_json(const struct vf_model *m, const struct shown *shown
   json_object_set_new(breakdown, "allocator_slack", json_integer((json_int_t)e->allocator_slack));
   json_object_set_new(breakdown, "runtime", json_integer((json_int_t)(e->by_category[VF_CAT_RUNTIME] + e->context)));
   json_t *timeline = json_array();
-  for (int ph = VF_PHASE_LOAD; ph < VF_PHASE_COUNT; ph++)
+  for (int ph = VF_PHASE_LOAD; ph < VF_PHASE_COUNT; ph++) {
+    if (ph == VF_PHASE_EVAL && e->eval != VF_EVAL_YES) continue; /* a phase the run does not have */
     json_array_append_new(timeline, json_pack("{s:s, s:I, s:I}", "phase", vf_phase_name((enum vf_phase)ph),
                                               "allocated_bytes", (json_int_t)e->phase_allocated[ph],
                                               "reserved_bytes", (json_int_t)e->phase_reserved[ph]));
+  }
   json_t *o = json_object();
   json_object_set_new(o, "model", json_pack("{s:s, s:I, s:I}", "name", m->name, "params", (json_int_t)e->params,
                                             "trainable_params", (json_int_t)e->trainable_params));
   json_object_set_new(o, "peak", peak_json(shown));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
-  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:o}", "framework", p->name,
+  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:b, s:o}", "framework", p->name,
                                               "framework_release", p->release, "torch", p->torch, "attention",
                                               vf_enum_name(VF_ENUM_ATTENTION, e->attention),
                                               "accumulation", (json_int_t)e->accumulation, "lengths",
-                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths), "notes",
-                                              version_notes(r, p)));
+                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths), "eval",
+                                              e->eval == VF_EVAL_YES, "notes", version_notes(r, p)));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
   return o;
@@ -198,9 +204,10 @@ static void estimate_text(const struct vf_model *m, const struct shown *shown, c
   cli_group_digits(e->params, total, sizeof total);
   cli_group_digits(e->trainable_params, trainable, sizeof trainable);
   printf("%s: %s parameters, %s trainable\n", m->name, total, trainable);
-  printf("%s %s (torch %s): %s attention, %llu micro batch%s per optimizer step, %s lengths\n", p->name,
+  printf("%s %s (torch %s): %s attention, %llu micro batch%s per optimizer step, %s lengths%s\n", p->name,
          p->release, p->torch, vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
-         e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths));
+         e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths),
+         e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
   json_t *notes = version_notes(r, p), *note;
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));

@@ -322,6 +322,10 @@ int cmd_trace(int argc, char **argv) {
   int code = parse_args(argc, argv, &a);
   if (code) return code < 0 ? EXIT_OK : code;
   struct setup_context ctx;
+  /* The traced loop validates where the framework's own does (litgpt's scripts). */
+  if (a.r.setup.eval != VF_EVAL_DEFAULT)
+    return cli_usage_error("trace", "--eval: the tracer validates as the framework's loop does (litgpt's "
+                                    "scripts do, the others do not); --eval is the estimator's");
   if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
   a.attention = a.r.setup.attention;
   vf_setup_resolve(&a.r.setup, &ctx.model, &ctx.profile);

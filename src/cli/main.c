@@ -13,7 +13,7 @@ struct command {
 static const struct command commands[] = {
     {"models", cmd_models, "list the built-in model catalogue"},
     {"inspect", cmd_inspect, "describe a model: parameters, dtypes, tensors"},
-    {"estimate", cmd_estimate, "peak GPU memory of one training step"},
+    {"estimate", cmd_estimate, "peak GPU memory of the training run"},
     {"plan", cmd_plan, "the best setting that fits a GPU"},
     {"apply", cmd_apply, "write settings into training config files"},
     {"gpus", cmd_gpus, "list GPUs (NVML) or the GPU catalogue"},

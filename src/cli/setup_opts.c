@@ -90,6 +90,10 @@ static int parse_choice(struct setup_request *r, int c, const char *arg) {
     rc = parse_enum(r, "--lengths", VF_ENUM_LENGTHS, arg, &v);
     s->lengths = (enum vf_lengths)v;
     return rc;
+  case O_EVAL:
+    rc = parse_enum(r, "--eval", VF_ENUM_EVAL, arg, &v);
+    s->eval = (enum vf_eval)v;
+    return rc;
   default: /* every setup option is handled here or in setup_option */
     return VF_EINTERNAL;
   }

@@ -84,6 +84,7 @@ struct ctx {
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
   int stage;             /* the pipeline stage replayed: 0 first, 1 last */
+  bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
@@ -134,12 +135,18 @@ static const enum vf_phase stretch_phase[ST_COUNT] = {
 
 /* The replay runs two optimizer steps of at most three micro batches each. */
 #define MICRO_MAX 6
-/* A unit of the extension: the setup, then each micro batch's stretches. */
+/* A unit of the extension: the setup, each micro batch's stretches, the evaluation and
+ * the checkpoint's save. */
 #define UNIT_SETUP 0
-#define UNITS (1 + MICRO_MAX * ST_COUNT)
+#define UNIT_EVAL (1 + MICRO_MAX * ST_COUNT)
+#define UNIT_SAVE (UNIT_EVAL + 1)
+#define UNITS (UNIT_SAVE + 1)
 
 static enum vf_phase unit_phase(int unit) {
-  return unit == UNIT_SETUP ? VF_PHASE_LOAD : stretch_phase[(unit - 1) % ST_COUNT];
+  if (unit == UNIT_SETUP) return VF_PHASE_LOAD;
+  if (unit == UNIT_EVAL) return VF_PHASE_EVAL;
+  if (unit == UNIT_SAVE) return VF_PHASE_SAVE;
+  return stretch_phase[(unit - 1) % ST_COUNT];
 }
 
 static void mark(struct ctx *x, enum stretch st) {
@@ -977,6 +984,47 @@ static void one_step(struct ctx *x, bool last_micro) {
   g->n = 0;
 }
 
+/* Validation after the steps (litgpt's validate(), the Trainer's evaluate()): the model in
+ * eval mode under no_grad, so each layer's tensors go as soon as the layer is done, and the
+ * loss over the whole logits at once (litgpt calls chunked_cross_entropy with chunk_size 0);
+ * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
+static void eval_pass(struct ctx *x) {
+  push(&x->b, OP_UNIT, 0, 0, 0, UNIT_EVAL);
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
+  for (uint64_t l = 0; l < x->layers; l++) {
+    uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+    struct saved scratch = {0};
+    layer_forward(x, &scratch);
+    release(x, &scratch);
+    give(x, gathered);
+    uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
+    give(x, input);
+    input = out;
+  }
+  if (x->has_head) {
+    uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
+    transient(x, loss_outputs(x) * peak, VF_CAT_TEMPORARIES);
+  }
+  drop_graph(x);
+  give(x, input);
+  give(x, root);
+}
+
+/* Saving a checkpoint reads the weights where they are; only sharded weights are gathered
+ * to be saved whole, one unit at a time inside the root's (FSDP's full state dict: each
+ * unit unshards in its own state-dict pre-hook and reshards in its post-hook,
+ * torch/distributed/fsdp/_state_dict_utils.py; ZeRO-3's 16-bit save gathers module by
+ * module). */
+static void save_pass(struct ctx *x) {
+  push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SAVE);
+  uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  for (uint64_t l = 0; l < x->layers; l++)
+    give(x, take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER));
+  give(x, root);
+}
+
 /* ---- Replay ---- */
 
 /* The highest points of one unit: allocated bytes with their categories, and reserved bytes. */
@@ -1096,6 +1144,8 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
    * All further micro batches look like the middle one. */
   int micro = x->accumulation < 3 ? (int)x->accumulation : 3;
   for (x->micro = 0; x->micro < 2 * micro; x->micro++) one_step(x, x->micro % micro == micro - 1);
+  if (x->eval) eval_pass(x);
+  save_pass(x);
   if (x->b.rc) return x->b.rc;
   vf_allocator_reset(a, conf, 0);
   return replay(x, &x->b, conf, a, r);
@@ -1239,6 +1289,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   x.base_trainable = s->method == VF_METHOD_FULL;
   x.accumulation = resolved.accumulation;
   enum vf_lengths lengths = resolved.lengths;
+  x.eval = resolved.eval == VF_EVAL_YES;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
   uint64_t layers = m->arch.layers / s->pp;
@@ -1275,6 +1326,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   out->attention = x.attn;
   out->accumulation = x.accumulation;
   out->lengths = lengths;
+  out->eval = resolved.eval;
   out->by_category[VF_CAT_OPTIMIZER] += paged;
   out->device_peak += paged;
   return 0;
@@ -1283,7 +1335,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
 static const char *const category_names[VF_CAT_COUNT] = {
     "weights", "gradients", "optimizer", "activations", "temporaries", "runtime"};
 static const char *const phase_names[VF_PHASE_COUNT] = {"load", "forward", "loss", "backward",
-                                                        "optimizer"};
+                                                        "optimizer", "eval", "save"};
 
 const char *vf_category_name(enum vf_category c) {
   return c >= 0 && c < VF_CAT_COUNT ? category_names[c] : "unknown";

@@ -15,13 +15,14 @@ static const char *const ckpt_names[] = {"none", "full", "selective", NULL};
 static const char *const attention_names[] = {"default", "eager", "sdpa", "flash", NULL};
 static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
 static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
+static const char *const eval_names[] = {"default", "no", "yes", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
     [VF_ENUM_OPTIMIZER] = optimizer_names, [VF_ENUM_METHOD] = method_names,
     [VF_ENUM_QUANT] = quant_names,       [VF_ENUM_CKPT] = ckpt_names,
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
-    [VF_ENUM_LENGTHS] = lengths_names,
+    [VF_ENUM_LENGTHS] = lengths_names,   [VF_ENUM_EVAL] = eval_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {
@@ -79,6 +80,7 @@ void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct
   if (!s->accumulation) s->accumulation = p->default_accumulation ? p->default_accumulation : 1;
   if (s->lengths == VF_LENGTHS_DEFAULT)
     s->lengths = p->varied_lengths ? VF_LENGTHS_VARIED : VF_LENGTHS_FIXED;
+  if (s->eval == VF_EVAL_DEFAULT) s->eval = p->validates ? VF_EVAL_YES : VF_EVAL_NO;
 }
 
 int vf_lora_targets_parse(const char *text, uint32_t *bits) {

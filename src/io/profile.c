@@ -73,6 +73,7 @@ static const struct field fields[] = {
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
+    FIELD("validates", F_BOOL, validates),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -41,6 +41,7 @@ grep -q "max_memory_allocated" "$TMP/out" && grep -q "<- peak" "$TMP/out" && [ "
 fails 2 "unknown model 'no-such-model'" trace no-such-model
 fails 2 "traces run one GPU" trace "$TINY/tiny-llama" --gpus 2
 fails 2 "selective" trace "$TINY/tiny-llama" --grad-ckpt selective
+fails 2 "--eval is the estimator's" trace "$TINY/tiny-llama" --eval yes
 fails 2 "--batch" trace "$TINY/tiny-llama" --batch many
 fails 2 "MODEL is missing" trace
 fails 2 "no tracer driver" trace "$TINY/tiny-llama" --framework megatron

@@ -642,6 +642,35 @@ static void test_zero_grad_before_backward(void **state) {
   assert_int_equal(phase_gain(false, "hf", zero_grad_late, full, VF_PHASE_BACKWARD), 0);
 }
 
+/* Validation after the steps: the optimizer's states are there and no gradient is
+ * (zero_grad freed them), one layer's tensors at a time, and the loss over all the logits
+ * at once (8 positions x 256 logits x the profile's peak bytes per logit), so it lies
+ * between the optimizer phase's start and that plus a layer and the loss. Off, the phase
+ * is empty. Saving unsharded weights adds nothing to what lives after the steps. */
+static void test_eval_and_save(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.eval = VF_EVAL_NO;
+  struct vf_estimate off = run(&m, &s, "hf");
+  assert_int_equal(off.phase_allocated[VF_PHASE_EVAL], 0);
+  s.eval = VF_EVAL_YES;
+  struct vf_estimate on = run(&m, &s, "hf");
+  struct vf_profile p;
+  struct vf_diag d;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  uint64_t states = 2 * TOY_PARAMS * 4, loss = 8 * 256 * (uint64_t)p.logits_peak_bytes;
+  uint64_t eval = on.phase_allocated[VF_PHASE_EVAL], save = on.phase_allocated[VF_PHASE_SAVE];
+  assert_true(eval >= TOY_PARAMS * 4 + states + loss);
+  assert_true(eval < on.phase_allocated[VF_PHASE_LOSS]);
+  assert_int_equal(save, off.phase_allocated[VF_PHASE_SAVE]);
+  assert_true(save >= TOY_PARAMS * 4 + states && save < eval);
+  vf_model_cleanup(&m);
+}
+
 /* DoRA keeps, per adapted projection (q and v, 64 x 64), the base weight's copy in the
  * adapter's dtype and two outputs (8 x 64 x 4 bytes each) more than LoRA does; its
  * magnitude vectors (64 each, a 512-byte block) and their AdamW states come on top. */
@@ -706,6 +735,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
+      cmocka_unit_test(test_eval_and_save),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

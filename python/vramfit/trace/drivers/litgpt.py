@@ -367,9 +367,22 @@ def bitsandbytes_without_kernels() -> None:
 
 
 # ---- phases ----------------------------------------------------------------------------------
-def _mark_phases(fabric: Any, run: Run) -> None:
+def _marked(validate: Any, evaluating: list[bool]) -> Any:
+    """The script's validate() (the sanity check before training, the final validation)
+    with evaluating[0] set while it runs."""
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        evaluating[0] = True
+        try:
+            return validate(*args, **kwargs)
+        finally:
+            evaluating[0] = False
+    return marked
+
+
+def _mark_phases(fabric: Any, run: Run, evaluating: list[bool]) -> None:
     """Phase markers around Fabric's own functions: the model's forward, its head (the
-    loss follows), Fabric's backward, the optimizer step."""
+    loss follows), Fabric's backward, the optimizer step; a forward while evaluating[0]
+    (the script's validate()) is the "eval" phase, its loss included."""
     models: list[Any] = []
     setup_module = fabric.setup_module
     setup_optimizers = fabric.setup_optimizers
@@ -377,8 +390,12 @@ def _mark_phases(fabric: Any, run: Run) -> None:
 
     def on_model(module: Any, *args: Any, **kwargs: Any) -> Any:
         wrapped = setup_module(module, *args, **kwargs)
-        module.register_forward_pre_hook(lambda *_: run.phase("forward"))
-        module.lm_head.register_forward_hook(lambda *_: run.phase("loss"))
+        module.register_forward_pre_hook(lambda *_: run.phase("eval" if evaluating[0] else "forward"))
+        def before_loss(*_: Any) -> None:  # a forward hook's return value replaces the output
+            if not evaluating[0]:
+                run.phase("loss")
+
+        module.lm_head.register_forward_hook(before_loss)
         models.append(module)
         return wrapped
 
@@ -465,15 +482,17 @@ def run(spec: Spec, run: Run) -> None:
                           f"(adapter_start_layer) and {spec.model} has {config.n_layer}: nothing to train")
     bitsandbytes_without_kernels()  # quantization and bitsandbytes' optimizers
     fabric, precision = _fabric(spec)
-    _mark_phases(fabric, run)
+    evaluating = [False]
+    _mark_phases(fabric, run, evaluating)
     # full.py writes its final checkpoint with fabric.save; torch.save copies each tensor
     # to the host, so not writing it changes nothing on the GPU.
     fabric.save = lambda *_a, **_k: None
     run.note(f"litgpt finetune/{SCRIPTS[spec.method]}.py, config {config.name}, "
              f"precision {precision or 'bitsandbytes ' + str(spec.quant)}")
-    originals = {name: getattr(script, name) for name in _stand_ins(script, spec) if hasattr(script, name)}
+    stand_ins = {**_stand_ins(script, spec), "validate": _marked(script.validate, evaluating)}
+    originals = {name: getattr(script, name) for name in stand_ins if hasattr(script, name)}
     try:
-        for name, value in _stand_ins(script, spec).items():
+        for name, value in stand_ins.items():
             setattr(script, name, value)
         with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
             _call_main(script, spec, fabric, precision, config, Path(out_dir))
