@@ -24,10 +24,14 @@ decoders="gpt2 gpt2-medium pythia-1b qwen2.5-0.5b qwen2.5-1.5b tinyllama-1.1b ll
 gemma-2b gemma-2-2b phi-2 llama-3.2-3b phi-3-mini-4k-instruct stablelm-base-alpha-3b
 mistral-7b llama-3.1-8b qwen2.5-7b falcon-7b mixtral-8x7b"
 for m in $decoders; do
+  # PEFT 0.21 adapts Mixtral's experts as parameters (lora.ParamWrapper), which refuse the
+  # recipes' LoRA dropout: its attention projections instead.
+  linear=all-linear
+  [ "$m" = mixtral-8x7b ] && linear=q,k,v,o
   row hf "$m" --weights bf16 --batch 1 --seq 512
   row hf "$m" --weights bf16 --batch 4 --seq 2048 --grad-ckpt full
   row hf "$m" --weights bf16 --method lora --lora-r 16 --batch 2 --seq 1024
-  row hf "$m" --weights bf16 --method lora --lora-r 64 --lora-targets all-linear --batch 1 --seq 4096 --grad-ckpt full
+  row hf "$m" --weights bf16 --method lora --lora-r 64 --lora-targets $linear --batch 1 --seq 4096 --grad-ckpt full
   row hf "$m" --weights bf16 --method dora --batch 1 --seq 512
   row hf "$m" --weights fp32 --amp bf16 --method lora --batch 2 --seq 512
 done
