@@ -97,6 +97,7 @@ struct vf_profile {
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
+  bool moe_grouped_mm;     /* experts run as grouped matmuls in their weights' dtype, uncast */
 };
 
 struct vf_setup {

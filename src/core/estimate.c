@@ -452,6 +452,9 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = d->c;
+  /* transformers casts the experts' input to their weights' dtype for the grouped matmul
+   * (integrations/moe.py _grouped_mm): under autocast with fp32 weights they compute in fp32. */
+  if (a->experts && x->p->moe_grouped_mm && autocast_casts(x)) c = vf_precision_bytes(x->s->weights);
   if (a->experts) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
@@ -898,14 +901,15 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
 }
 
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
- * kept for backward (the matmuls saved them) until the layer's backward is done. */
+ * kept for backward (the matmuls saved them) until the layer's backward is done. Grouped
+ * expert matmuls are not on autocast's list: they run in the weights' dtype, uncast. */
 static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   if (!autocast_casts(x)) return;
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (!p->linear) continue;
+    if (!p->linear || (p->expert && x->p->moe_grouped_mm)) continue;
     hold(x, sv, take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES), p->numel * x->d.c, WEIGHT_TEMPORARIES);
   }
 }

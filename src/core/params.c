@@ -164,6 +164,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     /* A checkpoint may name layers its config does not have: count them outside the blocks. */
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
     struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING};
+    p.expert = m->arch.experts && layer >= 0 && (t->kind == VF_KIND_GATE || t->kind == VF_KIND_UP ||
+                                                 t->kind == VF_KIND_DOWN || t->kind == VF_KIND_GATE_UP);
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
     bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
                                   t->kind == VF_KIND_EMBEDDING);

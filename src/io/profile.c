@@ -74,6 +74,7 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
+    FIELD("moe_grouped_mm", F_BOOL, moe_grouped_mm),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

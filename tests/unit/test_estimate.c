@@ -671,6 +671,41 @@ static void test_eval_and_save(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* transformers 5.23 runs Mixtral's experts as grouped matmuls that autocast does not cast:
+ * under fp32 weights and bf16 autocast no expert weight is copied to bf16 (2 layers x 4
+ * experts x 3 projections of 64 x 128, 2 bytes each, kept for backward), and the experts
+ * compute in fp32 instead (their few kept activations grow). */
+static void test_moe_grouped_mm(void **state) {
+  (void)state;
+  static const char cfg[] = "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+                            " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"vocab_size\": 256,"
+                            " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false}";
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "moe.json", &d), 0);
+  assert_int_equal(m.arch.experts, 4);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.amp = VF_PREC_BF16;
+  s.method = VF_METHOD_LORA;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_estimate grouped, linear;
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  p.moe_grouped_mm = true;
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &grouped, &d), 0);
+  p.moe_grouped_mm = false;
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &linear, &d), 0);
+  int64_t copies = 2 * 4 * 3 * 64 * 128 * 2;
+  int64_t saved = (int64_t)linear.phase_allocated[VF_PHASE_LOSS] - (int64_t)grouped.phase_allocated[VF_PHASE_LOSS];
+  assert_in_range(saved, copies - 64 * 512, copies);
+  vf_model_cleanup(&m);
+}
+
 /* DoRA keeps, per adapted projection (q and v, 64 x 64), the base weight's copy in the
  * adapter's dtype and two outputs (8 x 64 x 4 bytes each) more than LoRA does; its
  * magnitude vectors (64 each, a 512-byte block) and their AdamW states come on top. */
@@ -735,7 +770,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
-      cmocka_unit_test(test_eval_and_save),
+      cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
