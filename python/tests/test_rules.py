@@ -107,3 +107,11 @@ def test_grouped_mm_in_any_dtype_makes_its_output_only(fake_with_kernels, dtype)
     out = torch._grouped_mm(a, b, offs)
     assert out.dtype == dtype and out.shape == (64, 16)
     assert fake_with_kernels.current - before == rules.rnd(64 * 16 * dtype.itemsize, 512)
+
+
+def test_optimizers_take_the_foreach_path_on_fake_parameters(fake):
+    # As on a GPU (torch/optim/optimizer.py _default_to_fused_or_foreach): a fake
+    # parameter is a FakeTensor, which the exact-type check would send one tensor at a time.
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    p = torch.nn.Parameter(torch.empty(4, device="cuda"))
+    assert _default_to_fused_or_foreach([p], False, False) == (False, True)

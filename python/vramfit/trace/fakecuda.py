@@ -182,6 +182,23 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     _deep_copies_are_clones(torch)
     _subclasses_of_fake_tensors(torch)
     _list_indices(torch)
+    _foreach_takes_fake_tensors(torch)
+
+
+def _foreach_takes_fake_tensors(torch: Any) -> None:
+    """torch.optim picks its default implementation by the parameters' exact type: foreach
+    (multi-tensor kernels, with state-sized temporaries) for ``Tensor`` and ``Parameter`` on
+    CUDA (torch/optim/optimizer.py ``_default_to_fused_or_foreach``), else one tensor at a
+    time; ``clip_grad_norm_`` does the same (torch/utils/_foreach_utils.py). A fake
+    parameter is a ``FakeTensor`` (nn.Parameter keeps a tensor subclass as it is and marks
+    it ``_is_param``), which would take the single-tensor path a GPU run does not take. The
+    fake class is added to both lists, as torch.distributed.tensor adds DTensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if FakeTensor not in supported:
+            supported.append(FakeTensor)
 
 
 def _list_indices(torch: Any) -> None:
