@@ -92,6 +92,12 @@ struct vf_profile {
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
+  bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
+  /* 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the HF Trainer
+   * registers them so), and one fp32 absmax per block of this many elements of an 8-bit
+   * state (0: none). */
+  bool embedding_states_fp32;
+  uint32_t optim8bit_block;
 };
 
 struct vf_setup {

@@ -768,44 +768,66 @@ static uint32_t state_elem_bytes(const struct ctx *x) {
   return x->p->master_weights && x->d.w < 4 ? 4 : x->d.w;
 }
 
+/* One optimizer state tensor: its bytes, and whether bitsandbytes pages it into CUDA
+ * managed memory, outside PyTorch's allocator. */
+struct state {
+  uint64_t bytes;
+  bool paged;
+};
+
+/* bitsandbytes' 8-bit AdamW (optim/optimizer.py Optimizer2State.init_state): two uint8
+ * states, each with an fp32 absmax per block, or two fp32 states for tensors under
+ * min_8bit_size (4096 elements) and for those registered to 32 bits. A paged optimizer
+ * pages the states of tensors from 1e5 elements on (get_state_buffer), never the absmax. */
+static int bnb_adamw_states(const struct ctx *x, const struct vf_param *p, struct state *out) {
+  uint64_t n = p->numel, block = x->p->optim8bit_block;
+  bool wide = n < 4096 || (p->embedding && x->p->embedding_states_fp32);
+  bool paged = x->s->optimizer == VF_OPT_PAGED_ADAMW_8BIT && n >= 100000;
+  int k = 0;
+  for (int i = 0; i < 2; i++) out[k++] = (struct state){wide ? n * 4 : n, paged};
+  if (!wide && block)
+    for (int i = 0; i < 2; i++) out[k++] = (struct state){(n + block - 1) / block * 4, false};
+  return k;
+}
+
 /* The state tensors the optimizer creates for one trainable tensor, as PyTorch creates them
- * at the first step: zeros_like(param) per moment. bitsandbytes keeps tensors under 4096
- * elements in 32 bits and adds an fp32 absmax per 2048-element block. Returns the count
- * written to sizes (at most 3). */
-static int tensor_states(const struct ctx *x, const struct vf_param *p, uint64_t sizes[3]) {
+ * at the first step: zeros_like(param) per moment. Returns the count written to out (at
+ * most 5). */
+static int tensor_states(const struct ctx *x, const struct vf_param *p, struct state out[5]) {
   uint64_t n = p->numel, sb = state_elem_bytes(x);
   int k = 0;
   switch (x->s->optimizer) {
   case VF_OPT_ADAMW:
-    sizes[k++] = n * sb;
-    sizes[k++] = n * sb;
+    out[k++] = (struct state){n * sb, false};
+    out[k++] = out[0];
     break;
   case VF_OPT_ADAMW_8BIT:
-    sizes[k++] = n < 4096 ? n * 4 : n + (n + 2047) / 2048 * 4;
-    sizes[k++] = sizes[0];
+  case VF_OPT_PAGED_ADAMW_8BIT:
+    k = bnb_adamw_states(x, p, out);
     break;
   case VF_OPT_SGD_MOMENTUM:
+    out[k++] = (struct state){n * sb, false};
+    break;
   case VF_OPT_LION:
-    sizes[k++] = n * sb;
+    out[k++] = (struct state){n * (x->p->lion_fp32_states ? 4 : sb), false};
     break;
   case VF_OPT_ADAFACTOR: /* factored second moment: a row and a column statistic */
     if (p->linear && p->in && p->out) {
-      sizes[k++] = p->out * 4;
-      sizes[k++] = p->in * 4;
+      out[k++] = (struct state){p->out * 4, false};
+      out[k++] = (struct state){p->in * 4, false};
     } else {
-      sizes[k++] = n * 4;
+      out[k++] = (struct state){n * 4, false};
     }
     break;
   default:
     break;
   }
-  if (x->p->master_weights && x->d.w < 4) sizes[k++] = n * 4;
+  if (x->p->master_weights && x->d.w < 4) out[k++] = (struct state){n * 4, false};
   return k;
 }
 
 static bool states_on_gpu(const struct vf_setup *s) {
-  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER) &&
-         s->optimizer != VF_OPT_PAGED_ADAMW_8BIT;
+  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER);
 }
 
 /* Created once, in the first step, and kept: per tensor, or per layer's shard when the
@@ -817,11 +839,12 @@ static void create_states(struct ctx *x) {
     uint64_t shard = 0;
     for (size_t i = begin; i < end; i++) {
       const struct vf_param *p = &x->ps->v[i];
-      uint64_t sizes[3];
-      int k = p->trainable ? tensor_states(x, p, sizes) : 0;
+      struct state st[5];
+      int k = p->trainable ? tensor_states(x, p, st) : 0;
       for (int j = 0; j < k; j++) {
-        if (x->s->shard == VF_SHARD_NONE) take(x, sizes[j], VF_CAT_OPTIMIZER);
-        else shard += sizes[j];
+        if (st[j].paged) continue;
+        if (x->s->shard == VF_SHARD_NONE) take(x, st[j].bytes, VF_CAT_OPTIMIZER);
+        else shard += st[j].bytes;
       }
     }
     take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
@@ -1173,11 +1196,15 @@ static uint64_t reserved_of(const struct result *r) {
 /* Paged optimizers keep their states in CUDA unified memory: on the GPU when it has room,
  * so nvidia-smi counts them, but outside PyTorch's allocator and its counters. */
 static uint64_t paged_state_bytes(const struct ctx *x) {
-  if (x->s->optimizer != VF_OPT_PAGED_ADAMW_8BIT || (x->s->offload & VF_OFFLOAD_OPTIMIZER)) return 0;
+  if (!states_on_gpu(x->s)) return 0;
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
-  return n * 2;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    struct state st[5];
+    int k = x->ps->v[i].trainable ? tensor_states(x, &x->ps->v[i], st) : 0;
+    for (int j = 0; j < k; j++)
+      if (st[j].paged) n += st[j].bytes;
+  }
+  return n;
 }
 
 /* The peak falls where live memory is highest: that is where an allocation fails. Reserved

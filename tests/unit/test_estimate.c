@@ -70,16 +70,18 @@ static void test_optimizer_state_sizes(void **state) {
   load(&m, NULL);
   uint64_t base = 2 * TOY_WEIGHT_BLOCKS + CUBLAS_WORKSPACES; /* weights + gradients */
   assert_int_equal(optimizer_phase(&m, VF_OPT_SGD), base);
-  assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), base); /* unified memory */
   /* States are created per tensor, like the weights: 461,312 bytes of blocks per fp32 copy. */
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW), base + 2 * TOY_WEIGHT_BLOCKS);
   assert_int_equal(optimizer_phase(&m, VF_OPT_SGD_MOMENTUM), base + TOY_WEIGHT_BLOCKS);
   assert_int_equal(optimizer_phase(&m, VF_OPT_LION), base + TOY_WEIGHT_BLOCKS);
-  /* 8-bit: norms (64 < 4096 elements) stay fp32 (512-byte blocks); others one byte per
-   * element plus an fp32 absmax per 2048: embedding and head 16,416 -> 16,896, q/k/v/o
-   * 4,104 -> 4,608, gate/up/down 8,208 -> 8,704; two states. */
-  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT),
-                   base + 2 * (2 * 16896 + 5 * 512 + 8 * 4608 + 6 * 8704));
+  /* bitsandbytes' 8-bit AdamW under the HF Trainer, two states per tensor: norms (64 <
+   * 4096 elements) and the embedding (registered to 32 bits) fp32; the others one byte per
+   * element (head 16,384, q/k/v/o 4,096, gate/up/down 8,192) and an fp32 absmax per 256
+   * elements in a tensor of its own (one 512-byte block each). None reaches the 1e5
+   * elements from which the paged one pages its states. */
+  uint64_t eight_bit = base + 2 * (65536 + 5 * 512 + 16384 + 512 + 8 * (4096 + 512) + 6 * (8192 + 512));
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT), eight_bit);
+  assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), eight_bit);
   /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the head's
    * 256 rows: 1,024), the embedding and norms whole; plus the step's temporary: the largest
    * matrix (the head, 16,384) squared and updated in fp32. */
@@ -183,8 +185,6 @@ static struct vf_estimate toy_run(void (*tweak)(struct vf_setup *), const char *
 }
 
 static void two_gpus(struct vf_setup *s) { s->gpus = 2; }
-static void paged(struct vf_setup *s) { s->optimizer = VF_OPT_PAGED_ADAMW_8BIT; }
-static void sgd(struct vf_setup *s) { s->optimizer = VF_OPT_SGD; }
 static void accumulate(struct vf_setup *s) { s->accumulation = 2; }
 static void one_micro(struct vf_setup *s) { s->accumulation = 1; }
 
@@ -196,14 +196,29 @@ static void test_ddp_buckets(void **state) {
   assert_int_equal(two - one, 460288); /* 115,008 x 4 bytes in one 512-byte-rounded block */
 }
 
-/* Paged 8-bit states live in unified memory: the device holds them, PyTorch's counters
- * do not. */
+/* Paged 8-bit states of tensors from 1e5 elements on live in unified memory: the device
+ * holds them, PyTorch's counters do not. In Llama 3.2 1B that is every matrix (two uint8
+ * states each, the tied embedding's two fp32 under the HF Trainer), not the norms, and no
+ * absmax. */
 static void test_paged_states(void **state) {
   (void)state;
-  struct vf_estimate p = toy_run(paged, "hf"), s = toy_run(sgd, "hf");
-  assert_int_equal(p.allocated_peak, s.allocated_peak);
-  assert_int_equal(p.reserved_peak, s.reserved_peak);
-  assert_int_equal(p.device_peak - s.device_peak, 2 * TOY_PARAMS);
+  struct vf_model m;
+  load(&m, "llama-3.2-1b");
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.seq = 64;
+  s.optimizer = VF_OPT_ADAMW_8BIT;
+  struct vf_estimate unpaged = run(&m, &s, "hf");
+  s.optimizer = VF_OPT_PAGED_ADAMW_8BIT;
+  struct vf_estimate pages = run(&m, &s, "hf");
+  uint64_t embedding = 128256ull * 2048, norms = (16 * 2 + 1) * 2048;
+  uint64_t paged_bytes = 2 * (4 * embedding + (vf_model_params(&m) - embedding - norms));
+  assert_int_equal(unpaged.phase_allocated[VF_PHASE_OPTIMIZER] - pages.phase_allocated[VF_PHASE_OPTIMIZER],
+                   paged_bytes);
+  /* The breakdown counts them as optimizer states all the same. */
+  assert_int_equal(pages.by_category[VF_CAT_OPTIMIZER], unpaged.by_category[VF_CAT_OPTIMIZER]);
+  vf_model_cleanup(&m);
 }
 
 /* Accumulating, the previous micro batch's gradients are there during the forward. */
@@ -665,6 +680,37 @@ static void test_dora(void **state) {
   vf_model_cleanup(&m);
 }
 
+static void lion_fp32(struct vf_profile *p, bool on) { p->lion_fp32_states = on; }
+static void embedding_fp32(struct vf_profile *p, bool on) { p->embedding_states_fp32 = on; }
+static void tiny_blocks(struct vf_profile *p, bool on) { p->optim8bit_block = on ? 16 : 2048; }
+static void lion_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->optimizer = VF_OPT_LION; }
+static void adamw_8bit(struct vf_setup *s) { s->optimizer = VF_OPT_ADAMW_8BIT; }
+
+/* bitsandbytes' Lion keeps its momentum in fp32 under bf16 weights: 2 bytes more per
+ * element of every tensor but the norms, whose 64 elements fit one 512-byte block either
+ * way. */
+static void test_lion_fp32_states(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", lion_fp32, lion_bf16, VF_PHASE_OPTIMIZER), 2 * (TOY_PARAMS - 5 * 64));
+}
+
+/* The HF Trainer registers nn.Embedding weights to 32-bit states: the toy's embedding (256
+ * x 64) gets two fp32 states instead of two uint8 ones with their absmax blocks. */
+static void test_embedding_states_fp32(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", embedding_fp32, adamw_8bit, VF_PHASE_OPTIMIZER),
+                   2 * (65536 - 16384 - 512));
+}
+
+/* One fp32 absmax per block of an 8-bit state: with 16-element blocks the head's (16,384
+ * elements) take 4,096 bytes, q/k/v/o's 1,024 and gate/up/down's 2,048, where 2048-element
+ * blocks fit each in one 512-byte block; two states. */
+static void test_optim8bit_block(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", tiny_blocks, adamw_8bit, VF_PHASE_OPTIMIZER),
+                   2 * ((4096 - 512) + 8 * (1024 - 512) + 6 * (2048 - 512)));
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -706,6 +752,8 @@ int main(void) {
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
+      cmocka_unit_test(test_lion_fp32_states), cmocka_unit_test(test_embedding_states_fp32),
+      cmocka_unit_test(test_optim8bit_block),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
