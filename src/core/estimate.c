@@ -58,6 +58,8 @@ struct grads {
 
 struct saved;
 
+enum sdpa_backend { SDPA_FLASH, SDPA_EFFICIENT, SDPA_MATH };
+
 struct ctx {
   const struct vf_model *m;
   const struct vf_setup *s;
@@ -65,6 +67,7 @@ struct ctx {
   const struct vf_params *ps;
   enum vf_task task;
   enum vf_attention attn;
+  enum sdpa_backend sdpa; /* the kernel SDPA runs, when attn is VF_ATTN_SDPA */
   struct dims d;
   uint64_t layers; /* layers replayed */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
@@ -237,6 +240,13 @@ static bool autocast_casts(const struct ctx *x) {
   return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
+/* Whether a profile's list of model types (config.json model_type) names the model's. */
+static bool model_listed(const char (*names)[VF_MODEL_TYPE_LEN], uint32_t n, const char *model_type) {
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(names[i], model_type) == 0) return true;
+  return false;
+}
+
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
 static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
@@ -256,8 +266,17 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : stream_bytes(x)));
 }
 
-/* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
- * projection after it keeps the norm's output as its own input. */
+/* Trainable projections reading a norm's output keep it as their input. Autocast casts it
+ * for each of them apart (a cast is cached only for leaf weights, autocast_mode.cpp
+ * cached_cast), so each keeps a copy of its own. */
+static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+  if (!x->base_trainable) return;
+  uint32_t copies = autocast_casts(x) ? readers : readers > 0;
+  for (uint32_t i = 0; i < copies; i++) keep(x, sv, x->d.T * x->d.h * x->d.c);
+}
+
+/* A norm keeps what its backward needs; a trainable weight needs more, and trainable
+ * projections after it keep its output. */
 static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   const struct vf_profile *p = x->p;
   uint64_t elems = x->d.T * x->d.h;
@@ -265,14 +284,9 @@ static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
     if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
-    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
+    keep_stream_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
-  if (!x->base_trainable) return;
-  /* The projections reading the output keep it as their input. Autocast casts it for each
-   * of them apart (a cast is cached only for leaf weights, autocast_mode.cpp cached_cast),
-   * so each keeps a copy of its own. */
-  uint32_t copies = autocast_casts(x) ? readers : readers > 0;
-  for (uint32_t i = 0; i < copies; i++) keep(x, sv, elems * x->d.c);
+  norm_output_saves(x, sv, readers);
 }
 
 /* Projections reading a block's attention input, and its MLP input. */
@@ -374,12 +388,99 @@ static void qkv_projections(struct ctx *x, struct saved *sv) {
 static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   const struct dims *d = &x->d;
   if (!fused_qkv(x)) return;
-  if (x->p->qkv_view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
+  bool view_kept = x->p->qkv_view_kept ||
+                   model_listed(x->p->qkv_view_models, x->p->n_qkv_view_models, x->m->arch.model_type);
+  if (view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
   uint32_t qkv = BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V), hit = x->s->lora_targets & qkv;
   if (!x->p->lora_zero_pad || !lora_method(x->s->method) || !hit || hit == qkv) return;
   uint64_t width = (hit & BIT(VF_KIND_Q) ? d->q : 0) + (hit & BIT(VF_KIND_K) ? d->kv : 0) +
                    (hit & BIT(VF_KIND_V) ? d->kv : 0);
   keep(x, sv, d->T * width * d->c);
+}
+
+/* The kernel PyTorch's SDPA picks (sdp_utils.cpp select_sdp_backend, as of 2.13): flash for
+ * fp16/bf16 from sm80 on, without a mask, head dims up to 256, and K/V of fewer heads only
+ * under enable_gqa; else memory-efficient (sm50 on) for head dims a multiple of 8 (16-bit)
+ * or 4 (fp32) and K/V of every head (no grouped-query attention through 2.13); else math.
+ * What reaches it is the framework's: padded batches bring a mask; grouped K/V heads come
+ * with enable_gqa when there is no mask and head dims fit (transformers' use_gqa_in_sdpa),
+ * else repeated to every head first, unless the model passes its one multi-query head as
+ * it is (sdpa_mqa_unexpanded). */
+static enum sdpa_backend sdpa_backend(const struct ctx *x, enum vf_lengths lengths) {
+  const struct vf_arch *a = &x->m->arch;
+  bool half = x->d.c < 4, mask = lengths == VF_LENGTHS_VARIED, fits = a->head_dim <= 256;
+  bool raw_mqa = a->kv_heads == 1 && a->heads > 1 &&
+                 model_listed(x->p->sdpa_mqa_unexpanded, x->p->n_sdpa_mqa_unexpanded, a->model_type);
+  bool grouped = a->kv_heads < a->heads && !raw_mqa && !x->p->gqa_expand && !mask && fits;
+  bool every_head = a->kv_heads == a->heads || (!raw_mqa && !grouped);
+  uint32_t cc = x->s->gpu_cc_major ? x->s->gpu_cc_major : 9; /* unnamed: a current GPU */
+  if (cc >= 8 && half && !mask && fits && (every_head || grouped)) return SDPA_FLASH;
+  if (cc >= 5 && a->head_dim % (half ? 8 : 4) == 0 && every_head) return SDPA_EFFICIENT;
+  return SDPA_MATH;
+}
+
+/* Bytes per element the math backend computes in: fp32 for 16-bit inputs from the PyTorch
+ * release that up-casts them (sdpa_math_fp32), else the inputs' own. */
+static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 4 : x->d.c; }
+
+/* SDPA's math backend (attention.cpp _scaled_dot_product_attention_math): q, k and v
+ * up-cast, q and k scaled into new tensors, K and V expanded to every query head (the
+ * broadcasting matmul's copy, or repeat_interleave under enable_gqa), the scores (the
+ * causal mask added in place), their softmax, kept, and the output; the probabilities are
+ * also cast back for a second result SDPA drops. The matmuls keep q, k and v as their
+ * reshaped copies (q, k, v are transposed views of the projections' outputs). The output
+ * is laid out [batch, heads, positions, dim], so transformers' transpose(1, 2).contiguous()
+ * copies it for o_proj. */
+static void math_attention_forward(struct ctx *x, struct saved *sv) {
+  const struct dims *d = &x->d;
+  uint64_t T = d->T, c = d->c, a = math_bytes(x), scores = T * d->heads * d->s_kv;
+  uint32_t q = take(x, T * d->q * c, VF_CAT_ACTIVATIONS), kv = take(x, 2 * T * d->kv * c, VF_CAT_ACTIVATIONS);
+  uint32_t mask = take(x, d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
+  uint32_t up = a > c ? take(x, T * (d->q + 2 * d->kv) * a, VF_CAT_TEMPORARIES) : 0;
+  uint32_t scaled = take(x, T * d->q * a, VF_CAT_TEMPORARIES), scaled_k = take(x, T * d->kv * a, VF_CAT_TEMPORARIES);
+  keep(x, sv, T * d->q * a);
+  keep(x, sv, T * d->q * a);
+  uint32_t raw = take(x, scores * a, VF_CAT_TEMPORARIES);
+  give(x, scaled_k);
+  keep(x, sv, scores * a);
+  give(x, raw);
+  uint32_t probs = a > c ? take(x, scores * c, VF_CAT_TEMPORARIES) : 0;
+  keep(x, sv, T * d->q * a);
+  uint32_t out = take(x, T * d->q * a, VF_CAT_TEMPORARIES);
+  if (a > c) {
+    uint32_t cast = take(x, T * d->q * c, VF_CAT_TEMPORARIES);
+    give(x, out);
+    out = cast;
+  }
+  give(x, scaled);
+  give(x, up);
+  give(x, probs);
+  give(x, mask);
+  give(x, q);
+  give(x, kv);
+  if (x->base_trainable) keep(x, sv, T * d->q * c);
+  else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
+  give(x, out);
+}
+
+/* The output projection, and the dropout after it (BERT, GPT-2). */
+static void attention_output(struct ctx *x, struct saved *sv) {
+  enum vf_family f = x->m->arch.family;
+  quantized_input(x, sv, x->d.q, false);
+  projection(x, sv, x->d.q, x->d.h, BIT(VF_KIND_O));
+  if (f == VF_FAMILY_BERT || f == VF_FAMILY_GPT2) keep(x, sv, x->d.T * x->d.h);
+}
+
+/* Whether eager attention's softmax runs in fp32 with 16-bit scores: the modeling code asks
+ * for it (softmax(..., dtype=torch.float32)) unless the model type takes it in the scores'
+ * dtype; autocast runs softmax in fp32 either way (autocast_mode.cpp: softmax is on its fp32
+ * list, when no dtype is given). */
+static bool eager_softmax_fp32(const struct ctx *x) {
+  const struct vf_profile *p = x->p;
+  if (x->d.c >= 4) return false;
+  if (x->s->amp != VF_PREC_NONE) return true;
+  return p->eager_softmax_fp32 && !model_listed(p->eager_softmax_in_dtype, p->n_eager_softmax_in_dtype,
+                                                x->m->arch.model_type);
 }
 
 static void attention_forward(struct ctx *x, struct saved *sv) {
@@ -390,6 +491,11 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   bool expand = x->p->gqa_expand && d->kv < d->q;
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
+  if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH) {
+    math_attention_forward(x, sv);
+    attention_output(x, sv);
+    return;
+  }
   keep(x, sv, T * d->q * c);
   uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
   /* Eager attention multiplies whole heads: K and V are repeated to every query head
@@ -408,11 +514,15 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   uint32_t out_copies = x->base_trainable ? x->p->attn_out_copies : 1;
   if (x->attn == VF_ATTN_EAGER) {
     uint64_t scores = T * d->heads * d->s_kv;
-    bool fp32 = x->p->eager_softmax_fp32 && c < 4;
+    bool fp32 = eager_softmax_fp32(x);
     uint64_t raw_bytes = scores * (fp32 ? 4 : c);
     uint32_t raw = take(x, raw_bytes, VF_CAT_TEMPORARIES);
+    /* The softmax's output, kept by its backward, and the next matmul's input: that same
+     * output, or its cast to the compute dtype (which dropout, when active, replaces). */
     if (fp32) keep(x, sv, scores * 4);
-    keep(x, sv, scores * c);
+    uint32_t cast = 0;
+    if (!fp32 || !dropout) keep(x, sv, scores * c);
+    else cast = take(x, scores * c, VF_CAT_TEMPORARIES);
     /* Soft-capping the scores (Gemma-2: tanh(s / cap) * cap, modeling_gemma2.py
      * eager_attention_forward) keeps the tanh's output. */
     if (a->attn_logit_softcap > 0) keep(x, sv, scores * c);
@@ -423,15 +533,19 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, scores);
       keep(x, sv, scores * c);
     }
+    give(x, cast);
     transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
     if (x->base_trainable) keep(x, sv, T * d->q * c);
   } else {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
+    /* The output's contiguous copy, o_proj's input. */
+    if (model_listed(x->p->sdpa_out_copied, x->p->n_sdpa_out_copied, a->model_type)) {
+      if (x->base_trainable) keep(x, sv, T * d->q * c);
+      else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
+    }
   }
-  quantized_input(x, sv, d->q, false);
-  projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
-  if (dropout) keep(x, sv, T * d->h);
+  attention_output(x, sv);
 }
 
 /* Tensors of the MLP's width the activation keeps for its backward: its input for a fused
@@ -452,9 +566,13 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   quantized_input(x, sv, d->h, false);
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
-  /* What the activation keeps, and for a gated MLP its output and the up projection. */
+  /* What the activation keeps, and for a gated MLP its output and the up projection.
+   * Under autocast gelu_new's x ** 3 runs in fp32 (torch.pow is on autocast's fp32 list),
+   * so pow keeps an fp32 copy of x, and the tanh and 1 + tanh after it are fp32: of its
+   * tensors only 0.5 x stays in the compute dtype. */
   uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
-  for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * c);
+  bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && x->s->amp != VF_PREC_NONE;
+  for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
@@ -465,13 +583,21 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
 static void layer_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
-  norm_saves(x, sv, attention_readers(x) + (a->parallel_residual ? mlp_readers(x) : 0));
+  bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
+  norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
   attention_forward(x, sv);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
-  /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
-   * (read by no projection). */
-  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++)
-    norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+  if (a->parallel_residual) {
+    /* A parallel block's second norm (GPT-NeoX's post_attention_layernorm, modeling_gpt_neox.py
+     * GPTNeoXLayer) reads the block input too: the input its LayerNorm keeps is the one the
+     * first keeps; only its output is its own. */
+    if (!one_norm) norm_output_saves(x, sv, mlp_readers(x));
+  } else {
+    /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
+     * (read by no projection). */
+    for (uint32_t i = 2; i <= a->norms_per_layer; i++)
+      norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+  }
   mlp_forward(x, sv);
   give(x, mid);
 }
@@ -597,6 +723,13 @@ static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
   return n;
 }
 
+/* The math backend's backward at its highest: the gradient of the scores and the
+ * softmax's backward (both in its dtype) next to the reduced gradient of the expanded K. */
+static uint64_t math_backward_bytes(const struct ctx *x) {
+  uint64_t a = math_bytes(x);
+  return 2 * x->d.T * x->d.heads * x->d.s_kv * a + x->d.T * x->d.kv * a;
+}
+
 static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct grads *g) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -612,6 +745,8 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
+  else if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH)
+    attn = take(x, math_backward_bytes(x), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
   uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
@@ -1268,6 +1403,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   enum vf_lengths lengths = resolved.lengths;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
+  x.sdpa = sdpa_backend(&x, lengths);
   uint64_t layers = m->arch.layers / s->pp;
   size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);

@@ -601,10 +601,10 @@ static void gelu_new(struct vf_profile *p, bool on) { p->gelu_new_saves = on ? 4
 static void full_load(struct vf_profile *p, bool on) { p->fsdp_full_load = on; }
 static void lora_fsdp8(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->shard = VF_SHARD_FSDP, s->gpus = 8; }
 
-/* The toy model as GPT-2 (gelu_new MLP, 256 wide) under hf with one behaviour flipped. */
-static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase ph) {
-  static const char cfg[] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4,"
-                            " \"vocab_size\": 256, \"n_positions\": 128}";
+/* A small model from its config.json under hf with one behaviour flipped (setup by tweak,
+ * at 8 positions): what switching it on adds to one phase's allocated peak. */
+static int64_t config_gain(const char *cfg, void (*flip)(struct vf_profile *, bool),
+                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -612,11 +612,11 @@ static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase 
   struct vf_estimate on, off;
   struct vf_setup s;
   vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "gpt2.json", &d), 0);
-  assert_string_equal(m.arch.activation, "gelu_new");
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "config.json", &d), 0);
   assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
   vf_setup_default(&s);
   s.seq = 8;
+  if (tweak) tweak(&s);
   vf_alloc_conf_default(&c);
   flip(&p, true);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &on, &d), 0);
@@ -624,6 +624,14 @@ static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase 
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &off, &d), 0);
   vf_model_cleanup(&m);
   return (int64_t)on.phase_allocated[ph] - (int64_t)off.phase_allocated[ph];
+}
+
+/* The toy as GPT-2: gelu_new MLP 256 wide, 4 heads of 16. */
+static const char gpt2_config[] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4,"
+                                  " \"vocab_size\": 256, \"n_positions\": 128}";
+
+static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase ph) {
+  return config_gain(gpt2_config, flip, NULL, ph);
 }
 
 /* transformers' gelu_new is a formula of separate ops: it keeps its input, 0.5 x, the tanh
@@ -711,6 +719,105 @@ static void test_optim8bit_block(void **state) {
                    2 * ((4096 - 512) + 8 * (1024 - 512) + 6 * (2048 - 512)));
 }
 
+static void bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16; }
+static void bf16_amp(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->amp = VF_PREC_BF16; }
+static void fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
+static void bf16_eager(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16, s->attention = VF_ATTN_EAGER, s->seq = 64;
+}
+static void set_names(char (*names)[VF_MODEL_TYPE_LEN], uint32_t *n, const char *name, bool on) {
+  *n = on;
+  if (on) snprintf(names[0], VF_MODEL_TYPE_LEN, "%s", name);
+}
+static void gpt2_in_dtype(struct vf_profile *p, bool on) {
+  set_names(p->eager_softmax_in_dtype, &p->n_eager_softmax_in_dtype, "gpt2", on);
+}
+static void falcon_unexpanded(struct vf_profile *p, bool on) {
+  set_names(p->sdpa_mqa_unexpanded, &p->n_sdpa_mqa_unexpanded, "falcon", on);
+}
+static void math_fp32(struct vf_profile *p, bool on) {
+  falcon_unexpanded(p, true);
+  p->sdpa_math_fp32 = on;
+}
+static void neox_out_copied(struct vf_profile *p, bool on) {
+  set_names(p->sdpa_out_copied, &p->n_sdpa_out_copied, "gpt_neox", on);
+}
+static void neox_view(struct vf_profile *p, bool on) {
+  set_names(p->qkv_view_models, &p->n_qkv_view_models, "gpt_neox", on);
+}
+static void layer_norm_input(struct vf_profile *p, bool on) {
+  p->n_layer_norm_saves = on;
+  p->layer_norm_saves[0] = 0;
+}
+
+/* GPT-2's eager attention takes the softmax in the scores' dtype: of each layer's 64 x 4 x
+ * 64 scores it keeps a bf16 softmax (with the dropout's mask and output) where the llama
+ * way keeps it in fp32: 2 bytes less per score. */
+static void test_eager_softmax_in_dtype(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, gpt2_in_dtype, bf16_eager, VF_PHASE_LOSS), -2 * 64 * 4 * 64 * 2);
+}
+
+/* Falcon-7b's layout: 4 query heads of 16 and one multi-query K/V head. */
+static const char falcon_config[] =
+    "{\"model_type\": \"falcon\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"multi_query\": true, \"parallel_attn\": true, \"vocab_size\": 256}";
+
+/* Its K/V head reaches SDPA unexpanded, without enable_gqa: neither flash nor the
+ * memory-efficient kernel takes it, and the math backend runs. Per layer (8 positions,
+ * bf16, full fine-tuning) flash keeps q (1,024 bytes), k, v and the log-sum-exp (a 512-byte
+ * block each) and its output (1,024); math keeps q, k and v expanded to all heads in fp32
+ * (2,048 each), the fp32 softmax of 8 x 4 x 8 scores (1,024) and o_proj's copy of the
+ * output (1,024). */
+static void test_sdpa_math_backend(void **state) {
+  (void)state;
+  int64_t flash = 1024 + 3 * 512 + 1024, math = 3 * 2048 + 1024 + 1024;
+  assert_int_equal(config_gain(falcon_config, falcon_unexpanded, bf16, VF_PHASE_LOSS), 2 * (math - flash));
+}
+
+/* PyTorch's math backend computes 16-bit inputs in fp32 from 2.5 on: q, k, v (1,024 bytes
+ * in bf16 each) and the scores (a 512-byte block) double. */
+static void test_sdpa_math_fp32(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(falcon_config, math_fp32, bf16, VF_PHASE_LOSS), 2 * (3 * 1024 + 512));
+}
+
+/* GPT-NeoX: fused q,k,v, a quarter of each head rotated, a parallel block of two norms. */
+static const char neox_config[] =
+    "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"intermediate_size\": 256, \"vocab_size\": 256, \"rotary_pct\": 0.25, \"use_parallel_residual\": true,"
+    " \"max_position_embeddings\": 128}";
+
+/* Its rotated query is concatenated into a new tensor, so SDPA's output needs a copy for
+ * o_proj, which full fine-tuning keeps: 8 x 64 fp32 per layer. */
+static void test_sdpa_out_copied(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(neox_config, neox_out_copied, NULL, VF_PHASE_LOSS), 2 * 8 * 64 * 4);
+}
+
+/* Its V is a view of the fused q,k,v output, which attention so keeps whole: q's and k's
+ * share of it (8 x 128 fp32) per layer beyond V. */
+static void test_qkv_view_models(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(neox_config, neox_view, NULL, VF_PHASE_LOSS), 2 * 8 * 128 * 4);
+}
+
+/* A LayerNorm keeps its input, the residual stream: fp32 under autocast with fp32 weights
+ * (8 x 64 x 4 bytes per norm: GPT-2's two per layer and the final one). The two norms of a
+ * parallel block read the same input: GPT-NeoX keeps one per layer. */
+static void test_layer_norm_input(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, layer_norm_input, fp32_amp, VF_PHASE_LOSS), 5 * 8 * 64 * 4);
+  assert_int_equal(config_gain(neox_config, layer_norm_input, NULL, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
+}
+
+/* Under autocast gelu_new's x ** 3 runs in fp32: x's fp32 copy, the tanh and 1 + tanh
+ * (8 x 256 each) are kept in fp32 beside the bf16 0.5 x. */
+static void test_gelu_new_autocast(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, gelu_new, bf16_amp, VF_PHASE_LOSS), 2 * 3 * 8 * 256 * 4);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -753,7 +860,10 @@ int main(void) {
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
       cmocka_unit_test(test_lion_fp32_states), cmocka_unit_test(test_embedding_states_fp32),
-      cmocka_unit_test(test_optim8bit_block),
+      cmocka_unit_test(test_optim8bit_block),  cmocka_unit_test(test_eager_softmax_in_dtype),
+      cmocka_unit_test(test_sdpa_math_backend), cmocka_unit_test(test_sdpa_math_fp32),
+      cmocka_unit_test(test_sdpa_out_copied),  cmocka_unit_test(test_qkv_view_models),
+      cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
