@@ -115,6 +115,7 @@ struct vf_profile {
   char qkv_view_models[8][VF_MODEL_TYPE_LEN];
   uint32_t n_qkv_view_models;
   bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
+  bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
 };
 
 struct vf_setup {

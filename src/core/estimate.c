@@ -555,10 +555,22 @@ static uint32_t activation_saves(const struct ctx *x) {
   return strcmp(x->m->arch.activation, "gelu_new") == 0 ? x->p->gelu_new_saves : 1;
 }
 
+/* Whether autocast leaves the experts alone: they run in their weights' dtype, with no cast
+ * copies of those weights (experts_in_weight_dtype). */
+static bool experts_uncast(const struct ctx *x) {
+  return x->m->arch.experts && x->p->experts_in_weight_dtype && autocast_casts(x);
+}
+
+/* Bytes per element of what the MLP computes: the compute dtype, or for experts autocast
+ * leaves alone their weights' dtype. */
+static uint64_t mlp_bytes(const struct ctx *x) {
+  return experts_uncast(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
+}
+
 static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
-  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = d->c;
+  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = mlp_bytes(x);
   if (a->experts) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
@@ -738,7 +750,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   reload(x, sv);
   recompute(x, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
-  uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
+  uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
   transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
   give(x, mlp);
@@ -1056,7 +1068,7 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
-    if (!p->linear) continue;
+    if (!p->linear || (p->expert && experts_uncast(x))) continue;
     hold(x, sv, take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES), p->numel * x->d.c, WEIGHT_TEMPORARIES);
   }
 }

@@ -163,7 +163,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
     /* A checkpoint may name layers its config does not have: count them outside the blocks. */
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
-    struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING};
+    struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
+                         .expert = t->expert >= 0};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
     bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
                                   t->kind == VF_KIND_EMBEDDING);

@@ -16,6 +16,7 @@ struct vf_param {
   bool linear;         /* a block's projection (quantizable, dequantized per matmul) */
   bool quantized;      /* stored in a 4- or 8-bit format */
   bool embedding;      /* the token embedding (its gradient comes last in backward) */
+  bool expert;         /* a mixture-of-experts expert's weight */
   uint64_t in, out;    /* linear shape on this GPU */
 };
 

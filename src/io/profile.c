@@ -85,6 +85,7 @@ static const struct field fields[] = {
     NAMES("sdpa_out_copied", sdpa_out_copied, n_sdpa_out_copied),
     NAMES("qkv_view_models", qkv_view_models, n_qkv_view_models),
     FIELD("sdpa_math_fp32", F_BOOL, sdpa_math_fp32),
+    FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -818,6 +818,24 @@ static void test_gelu_new_autocast(void **state) {
   assert_int_equal(config_gain(gpt2_config, gelu_new, bf16_amp, VF_PHASE_LOSS), 2 * 3 * 8 * 256 * 4);
 }
 
+static void experts_uncast(struct vf_profile *p, bool on) { p->experts_in_weight_dtype = on; }
+static void lora_fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
+
+/* Mixtral's layout: 4 experts of 128, 2 per token. */
+static const char moe_config[] =
+    "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"num_local_experts\": 4,"
+    " \"num_experts_per_tok\": 2, \"vocab_size\": 256, \"tie_word_embeddings\": false}";
+
+/* transformers 5's grouped experts escape autocast: fp32 weights, no bf16 copies of the 12
+ * expert matrices (64 x 128, 16,384 bytes each) per layer, but their gate, up and activation
+ * (16 routed tokens x 128) and output (16 x 64) kept in fp32, not bf16. */
+static void test_experts_in_weight_dtype(void **state) {
+  (void)state;
+  int64_t per_layer = 3 * (8192 - 4096) + (4096 - 2048) - 12 * 16384;
+  assert_int_equal(config_gain(moe_config, experts_uncast, lora_fp32_amp, VF_PHASE_LOSS), 2 * per_layer);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -864,6 +882,7 @@ int main(void) {
       cmocka_unit_test(test_sdpa_math_backend), cmocka_unit_test(test_sdpa_math_fp32),
       cmocka_unit_test(test_sdpa_out_copied),  cmocka_unit_test(test_qkv_view_models),
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
+      cmocka_unit_test(test_experts_in_weight_dtype),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
