@@ -116,6 +116,7 @@ struct vf_profile {
   uint32_t n_qkv_view_models;
   bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
   bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
+  bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */
 };
 
 struct vf_setup {

@@ -958,8 +958,8 @@ static int tensor_states(const struct ctx *x, const struct vf_param *p, struct s
   case VF_OPT_LION:
     out[k++] = (struct state){n * (x->p->lion_fp32_states ? 4 : sb), false};
     break;
-  case VF_OPT_ADAFACTOR: /* factored second moment: a row and a column statistic */
-    if (p->linear && p->in && p->out) {
+  case VF_OPT_ADAFACTOR: /* factored second moment of a matrix: a row and a column statistic */
+    if (p->in && p->out) {
       out[k++] = (struct state){p->out * 4, false};
       out[k++] = (struct state){p->in * 4, false};
     } else {
@@ -998,6 +998,21 @@ static void create_states(struct ctx *x) {
   }
 }
 
+/* Elements of the largest trainable tensor: Adafactor steps one tensor at a time. */
+static uint64_t largest_trainable(const struct ctx *x) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
+  return n;
+}
+
+/* Bytes per element of one tensor that Adafactor's step holds at once: the squared gradient
+ * and the update in fp32, and with adafactor_fp32_copies the fp32 copies of a 16-bit
+ * gradient and parameter. */
+static uint64_t adafactor_step_bytes(const struct ctx *x) {
+  return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
@@ -1007,7 +1022,7 @@ static void optimizer_step(struct ctx *x, bool first) {
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
-    transient(x, x->ps->max_linear_elems * 4 * 2, WEIGHT_TEMPORARIES);
+    transient(x, largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */

@@ -86,6 +86,7 @@ static const struct field fields[] = {
     NAMES("qkv_view_models", qkv_view_models, n_qkv_view_models),
     FIELD("sdpa_math_fp32", F_BOOL, sdpa_math_fp32),
     FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
+    FIELD("adafactor_fp32_copies", F_BOOL, adafactor_fp32_copies),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

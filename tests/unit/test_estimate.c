@@ -82,11 +82,11 @@ static void test_optimizer_state_sizes(void **state) {
   uint64_t eight_bit = base + 2 * (65536 + 5 * 512 + 16384 + 512 + 8 * (4096 + 512) + 6 * (8192 + 512));
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT), eight_bit);
   assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), eight_bit);
-  /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the head's
-   * 256 rows: 1,024), the embedding and norms whole; plus the step's temporary: the largest
-   * matrix (the head, 16,384) squared and updated in fp32. */
+  /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the 256
+   * rows of the head and the embedding: 1,024), the norms whole; plus the step's temporary:
+   * the largest tensor (16,384) squared and updated in fp32. */
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR),
-                   base + 65536 + 5 * 512 + 14 * 1024 + 1024 + 512 + 16384 * 8);
+                   base + 2 * (1024 + 512) + 5 * 512 + 14 * 1024 + 16384 * 8);
   vf_model_cleanup(&m);
 }
 
@@ -836,6 +836,35 @@ static void test_experts_in_weight_dtype(void **state) {
   assert_int_equal(config_gain(moe_config, experts_uncast, lora_fp32_amp, VF_PHASE_LOSS), 2 * per_layer);
 }
 
+static void adafactor_copies(struct vf_profile *p, bool on) { p->adafactor_fp32_copies = on; }
+static void adafactor_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->optimizer = VF_OPT_ADAFACTOR; }
+static void adafactor_lora(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->optimizer = VF_OPT_ADAFACTOR; }
+
+/* transformers' Adafactor copies a bf16 gradient and parameter to fp32 for its step: two
+ * more fp32 tensors of the largest one (the toy's embedding and head, 16,384 elements). */
+static void test_adafactor_fp32_copies(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(toy_config, adafactor_copies, adafactor_bf16, VF_PHASE_OPTIMIZER), 2 * 16384 * 4);
+}
+
+/* Adafactor steps only what trains: under LoRA its temporaries are an adapter's (8 x 64 fp32
+ * adapters), not the largest frozen matrix's. */
+static void test_adafactor_trainable_only(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  adafactor_lora(&s);
+  uint64_t adafactor = run(&m, &s, "hf").phase_allocated[VF_PHASE_OPTIMIZER];
+  s.optimizer = VF_OPT_SGD;
+  uint64_t sgd = run(&m, &s, "hf").phase_allocated[VF_PHASE_OPTIMIZER];
+  /* the statistics of 8 adapters (2 x 512 bytes each), the temporary of 512 elements */
+  assert_int_equal(adafactor - sgd, 8 * 2 * 512 + 512 * 4 * 2);
+  vf_model_cleanup(&m);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -882,7 +911,8 @@ int main(void) {
       cmocka_unit_test(test_sdpa_math_backend), cmocka_unit_test(test_sdpa_math_fp32),
       cmocka_unit_test(test_sdpa_out_copied),  cmocka_unit_test(test_qkv_view_models),
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
-      cmocka_unit_test(test_experts_in_weight_dtype),
+      cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
+      cmocka_unit_test(test_adafactor_trainable_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
