@@ -77,6 +77,7 @@ struct ctx {
   struct grads grads;
   bool grads_kept; /* gradients of the previous micro batch are still there */
   struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
+  struct grads cast_cache; /* autocast's cached weight casts, until the autocast region ends */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -711,13 +712,35 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   return 0;
 }
 
+/* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
+ * kept for backward (the matmuls saved them) until the layer's backward is done. A fully
+ * checkpointed forward saves none: autocast's cache keeps the casts of trainable weights
+ * (autocast_mode.cpp cached_cast: leaf tensors that require grad) until the autocast region
+ * ends after the loss, the others go at once; the recomputation casts again for the
+ * layer's backward. */
+static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool recomputing) {
+  if (!autocast_casts(x)) return;
+  bool saved = x->s->grad_ckpt != VF_CKPT_FULL || recomputing;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (!p->linear || (p->expert && experts_uncast(x))) continue;
+    uint32_t id = take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES);
+    if (saved) hold(x, sv, id, p->numel * x->d.c, WEIGHT_TEMPORARIES);
+    else if (p->trainable) grad_push(x, &x->cast_cache, id);
+    else give(x, id);
+  }
+}
+
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
-static void recompute(struct ctx *x, struct saved *sv) {
+static void recompute(struct ctx *x, int32_t layer, struct saved *sv) {
   double kept = x->keep_share;
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
+    autocast_copies(x, layer, sv, true);
     layer_forward(x, sv);
   } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
     x->keep_share = 1.0 - kept;
@@ -748,7 +771,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint64_t T = d->T, c = d->c;
   uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   reload(x, sv);
-  recompute(x, sv);
+  recompute(x, layer, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
@@ -1075,18 +1098,6 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
   *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
-/* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
- * kept for backward (the matmuls saved them) until the layer's backward is done. */
-static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
-  if (!autocast_casts(x)) return;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
-    if (!p->linear || (p->expert && experts_uncast(x))) continue;
-    hold(x, sv, take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES), p->numel * x->d.c, WEIGHT_TEMPORARIES);
-  }
-}
 
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
@@ -1106,7 +1117,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    autocast_copies(x, (int32_t)l, &sv[l]);
+    autocast_copies(x, (int32_t)l, &sv[l], false);
     if (x->s->grad_ckpt == VF_CKPT_FULL) {
       keep(x, &sv[l], stream);
       struct saved scratch = {0};
@@ -1124,6 +1135,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   mark(x, ST_LOSS);
   uint32_t loss = 0, root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  give_all(x, &x->cast_cache);
   drop_graph(x);
   give(x, input);
   give_all(x, &x->stale);
@@ -1265,7 +1277,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->layers = layers;
   x->grads_kept = x->states_made = false;
   x->held_logits = 0;
-  x->graph.n = x->stale.n = 0;
+  x->graph.n = x->stale.n = x->cast_cache.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1457,6 +1469,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.grads.id);
   free(x.graph.id);
   free(x.stale.id);
+  free(x.cast_cache.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);

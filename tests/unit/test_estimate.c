@@ -865,6 +865,58 @@ static void test_adafactor_trainable_only(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* Live bytes of the temporaries the forward made, at the first event of the loss and of the
+ * backward (of the last micro batch replayed). */
+struct forward_casts {
+  uint64_t bytes[4096];
+  bool from_forward[4096];
+  uint64_t live, at_loss, at_backward;
+  int phase;
+};
+
+static void count_forward_casts(void *arg, const struct vf_timeline_event *e) {
+  struct forward_casts *f = arg;
+  if (e->phase != f->phase && e->phase == VF_PHASE_LOSS) f->at_loss = f->live;
+  if (e->phase != f->phase && e->phase == VF_PHASE_BACKWARD) f->at_backward = f->live;
+  f->phase = e->phase;
+  if (e->id >= 4096) fail_msg("more events than the toy should make");
+  if (e->op == VF_TIMELINE_ALLOC) {
+    f->from_forward[e->id] = e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES;
+    f->bytes[e->id] = e->bytes;
+    if (f->from_forward[e->id]) f->live += e->bytes;
+  } else if (f->from_forward[e->id]) {
+    f->live -= f->bytes[e->id];
+    f->from_forward[e->id] = false;
+  }
+}
+
+/* Full checkpointing under autocast (fp32 weights, full fine-tuning): the casts of the
+ * trainable weights stay in autocast's cache through the forward and the loss (per layer
+ * q, k, v, o of 4,096 elements and gate, up, down of 8,192, in bf16), and are gone when the
+ * backward starts; the recomputation makes its own. */
+static void test_autocast_cache(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.amp = VF_PREC_BF16;
+  s.grad_ckpt = VF_CKPT_FULL;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  static struct forward_casts f;
+  memset(&f, 0, sizeof f);
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_forward_casts, &f, &e, &d), 0);
+  assert_int_equal(f.at_loss, 2 * (4 * 4096 * 2 + 3 * 8192 * 2));
+  assert_int_equal(f.at_backward, 0);
+  vf_model_cleanup(&m);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -912,7 +964,7 @@ int main(void) {
       cmocka_unit_test(test_sdpa_out_copied),  cmocka_unit_test(test_qkv_view_models),
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
-      cmocka_unit_test(test_adafactor_trainable_only),
+      cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
