@@ -68,6 +68,8 @@ struct ctx {
   enum vf_task task;
   enum vf_attention attn;
   enum sdpa_backend sdpa; /* the kernel SDPA runs, when attn is VF_ATTN_SDPA */
+  bool padded;            /* batches padded to their longest sample: attention gets a mask */
+  bool kv_repeated;       /* K/V repeated to every query head before SDPA */
   struct dims d;
   uint64_t layers; /* layers replayed */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
@@ -407,15 +409,24 @@ static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
  * with enable_gqa when there is no mask and head dims fit (transformers' use_gqa_in_sdpa),
  * else repeated to every head first, unless the model passes its one multi-query head as
  * it is (sdpa_mqa_unexpanded). */
-static enum sdpa_backend sdpa_backend(const struct ctx *x, enum vf_lengths lengths) {
+static bool raw_mqa(const struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
-  bool half = x->d.c < 4, mask = lengths == VF_LENGTHS_VARIED, fits = a->head_dim <= 256;
-  bool raw_mqa = a->kv_heads == 1 && a->heads > 1 &&
-                 model_listed(x->p->sdpa_mqa_unexpanded, x->p->n_sdpa_mqa_unexpanded, a->model_type);
-  bool grouped = a->kv_heads < a->heads && !raw_mqa && !x->p->gqa_expand && !mask && fits;
-  bool every_head = a->kv_heads == a->heads || (!raw_mqa && !grouped);
+  return a->kv_heads == 1 && a->heads > 1 &&
+         model_listed(x->p->sdpa_mqa_unexpanded, x->p->n_sdpa_mqa_unexpanded, a->model_type);
+}
+
+/* Grouped K/V heads reach SDPA as they are, with enable_gqa. */
+static bool sdpa_grouped(const struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  return a->kv_heads < a->heads && !raw_mqa(x) && !x->p->gqa_expand && !x->padded && a->head_dim <= 256;
+}
+
+static enum sdpa_backend sdpa_backend(const struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  bool half = x->d.c < 4, fits = a->head_dim <= 256, grouped = sdpa_grouped(x);
+  bool every_head = a->kv_heads == a->heads || (!raw_mqa(x) && !grouped);
   uint32_t cc = x->s->gpu_cc_major ? x->s->gpu_cc_major : 9; /* unnamed: a current GPU */
-  if (cc >= 8 && half && !mask && fits && (every_head || grouped)) return SDPA_FLASH;
+  if (cc >= 8 && half && !x->padded && fits && (every_head || grouped)) return SDPA_FLASH;
   if (cc >= 5 && a->head_dim % (half ? 8 : 4) == 0 && every_head) return SDPA_EFFICIENT;
   return SDPA_MATH;
 }
@@ -435,9 +446,10 @@ static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 
 static void math_attention_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   uint64_t T = d->T, c = d->c, a = math_bytes(x), scores = T * d->heads * d->s_kv;
-  uint32_t q = take(x, T * d->q * c, VF_CAT_ACTIVATIONS), kv = take(x, 2 * T * d->kv * c, VF_CAT_ACTIVATIONS);
-  uint32_t mask = take(x, d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
-  uint32_t up = a > c ? take(x, T * (d->q + 2 * d->kv) * a, VF_CAT_TEMPORARIES) : 0;
+  uint64_t kv_width = x->kv_repeated ? d->q : d->kv;
+  uint32_t q = take(x, T * d->q * c, VF_CAT_ACTIVATIONS), kv = take(x, 2 * T * kv_width * c, VF_CAT_ACTIVATIONS);
+  uint32_t mask = take(x, (x->padded ? x->s->batch : 1) * d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
+  uint32_t up = a > c ? take(x, T * (d->q + 2 * kv_width) * a, VF_CAT_TEMPORARIES) : 0;
   uint32_t scaled = take(x, T * d->q * a, VF_CAT_TEMPORARIES), scaled_k = take(x, T * d->kv * a, VF_CAT_TEMPORARIES);
   keep(x, sv, T * d->q * a);
   keep(x, sv, T * d->q * a);
@@ -489,7 +501,7 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   qkv_projections(x, sv);
-  bool expand = x->p->gqa_expand && d->kv < d->q;
+  bool expand = x->attn != VF_ATTN_EAGER && x->kv_repeated;
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH) {
@@ -539,6 +551,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     if (x->base_trainable) keep(x, sv, T * d->q * c);
   } else {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
+    /* The padding mask made additive in the query's dtype (attention.cpp
+     * convert_boolean_attn_mask), which the memory-efficient kernel keeps. */
+    if (x->padded && x->sdpa == SDPA_EFFICIENT) keep(x, sv, x->s->batch * d->s_kv * d->s_kv * c);
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
     /* The output's contiguous copy, o_proj's input. */
     if (model_listed(x->p->sdpa_out_copied, x->p->n_sdpa_out_copied, a->model_type)) {
@@ -1442,7 +1457,9 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   enum vf_lengths lengths = resolved.lengths;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
-  x.sdpa = sdpa_backend(&x, lengths);
+  x.padded = lengths == VF_LENGTHS_VARIED;
+  x.sdpa = sdpa_backend(&x);
+  x.kv_repeated = m->arch.kv_heads < m->arch.heads && (p->gqa_expand || (!sdpa_grouped(&x) && !raw_mqa(&x)));
   uint64_t layers = m->arch.layers / s->pp;
   size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);

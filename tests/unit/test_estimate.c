@@ -489,7 +489,9 @@ static void test_varied_lengths(void **state) {
   struct vf_estimate varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_NONE, "hf");
   uint64_t tokens = varied.by_category[VF_CAT_ACTIVATIONS] + varied.by_category[VF_CAT_TEMPORARIES];
   assert_int_equal(varied.lengths, VF_LENGTHS_VARIED);
-  assert_int_equal(varied.allocated_peak, fixed.allocated_peak);
+  /* The same tensors but the padding mask, which the memory-efficient kernel keeps per
+   * layer in the query's dtype (4 x 2048 x 2048 fp32). */
+  assert_int_equal(varied.allocated_peak, fixed.allocated_peak + 2ull * 4 * 2048 * 2048 * 4);
   assert_int_equal(varied.reserved_peak, varied.allocated_peak + tokens);
   assert_true(fixed.reserved_peak < varied.reserved_peak);
   varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_BF16, "hf");
@@ -917,6 +919,31 @@ static void test_autocast_cache(void **state) {
   vf_model_cleanup(&m);
 }
 
+static uint64_t gqa_loss_phase(enum vf_lengths lengths) {
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, toy_gqa_config, strlen(toy_gqa_config), "toy.json", &d), 0);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.weights = VF_PREC_BF16;
+  s.lengths = lengths;
+  uint64_t loss = run(&m, &s, "hf").phase_allocated[VF_PHASE_LOSS];
+  vf_model_cleanup(&m);
+  return loss;
+}
+
+/* Padded batches bring a mask: transformers repeats the 2 K/V heads to all 4 (no
+ * enable_gqa with a mask) and SDPA runs the memory-efficient kernel, which keeps the mask
+ * made additive. Per layer: K and V of 8 x 64 bf16 (1,024 bytes each) instead of 8 x 32
+ * (512), and the 8 x 8 mask (a 512-byte block). */
+static void test_padded_attention(void **state) {
+  (void)state;
+  int64_t gain = (int64_t)gqa_loss_phase(VF_LENGTHS_VARIED) - (int64_t)gqa_loss_phase(VF_LENGTHS_FIXED);
+  assert_int_equal(gain, 2 * (2 * (1024 - 512) + 512));
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -965,6 +992,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
       cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
+      cmocka_unit_test(test_padded_attention),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
