@@ -117,6 +117,7 @@ struct vf_profile {
   bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
   bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
   bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */
+  bool padding_mask;          /* padded batches come with an attention mask */
 };
 
 struct vf_setup {

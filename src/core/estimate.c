@@ -68,7 +68,7 @@ struct ctx {
   enum vf_task task;
   enum vf_attention attn;
   enum sdpa_backend sdpa; /* the kernel SDPA runs, when attn is VF_ATTN_SDPA */
-  bool padded;            /* batches padded to their longest sample: attention gets a mask */
+  bool padded;            /* batches padded to their longest sample bring attention a mask */
   bool kv_repeated;       /* K/V repeated to every query head before SDPA */
   struct dims d;
   uint64_t layers; /* layers replayed */
@@ -501,7 +501,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   qkv_projections(x, sv);
-  bool expand = x->attn != VF_ATTN_EAGER && x->kv_repeated;
+  /* Eager attention multiplies whole heads: K and V are repeated to every query head
+   * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
+  bool expand = x->kv_repeated || (x->attn == VF_ATTN_EAGER && d->kv < d->q);
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH) {
@@ -511,9 +513,6 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   }
   keep(x, sv, T * d->q * c);
   uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
-  /* Eager attention multiplies whole heads: K and V are repeated to every query head
-   * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
-  if (x->attn == VF_ATTN_EAGER && d->kv < d->q) expand = true;
   if (expand) {
     keep(x, sv, T * d->q * c);
     keep(x, sv, T * d->q * c);
@@ -1457,7 +1456,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   enum vf_lengths lengths = resolved.lengths;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
-  x.padded = lengths == VF_LENGTHS_VARIED;
+  x.padded = lengths == VF_LENGTHS_VARIED && p->padding_mask;
   x.sdpa = sdpa_backend(&x);
   x.kv_repeated = m->arch.kv_heads < m->arch.heads && (p->gqa_expand || (!sdpa_grouped(&x) && !raw_mqa(&x)));
   uint64_t layers = m->arch.layers / s->pp;

@@ -87,6 +87,7 @@ static const struct field fields[] = {
     FIELD("sdpa_math_fp32", F_BOOL, sdpa_math_fp32),
     FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
     FIELD("adafactor_fp32_copies", F_BOOL, adafactor_fp32_copies),
+    FIELD("padding_mask", F_BOOL, padding_mask),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -919,6 +919,9 @@ static void test_autocast_cache(void **state) {
   vf_model_cleanup(&m);
 }
 
+static void padding_mask(struct vf_profile *p, bool on) { p->padding_mask = on; }
+static void varied_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->lengths = VF_LENGTHS_VARIED; }
+
 static uint64_t gqa_loss_phase(enum vf_lengths lengths) {
   struct vf_model m;
   struct vf_diag d;
@@ -942,6 +945,8 @@ static void test_padded_attention(void **state) {
   (void)state;
   int64_t gain = (int64_t)gqa_loss_phase(VF_LENGTHS_VARIED) - (int64_t)gqa_loss_phase(VF_LENGTHS_FIXED);
   assert_int_equal(gain, 2 * (2 * (1024 - 512) + 512));
+  /* A framework that pads without a mask (litgpt, torchtune) keeps attention as it is. */
+  assert_int_equal(phase_gain(true, "hf", padding_mask, varied_bf16, VF_PHASE_LOSS), gain);
 }
 
 static void test_impossible_setups(void **state) {
