@@ -644,13 +644,47 @@ static void load_weight(struct ctx *x, const struct vf_param *p) {
 }
 
 /* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
+static bool sharded_grads(const struct vf_setup *s) {
+  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
+}
+
+/* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
+ * gradients; the last one adds into them and reduce-scatters them to the shard. */
+static bool no_sync(const struct ctx *x) {
+  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
+}
+
+/* The output head is the input embedding's weight (tied). */
+static bool tied_head(const struct ctx *x) {
+  return x->m->arch.tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
+}
+
+/* Embedding weights the head does not share get their gradients from their own backward,
+ * the pass's last (embedding_dense_backward allocates the gradient), not with the head's
+ * gradients; where the root's gradients are whole tensors made fresh. */
+static bool embedding_grads_late(const struct ctx *x) {
+  return x->has_head && !tied_head(x) && !x->grads_kept && !no_sync(x) && !sharded_grads(x->s);
+}
+
 static void layer_params(struct ctx *x, int32_t layer, struct grads *g) {
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
+    bool late = layer < 0 && p->embedding && embedding_grads_late(x);
     if (!g) load_weight(x, p);
-    else if (p->trainable) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
+    else if (p->trainable && !late) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
+  }
+}
+
+/* The gradients embedding_grads_late leaves to the embeddings' backward. */
+static void late_embedding_grads(struct ctx *x) {
+  if (!embedding_grads_late(x)) return;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (p->trainable && p->embedding) grad_push(x, &x->grads, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
   }
 }
 
@@ -671,16 +705,6 @@ static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
   return n;
-}
-
-static bool sharded_grads(const struct vf_setup *s) {
-  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
-}
-
-/* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
- * gradients; the last one adds into them and reduce-scatters them to the shard. */
-static bool no_sync(const struct ctx *x) {
-  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
 }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
@@ -883,9 +907,9 @@ static uint64_t embedding_sort_bytes(const struct ctx *x) {
  * referenced). Returns what replaces first. */
 static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   if (!x->base_trainable) return first;
-  const struct vf_arch *a = &x->m->arch;
-  bool tied = a->tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
+  bool tied = tied_head(x);
   uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
+  late_embedding_grads(x);
   uint32_t second = tied ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
   transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
   if (!tied) return first;

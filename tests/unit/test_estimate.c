@@ -949,6 +949,47 @@ static void test_padded_attention(void **state) {
   assert_int_equal(phase_gain(true, "hf", padding_mask, varied_bf16, VF_PHASE_LOSS), gain);
 }
 
+/* The sizes of the gradients the last backward replayed allocates, in order. */
+struct grad_order {
+  uint64_t bytes[256];
+  size_t n;
+  int phase;
+};
+
+static void record_grads(void *arg, const struct vf_timeline_event *e) {
+  struct grad_order *o = arg;
+  if (e->phase == VF_PHASE_BACKWARD && o->phase != VF_PHASE_BACKWARD) o->n = 0;
+  o->phase = e->phase;
+  if (e->phase == VF_PHASE_BACKWARD && e->op == VF_TIMELINE_ALLOC && e->category == VF_CAT_GRADIENTS && o->n < 256)
+    o->bytes[o->n++] = e->bytes;
+}
+
+/* An untied embedding's gradient comes from its own backward, last in the pass; the head's
+ * (both 256 x 64 fp32 in the toy) from the first. */
+static void test_embedding_gradient_last(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  struct grad_order o = {.n = 0};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, record_grads, &o, &e, &d), 0);
+  /* the root's first: the final norm's (a 512-byte block) and the head's; then the blocks',
+   * and the embedding's last */
+  assert_int_equal(o.n, 2 + 2 * 9 + 1);
+  assert_int_equal(o.bytes[0] + o.bytes[1], 512 + 65536);
+  for (size_t i = 2; i + 1 < o.n; i++) assert_true(o.bytes[i] < 65536);
+  assert_int_equal(o.bytes[o.n - 1], 65536);
+  vf_model_cleanup(&m);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -997,7 +1038,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
       cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
-      cmocka_unit_test(test_padded_attention),
+      cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
