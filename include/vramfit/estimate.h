@@ -97,7 +97,32 @@ struct vf_profile {
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
-  bool moe_grouped_mm;     /* experts run as grouped matmuls in their weights' dtype, uncast */
+  bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
+  /* 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the HF Trainer
+   * registers them so), and one fp32 absmax per block of this many elements of an 8-bit
+   * state (0: none). */
+  bool embedding_states_fp32;
+  uint32_t optim8bit_block;
+  /* Model types (config.json model_type) whose modeling code differs from the framework's
+   * usual path: eager attention taking the softmax in the scores' own dtype, without
+   * eager_softmax_fp32's up-cast; and attention passing one multi-query K/V head to SDPA
+   * as it is, without enable_gqa. */
+  char eager_softmax_in_dtype[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_eager_softmax_in_dtype;
+  char sdpa_mqa_unexpanded[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_mqa_unexpanded;
+  /* Model types whose rotary embedding concatenates q into a new tensor laid out [batch,
+   * heads, positions, dim], so that SDPA's output is laid out so too and the attention
+   * output's transpose(1, 2).contiguous() copies it; and those whose V stays a view of the
+   * fused q,k,v output while q and k are rotated into new tensors (qkv_view_kept for them). */
+  char sdpa_out_copied[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_out_copied;
+  char qkv_view_models[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_qkv_view_models;
+  bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
+  bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
+  bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */
+  bool padding_mask;          /* padded batches come with an attention mask */
 };
 
 struct vf_setup {

@@ -70,21 +70,23 @@ static void test_optimizer_state_sizes(void **state) {
   load(&m, NULL);
   uint64_t base = 2 * TOY_WEIGHT_BLOCKS + CUBLAS_WORKSPACES; /* weights + gradients */
   assert_int_equal(optimizer_phase(&m, VF_OPT_SGD), base);
-  assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), base); /* unified memory */
   /* States are created per tensor, like the weights: 461,312 bytes of blocks per fp32 copy. */
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW), base + 2 * TOY_WEIGHT_BLOCKS);
   assert_int_equal(optimizer_phase(&m, VF_OPT_SGD_MOMENTUM), base + TOY_WEIGHT_BLOCKS);
   assert_int_equal(optimizer_phase(&m, VF_OPT_LION), base + TOY_WEIGHT_BLOCKS);
-  /* 8-bit: norms (64 < 4096 elements) stay fp32 (512-byte blocks); others one byte per
-   * element plus an fp32 absmax per 2048: embedding and head 16,416 -> 16,896, q/k/v/o
-   * 4,104 -> 4,608, gate/up/down 8,208 -> 8,704; two states. */
-  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT),
-                   base + 2 * (2 * 16896 + 5 * 512 + 8 * 4608 + 6 * 8704));
-  /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the head's
-   * 256 rows: 1,024), the embedding and norms whole; plus the step's temporary: the largest
-   * matrix (the head, 16,384) squared and updated in fp32. */
+  /* bitsandbytes' 8-bit AdamW under the HF Trainer, two states per tensor: norms (64 <
+   * 4096 elements) and the embedding (registered to 32 bits) fp32; the others one byte per
+   * element (head 16,384, q/k/v/o 4,096, gate/up/down 8,192) and an fp32 absmax per 256
+   * elements in a tensor of its own (one 512-byte block each). None reaches the 1e5
+   * elements from which the paged one pages its states. */
+  uint64_t eight_bit = base + 2 * (65536 + 5 * 512 + 16384 + 512 + 8 * (4096 + 512) + 6 * (8192 + 512));
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAMW_8BIT), eight_bit);
+  assert_int_equal(optimizer_phase(&m, VF_OPT_PAGED_ADAMW_8BIT), eight_bit);
+  /* Adafactor: a row and a column statistic per matrix (each under 512 bytes but the 256
+   * rows of the head and the embedding: 1,024), the norms whole; plus the step's temporary:
+   * the largest tensor (16,384) squared and updated in fp32. */
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR),
-                   base + 65536 + 5 * 512 + 14 * 1024 + 1024 + 512 + 16384 * 8);
+                   base + 2 * (1024 + 512) + 5 * 512 + 14 * 1024 + 16384 * 8);
   vf_model_cleanup(&m);
 }
 
@@ -183,8 +185,6 @@ static struct vf_estimate toy_run(void (*tweak)(struct vf_setup *), const char *
 }
 
 static void two_gpus(struct vf_setup *s) { s->gpus = 2; }
-static void paged(struct vf_setup *s) { s->optimizer = VF_OPT_PAGED_ADAMW_8BIT; }
-static void sgd(struct vf_setup *s) { s->optimizer = VF_OPT_SGD; }
 static void accumulate(struct vf_setup *s) { s->accumulation = 2; }
 static void one_micro(struct vf_setup *s) { s->accumulation = 1; }
 
@@ -196,14 +196,29 @@ static void test_ddp_buckets(void **state) {
   assert_int_equal(two - one, 460288); /* 115,008 x 4 bytes in one 512-byte-rounded block */
 }
 
-/* Paged 8-bit states live in unified memory: the device holds them, PyTorch's counters
- * do not. */
+/* Paged 8-bit states of tensors from 1e5 elements on live in unified memory: the device
+ * holds them, PyTorch's counters do not. In Llama 3.2 1B that is every matrix (two uint8
+ * states each, the tied embedding's two fp32 under the HF Trainer), not the norms, and no
+ * absmax. */
 static void test_paged_states(void **state) {
   (void)state;
-  struct vf_estimate p = toy_run(paged, "hf"), s = toy_run(sgd, "hf");
-  assert_int_equal(p.allocated_peak, s.allocated_peak);
-  assert_int_equal(p.reserved_peak, s.reserved_peak);
-  assert_int_equal(p.device_peak - s.device_peak, 2 * TOY_PARAMS);
+  struct vf_model m;
+  load(&m, "llama-3.2-1b");
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16;
+  s.seq = 64;
+  s.optimizer = VF_OPT_ADAMW_8BIT;
+  struct vf_estimate unpaged = run(&m, &s, "hf");
+  s.optimizer = VF_OPT_PAGED_ADAMW_8BIT;
+  struct vf_estimate pages = run(&m, &s, "hf");
+  uint64_t embedding = 128256ull * 2048, norms = (16 * 2 + 1) * 2048;
+  uint64_t paged_bytes = 2 * (4 * embedding + (vf_model_params(&m) - embedding - norms));
+  assert_int_equal(unpaged.phase_allocated[VF_PHASE_OPTIMIZER] - pages.phase_allocated[VF_PHASE_OPTIMIZER],
+                   paged_bytes);
+  /* The breakdown counts them as optimizer states all the same. */
+  assert_int_equal(pages.by_category[VF_CAT_OPTIMIZER], unpaged.by_category[VF_CAT_OPTIMIZER]);
+  vf_model_cleanup(&m);
 }
 
 /* Accumulating, the previous micro batch's gradients are there during the forward. */
@@ -474,7 +489,9 @@ static void test_varied_lengths(void **state) {
   struct vf_estimate varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_NONE, "hf");
   uint64_t tokens = varied.by_category[VF_CAT_ACTIVATIONS] + varied.by_category[VF_CAT_TEMPORARIES];
   assert_int_equal(varied.lengths, VF_LENGTHS_VARIED);
-  assert_int_equal(varied.allocated_peak, fixed.allocated_peak);
+  /* The same tensors but the padding mask, which the memory-efficient kernel keeps per
+   * layer in the query's dtype (4 x 2048 x 2048 fp32). */
+  assert_int_equal(varied.allocated_peak, fixed.allocated_peak + 2ull * 4 * 2048 * 2048 * 4);
   assert_int_equal(varied.reserved_peak, varied.allocated_peak + tokens);
   assert_true(fixed.reserved_peak < varied.reserved_peak);
   varied = toy_lengths(VF_LENGTHS_VARIED, VF_PREC_BF16, "hf");
@@ -586,10 +603,10 @@ static void gelu_new(struct vf_profile *p, bool on) { p->gelu_new_saves = on ? 4
 static void full_load(struct vf_profile *p, bool on) { p->fsdp_full_load = on; }
 static void lora_fsdp8(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->shard = VF_SHARD_FSDP, s->gpus = 8; }
 
-/* The toy model as GPT-2 (gelu_new MLP, 256 wide) under hf with one behaviour flipped. */
-static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase ph) {
-  static const char cfg[] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4,"
-                            " \"vocab_size\": 256, \"n_positions\": 128}";
+/* A small model from its config.json under hf with one behaviour flipped (setup by tweak,
+ * at 8 positions): what switching it on adds to one phase's allocated peak. */
+static int64_t config_gain(const char *cfg, void (*flip)(struct vf_profile *, bool),
+                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -597,11 +614,11 @@ static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase 
   struct vf_estimate on, off;
   struct vf_setup s;
   vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "gpt2.json", &d), 0);
-  assert_string_equal(m.arch.activation, "gelu_new");
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "config.json", &d), 0);
   assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
   vf_setup_default(&s);
   s.seq = 8;
+  if (tweak) tweak(&s);
   vf_alloc_conf_default(&c);
   flip(&p, true);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &on, &d), 0);
@@ -609,6 +626,14 @@ static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase 
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &off, &d), 0);
   vf_model_cleanup(&m);
   return (int64_t)on.phase_allocated[ph] - (int64_t)off.phase_allocated[ph];
+}
+
+/* The toy as GPT-2: gelu_new MLP 256 wide, 4 heads of 16. */
+static const char gpt2_config[] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4,"
+                                  " \"vocab_size\": 256, \"n_positions\": 128}";
+
+static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase ph) {
+  return config_gain(gpt2_config, flip, NULL, ph);
 }
 
 /* transformers' gelu_new is a formula of separate ops: it keeps its input, 0.5 x, the tanh
@@ -671,41 +696,6 @@ static void test_eval_and_save(void **state) {
   vf_model_cleanup(&m);
 }
 
-/* transformers 5.23 runs Mixtral's experts as grouped matmuls that autocast does not cast:
- * under fp32 weights and bf16 autocast no expert weight is copied to bf16 (2 layers x 4
- * experts x 3 projections of 64 x 128, 2 bytes each, kept for backward), and the experts
- * compute in fp32 instead (their few kept activations grow). */
-static void test_moe_grouped_mm(void **state) {
-  (void)state;
-  static const char cfg[] = "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-                            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
-                            " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"vocab_size\": 256,"
-                            " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false}";
-  struct vf_model m;
-  struct vf_diag d;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "moe.json", &d), 0);
-  assert_int_equal(m.arch.experts, 4);
-  struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 8;
-  s.amp = VF_PREC_BF16;
-  s.method = VF_METHOD_LORA;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_estimate grouped, linear;
-  vf_alloc_conf_default(&c);
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  p.moe_grouped_mm = true;
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &grouped, &d), 0);
-  p.moe_grouped_mm = false;
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &linear, &d), 0);
-  int64_t copies = 2 * 4 * 3 * 64 * 128 * 2;
-  int64_t saved = (int64_t)linear.phase_allocated[VF_PHASE_LOSS] - (int64_t)grouped.phase_allocated[VF_PHASE_LOSS];
-  assert_in_range(saved, copies - 64 * 512, copies);
-  vf_model_cleanup(&m);
-}
-
 /* DoRA keeps, per adapted projection (q and v, 64 x 64), the base weight's copy in the
  * adapter's dtype and two outputs (8 x 64 x 4 bytes each) more than LoRA does; its
  * magnitude vectors (64 each, a 512-byte block) and their AdamW states come on top. */
@@ -726,6 +716,306 @@ static void test_dora(void **state) {
   /* weights and AdamW's two states, and the gradients while zero_grad keeps them */
   uint64_t kept = 2 * 2 * (64 * 64 * 4 + 2 * 8 * 64 * 4), magnitudes = 4 * 512 * (p.zero_grad_frees ? 3 : 4);
   assert_int_equal(dora - lora, kept + magnitudes);
+  vf_model_cleanup(&m);
+}
+
+static void lion_fp32(struct vf_profile *p, bool on) { p->lion_fp32_states = on; }
+static void embedding_fp32(struct vf_profile *p, bool on) { p->embedding_states_fp32 = on; }
+static void tiny_blocks(struct vf_profile *p, bool on) { p->optim8bit_block = on ? 16 : 2048; }
+static void lion_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->optimizer = VF_OPT_LION; }
+static void adamw_8bit(struct vf_setup *s) { s->optimizer = VF_OPT_ADAMW_8BIT; }
+
+/* bitsandbytes' Lion keeps its momentum in fp32 under bf16 weights: 2 bytes more per
+ * element of every tensor but the norms, whose 64 elements fit one 512-byte block either
+ * way. */
+static void test_lion_fp32_states(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", lion_fp32, lion_bf16, VF_PHASE_OPTIMIZER), 2 * (TOY_PARAMS - 5 * 64));
+}
+
+/* The HF Trainer registers nn.Embedding weights to 32-bit states: the toy's embedding (256
+ * x 64) gets two fp32 states instead of two uint8 ones with their absmax blocks. */
+static void test_embedding_states_fp32(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", embedding_fp32, adamw_8bit, VF_PHASE_OPTIMIZER),
+                   2 * (65536 - 16384 - 512));
+}
+
+/* One fp32 absmax per block of an 8-bit state: with 16-element blocks the head's (16,384
+ * elements) take 4,096 bytes, q/k/v/o's 1,024 and gate/up/down's 2,048, where 2048-element
+ * blocks fit each in one 512-byte block; two states. */
+static void test_optim8bit_block(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", tiny_blocks, adamw_8bit, VF_PHASE_OPTIMIZER),
+                   2 * ((4096 - 512) + 8 * (1024 - 512) + 6 * (2048 - 512)));
+}
+
+static void bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16; }
+static void bf16_amp(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->amp = VF_PREC_BF16; }
+static void fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
+static void bf16_eager(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16, s->attention = VF_ATTN_EAGER, s->seq = 64;
+}
+static void set_names(char (*names)[VF_MODEL_TYPE_LEN], uint32_t *n, const char *name, bool on) {
+  *n = on;
+  if (on) snprintf(names[0], VF_MODEL_TYPE_LEN, "%s", name);
+}
+static void gpt2_in_dtype(struct vf_profile *p, bool on) {
+  set_names(p->eager_softmax_in_dtype, &p->n_eager_softmax_in_dtype, "gpt2", on);
+}
+static void falcon_unexpanded(struct vf_profile *p, bool on) {
+  set_names(p->sdpa_mqa_unexpanded, &p->n_sdpa_mqa_unexpanded, "falcon", on);
+}
+static void math_fp32(struct vf_profile *p, bool on) {
+  falcon_unexpanded(p, true);
+  p->sdpa_math_fp32 = on;
+}
+static void neox_out_copied(struct vf_profile *p, bool on) {
+  set_names(p->sdpa_out_copied, &p->n_sdpa_out_copied, "gpt_neox", on);
+}
+static void neox_view(struct vf_profile *p, bool on) {
+  set_names(p->qkv_view_models, &p->n_qkv_view_models, "gpt_neox", on);
+}
+static void layer_norm_input(struct vf_profile *p, bool on) {
+  p->n_layer_norm_saves = on;
+  p->layer_norm_saves[0] = 0;
+}
+
+/* GPT-2's eager attention takes the softmax in the scores' dtype: of each layer's 64 x 4 x
+ * 64 scores it keeps a bf16 softmax (with the dropout's mask and output) where the llama
+ * way keeps it in fp32: 2 bytes less per score. */
+static void test_eager_softmax_in_dtype(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, gpt2_in_dtype, bf16_eager, VF_PHASE_LOSS), -2 * 64 * 4 * 64 * 2);
+}
+
+/* Falcon-7b's layout: 4 query heads of 16 and one multi-query K/V head. */
+static const char falcon_config[] =
+    "{\"model_type\": \"falcon\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"multi_query\": true, \"parallel_attn\": true, \"vocab_size\": 256}";
+
+/* Its K/V head reaches SDPA unexpanded, without enable_gqa: neither flash nor the
+ * memory-efficient kernel takes it, and the math backend runs. Per layer (8 positions,
+ * bf16, full fine-tuning) flash keeps q (1,024 bytes), k, v and the log-sum-exp (a 512-byte
+ * block each) and its output (1,024); math keeps q, k and v expanded to all heads in fp32
+ * (2,048 each), the fp32 softmax of 8 x 4 x 8 scores (1,024) and o_proj's copy of the
+ * output (1,024). */
+static void test_sdpa_math_backend(void **state) {
+  (void)state;
+  int64_t flash = 1024 + 3 * 512 + 1024, math = 3 * 2048 + 1024 + 1024;
+  assert_int_equal(config_gain(falcon_config, falcon_unexpanded, bf16, VF_PHASE_LOSS), 2 * (math - flash));
+}
+
+/* PyTorch's math backend computes 16-bit inputs in fp32 from 2.5 on: q, k, v (1,024 bytes
+ * in bf16 each) and the scores (a 512-byte block) double. */
+static void test_sdpa_math_fp32(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(falcon_config, math_fp32, bf16, VF_PHASE_LOSS), 2 * (3 * 1024 + 512));
+}
+
+/* GPT-NeoX: fused q,k,v, a quarter of each head rotated, a parallel block of two norms. */
+static const char neox_config[] =
+    "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"intermediate_size\": 256, \"vocab_size\": 256, \"rotary_pct\": 0.25, \"use_parallel_residual\": true,"
+    " \"max_position_embeddings\": 128}";
+
+/* Its rotated query is concatenated into a new tensor, so SDPA's output needs a copy for
+ * o_proj, which full fine-tuning keeps: 8 x 64 fp32 per layer. */
+static void test_sdpa_out_copied(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(neox_config, neox_out_copied, NULL, VF_PHASE_LOSS), 2 * 8 * 64 * 4);
+}
+
+/* Its V is a view of the fused q,k,v output, which attention so keeps whole: q's and k's
+ * share of it (8 x 128 fp32) per layer beyond V. */
+static void test_qkv_view_models(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(neox_config, neox_view, NULL, VF_PHASE_LOSS), 2 * 8 * 128 * 4);
+}
+
+/* A LayerNorm keeps its input, the residual stream: fp32 under autocast with fp32 weights
+ * (8 x 64 x 4 bytes per norm: GPT-2's two per layer and the final one). The two norms of a
+ * parallel block read the same input: GPT-NeoX keeps one per layer. */
+static void test_layer_norm_input(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, layer_norm_input, fp32_amp, VF_PHASE_LOSS), 5 * 8 * 64 * 4);
+  assert_int_equal(config_gain(neox_config, layer_norm_input, NULL, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
+}
+
+/* Under autocast gelu_new's x ** 3 runs in fp32: x's fp32 copy, the tanh and 1 + tanh
+ * (8 x 256 each) are kept in fp32 beside the bf16 0.5 x. */
+static void test_gelu_new_autocast(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, gelu_new, bf16_amp, VF_PHASE_LOSS), 2 * 3 * 8 * 256 * 4);
+}
+
+static void experts_uncast(struct vf_profile *p, bool on) { p->experts_in_weight_dtype = on; }
+static void lora_fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
+
+/* Mixtral's layout: 4 experts of 128, 2 per token. */
+static const char moe_config[] =
+    "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"num_local_experts\": 4,"
+    " \"num_experts_per_tok\": 2, \"vocab_size\": 256, \"tie_word_embeddings\": false}";
+
+/* transformers 5's grouped experts escape autocast: fp32 weights, no bf16 copies of the 12
+ * expert matrices (64 x 128, 16,384 bytes each) per layer, but their gate, up and activation
+ * (16 routed tokens x 128) and output (16 x 64) kept in fp32, not bf16. */
+static void test_experts_in_weight_dtype(void **state) {
+  (void)state;
+  int64_t per_layer = 3 * (8192 - 4096) + (4096 - 2048) - 12 * 16384;
+  assert_int_equal(config_gain(moe_config, experts_uncast, lora_fp32_amp, VF_PHASE_LOSS), 2 * per_layer);
+}
+
+static void adafactor_copies(struct vf_profile *p, bool on) { p->adafactor_fp32_copies = on; }
+static void adafactor_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->optimizer = VF_OPT_ADAFACTOR; }
+static void adafactor_lora(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->optimizer = VF_OPT_ADAFACTOR; }
+
+/* transformers' Adafactor copies a bf16 gradient and parameter to fp32 for its step: two
+ * more fp32 tensors of the largest one (the toy's embedding and head, 16,384 elements). */
+static void test_adafactor_fp32_copies(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(toy_config, adafactor_copies, adafactor_bf16, VF_PHASE_OPTIMIZER), 2 * 16384 * 4);
+}
+
+/* Adafactor steps only what trains: under LoRA its temporaries are an adapter's (8 x 64 fp32
+ * adapters), not the largest frozen matrix's. */
+static void test_adafactor_trainable_only(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  adafactor_lora(&s);
+  uint64_t adafactor = run(&m, &s, "hf").phase_allocated[VF_PHASE_OPTIMIZER];
+  s.optimizer = VF_OPT_SGD;
+  uint64_t sgd = run(&m, &s, "hf").phase_allocated[VF_PHASE_OPTIMIZER];
+  /* the statistics of 8 adapters (2 x 512 bytes each), the temporary of 512 elements */
+  assert_int_equal(adafactor - sgd, 8 * 2 * 512 + 512 * 4 * 2);
+  vf_model_cleanup(&m);
+}
+
+/* Live bytes of the temporaries the forward made, at the first event of the loss and of the
+ * backward (of the last micro batch replayed). */
+struct forward_casts {
+  uint64_t bytes[4096];
+  bool from_forward[4096];
+  uint64_t live, at_loss, at_backward;
+  int phase;
+};
+
+static void count_forward_casts(void *arg, const struct vf_timeline_event *e) {
+  struct forward_casts *f = arg;
+  if (e->phase != f->phase && e->phase == VF_PHASE_LOSS) f->at_loss = f->live;
+  if (e->phase != f->phase && e->phase == VF_PHASE_BACKWARD) f->at_backward = f->live;
+  f->phase = e->phase;
+  if (e->id >= 4096) fail_msg("more events than the toy should make");
+  if (e->op == VF_TIMELINE_ALLOC) {
+    f->from_forward[e->id] = e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES;
+    f->bytes[e->id] = e->bytes;
+    if (f->from_forward[e->id]) f->live += e->bytes;
+  } else if (f->from_forward[e->id]) {
+    f->live -= f->bytes[e->id];
+    f->from_forward[e->id] = false;
+  }
+}
+
+/* Full checkpointing under autocast (fp32 weights, full fine-tuning): the casts of the
+ * trainable weights stay in autocast's cache through the forward and the loss (per layer
+ * q, k, v, o of 4,096 elements and gate, up, down of 8,192, in bf16), and are gone when the
+ * backward starts; the recomputation makes its own. */
+static void test_autocast_cache(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.amp = VF_PREC_BF16;
+  s.grad_ckpt = VF_CKPT_FULL;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  static struct forward_casts f;
+  memset(&f, 0, sizeof f);
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_forward_casts, &f, &e, &d), 0);
+  assert_int_equal(f.at_loss, 2 * (4 * 4096 * 2 + 3 * 8192 * 2));
+  assert_int_equal(f.at_backward, 0);
+  vf_model_cleanup(&m);
+}
+
+static void padding_mask(struct vf_profile *p, bool on) { p->padding_mask = on; }
+static void varied_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->lengths = VF_LENGTHS_VARIED; }
+
+static uint64_t gqa_loss_phase(enum vf_lengths lengths) {
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, toy_gqa_config, strlen(toy_gqa_config), "toy.json", &d), 0);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.weights = VF_PREC_BF16;
+  s.lengths = lengths;
+  uint64_t loss = run(&m, &s, "hf").phase_allocated[VF_PHASE_LOSS];
+  vf_model_cleanup(&m);
+  return loss;
+}
+
+/* Padded batches bring a mask: transformers repeats the 2 K/V heads to all 4 (no
+ * enable_gqa with a mask) and SDPA runs the memory-efficient kernel, which keeps the mask
+ * made additive. Per layer: K and V of 8 x 64 bf16 (1,024 bytes each) instead of 8 x 32
+ * (512), and the 8 x 8 mask (a 512-byte block). */
+static void test_padded_attention(void **state) {
+  (void)state;
+  int64_t gain = (int64_t)gqa_loss_phase(VF_LENGTHS_VARIED) - (int64_t)gqa_loss_phase(VF_LENGTHS_FIXED);
+  assert_int_equal(gain, 2 * (2 * (1024 - 512) + 512));
+  /* A framework that pads without a mask (litgpt, torchtune) keeps attention as it is. */
+  assert_int_equal(phase_gain(true, "hf", padding_mask, varied_bf16, VF_PHASE_LOSS), gain);
+}
+
+/* The sizes of the gradients the last backward replayed allocates, in order. */
+struct grad_order {
+  uint64_t bytes[256];
+  size_t n;
+  int phase;
+};
+
+static void record_grads(void *arg, const struct vf_timeline_event *e) {
+  struct grad_order *o = arg;
+  if (e->phase == VF_PHASE_BACKWARD && o->phase != VF_PHASE_BACKWARD) o->n = 0;
+  o->phase = e->phase;
+  if (e->phase == VF_PHASE_BACKWARD && e->op == VF_TIMELINE_ALLOC && e->category == VF_CAT_GRADIENTS && o->n < 256)
+    o->bytes[o->n++] = e->bytes;
+}
+
+/* An untied embedding's gradient comes from its own backward, last in the pass; the head's
+ * (both 256 x 64 fp32 in the toy) from the first. */
+static void test_embedding_gradient_last(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  struct grad_order o = {.n = 0};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, record_grads, &o, &e, &d), 0);
+  /* the root's first: the final norm's (a 512-byte block) and the head's; then the blocks',
+   * and the embedding's last */
+  assert_int_equal(o.n, 2 + 2 * 9 + 1);
+  assert_int_equal(o.bytes[0] + o.bytes[1], 512 + 65536);
+  for (size_t i = 2; i + 1 < o.n; i++) assert_true(o.bytes[i] < 65536);
+  assert_int_equal(o.bytes[o.n - 1], 65536);
   vf_model_cleanup(&m);
 }
 
@@ -770,7 +1060,15 @@ int main(void) {
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
-      cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
+      cmocka_unit_test(test_eval_and_save),
+      cmocka_unit_test(test_lion_fp32_states), cmocka_unit_test(test_embedding_states_fp32),
+      cmocka_unit_test(test_optim8bit_block),  cmocka_unit_test(test_eager_softmax_in_dtype),
+      cmocka_unit_test(test_sdpa_math_backend), cmocka_unit_test(test_sdpa_math_fp32),
+      cmocka_unit_test(test_sdpa_out_copied),  cmocka_unit_test(test_qkv_view_models),
+      cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
+      cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
+      cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
+      cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
