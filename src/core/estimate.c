@@ -82,6 +82,7 @@ struct ctx {
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
+  uint32_t stable_grad;  /* the swapped-in embedding's gradient, made once and never freed */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
   int stage;             /* the pipeline stage replayed: 0 first, 1 last */
   bool eval;             /* the run validates after its steps */
@@ -247,8 +248,12 @@ static bool autocast_casts(const struct ctx *x) {
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
 static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
-static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
-  for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
+/* 0 stands for the compute dtype's size: the input itself, which another reader of the
+ * same input may keep already (shared_input). */
+static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems,
+                      bool shared_input) {
+  for (uint32_t i = 0; i < n; i++)
+    if (bytes[i] || !shared_input) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
 }
 
 /* Bytes per element of the residual stream: the weights' dtype under autocast (the
@@ -264,15 +269,16 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
 }
 
 /* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
- * projection after it keeps the norm's output as its own input. */
-static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+ * projection after it keeps the norm's output as its own input. A norm whose input another
+ * norm keeps already (shared_input) keeps it once for both. */
+static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool shared_input) {
   const struct vf_profile *p = x->p;
   uint64_t elems = x->d.T * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
-    keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
+    keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems, shared_input);
     if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
-    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
+    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems, shared_input);
   }
   if (!x->base_trainable) return;
   /* The projections reading the output keep it as their input. Autocast casts it for each
@@ -296,9 +302,17 @@ static bool lora_method(enum vf_method m) {
 
 static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
 
+/* The quantized model's embedding is swapped for a normalizing one that trains. */
+static bool stable_embedding(const struct ctx *x) {
+  return x->p->stable_embedding && quantized(x->s) && x->task == VF_TASK_CAUSAL_LM;
+}
+
 /* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the
- * compute-dtype weight, and what the dequantizer allocates on the way. */
-static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
+ * compute-dtype weight, and what the dequantizer allocates on the way, which may differ
+ * between the forward's matmul and the backward's input gradient. */
+static uint64_t dequant_bytes(const struct ctx *x, bool forward) {
+  return x->d.c + (forward ? x->p->dequant_forward_extra_bytes : x->p->dequant_extra_bytes);
+}
 
 /* The weight of a projection (or of the output head) is stored in 4 bits. */
 static bool quantized_weight(const struct ctx *x, bool head) {
@@ -349,7 +363,7 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
   if (quantized_weight(x, kind_bits == BIT(VF_KIND_HEAD)))
-    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, in * out * dequant_bytes(x, true), WEIGHT_TEMPORARIES);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   uint64_t a = adapter_bytes(x);
@@ -471,17 +485,21 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
 
-/* One block's forward; returns in sv what it keeps for backward. */
+/* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
+ * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
+ * both keeping that input. */
 static void layer_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
-  norm_saves(x, sv, attention_readers(x) + (a->parallel_residual ? mlp_readers(x) : 0));
+  bool parallel = a->parallel_residual, one_norm = a->norms_per_layer == 1;
+  norm_saves(x, sv, attention_readers(x) + (parallel && one_norm ? mlp_readers(x) : 0), false);
+  if (parallel && !one_norm) norm_saves(x, sv, mlp_readers(x), true);
   attention_forward(x, sv);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
    * (read by no projection). */
-  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++)
-    norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+  for (uint32_t i = 2; !parallel && i <= a->norms_per_layer; i++)
+    norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0, false);
   mlp_forward(x, sv);
   give(x, mid);
 }
@@ -617,7 +635,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
-  transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
+  transient(x, largest_quantized(x, layer) * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   give(x, mlp);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
@@ -659,12 +677,19 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
   return per;
 }
 
+/* What the loss keeps from its forward for its backward: the logits' up-cast and
+ * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
+struct loss_kept {
+  uint32_t loss, capped;
+};
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
- * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
-static uint32_t head_forward(struct ctx *x, struct saved *sv) {
+ * stays. Gemma-2 soft-capping keeps one more copy (the tanh output), made with the logits,
+ * before the training loop converts them. */
+static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
-  norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
+  norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1, false);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
@@ -676,11 +701,12 @@ static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
+  uint32_t cap = x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS ? d->c : 0;
+  struct loss_kept k = {.capped = take(x, n * cap, VF_CAT_TEMPORARIES)};
   uint32_t held = hold_logits(x, n);
-  uint32_t loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
-  if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
-  return loss;
+  k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
+  if (peak > kept + cap) transient(x, n * (peak - kept - cap) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  return k;
 }
 
 /* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
@@ -721,6 +747,32 @@ static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   return sum;
 }
 
+/* Bytes of the token embedding's weight. */
+static uint64_t embedding_bytes(const struct ctx *x) {
+  uint64_t bytes = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].embedding) bytes += x->ps->v[i].bytes;
+  return bytes;
+}
+
+/* The swapped-in embedding's backward (bitsandbytes nn/modules.py StableEmbedding: a
+ * LayerNorm over the looked-up rows, which it keeps): the norm's input gradient, then the
+ * embedding's own, which the first backward leaves as the weight's gradient and every
+ * later one adds into it (the optimizer does not know the weight, so zero_grad never
+ * frees it). Ends what the forward kept and the gradient of the stream. */
+static void stable_embedding_backward(struct ctx *x, uint32_t grad_stream, uint32_t embedded) {
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t norm_grad = take(x, stream, VF_CAT_TEMPORARIES);
+  give(x, grad_stream);
+  give(x, embedded);
+  transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
+  if (!x->stable_grad) x->stable_grad = take(x, embedding_bytes(x), VF_CAT_GRADIENTS);
+  else transient(x, embedding_bytes(x), WEIGHT_TEMPORARIES);
+  give(x, norm_grad);
+}
+
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
@@ -732,33 +784,43 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
   return whole;
 }
 
-/* The loss's backward: its gradients of the logits, next to what it kept. Unchunked, the
- * loss's nodes have run and let go of what they kept (autograd releases a node's saved
+/* The loss's backward: its gradients of the logits, next to what it kept. The loss's
+ * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
- * (the up-cast's ToCopyBackward), and makes its weight and input gradients; a chunked
- * loss interleaves the two per chunk. Returns the gradient the head's matmul reads. */
-static uint32_t loss_backward(struct ctx *x, uint32_t *loss) {
+ * (the up-cast's ToCopyBackward), and makes its weight and input gradients. A chunked
+ * loss's nodes run one chunk at a time, but all of them before any chunk of the head's
+ * matmul: autograd's engine runs the most recently recorded ready node first
+ * (torch/csrc/autograd/engine.cpp CompareNodeTaskTime), and the head made every chunk
+ * before the loss began; so the cast gradients of all chunks wait for the head. A tanh
+ * output goes with its chunk's matmul: all at once unchunked, chunk by chunk from the
+ * head's first backward on, when chunked. Returns the gradient the head's matmul reads. */
+static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
   uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
-  if (chunks > 1 || x->task == VF_TASK_SEQ_CLS) return grad_logits;
-  give(x, *loss);
-  *loss = 0;
+  if (x->task == VF_TASK_SEQ_CLS) return grad_logits;
+  give(x, k->loss);
+  k->loss = 0;
+  if (chunks == 1) {
+    give(x, k->capped);
+    k->capped = 0;
+  }
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
   give(x, grad_logits);
   return cast;
 }
 
-static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
+static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
-  uint32_t grad_logits = loss_backward(x, &loss);
+  uint32_t grad_logits = loss_backward(x, &k);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
-    transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
-  give(x, loss);
+  give(x, k.loss);
+  give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
   return root_grads;
@@ -884,6 +946,9 @@ static void persistent(struct ctx *x) {
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
+  /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
+   * the optimizer holds its weight): a second embedding-sized weight. */
+  if (stable_embedding(x)) take(x, embedding_bytes(x), VF_CAT_WEIGHTS);
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
@@ -927,6 +992,8 @@ static void one_step(struct ctx *x, bool last_micro) {
    * start of the forward to the end of the backward. */
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
+  /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
+  uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -948,7 +1015,8 @@ static void one_step(struct ctx *x, bool last_micro) {
     input = out;
   }
   mark(x, ST_LOSS);
-  uint32_t loss = 0, root_grads = 0;
+  struct loss_kept loss = {0};
+  uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
   drop_graph(x);
   give(x, input);
@@ -962,7 +1030,8 @@ static void one_step(struct ctx *x, bool last_micro) {
     layer_backward(x, (int32_t)l, &sv[l], g);
   }
   mark(x, ST_ROOT_BACKWARD);
-  give(x, grad_stream);
+  if (embedded) stable_embedding_backward(x, grad_stream, embedded);
+  else give(x, grad_stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
@@ -1131,7 +1200,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
                struct result *r) {
   x->layers = layers;
   x->grads_kept = x->states_made = false;
-  x->held_logits = 0;
+  x->held_logits = x->stable_grad = 0;
   x->graph.n = x->stale.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;

@@ -65,6 +65,8 @@ static const struct field fields[] = {
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("graph_held", F_BOOL, graph_held),
     FIELD("dequant_extra_bytes", F_U32, dequant_extra_bytes),
+    FIELD("dequant_forward_extra_bytes", F_U32, dequant_forward_extra_bytes),
+    FIELD("stable_embedding", F_BOOL, stable_embedding),
     FIELD("quantize_head", F_BOOL, quantize_head),
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
