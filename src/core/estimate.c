@@ -694,8 +694,12 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
     quantized_input(x, sv, d->h, true);
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
-     * list), and the matmul keeps the copy for its backward. */
-    if (autocast_casts(x) && !quantized_weight(x, true)) keep(x, sv, d->vocab * d->h * d->c);
+     * list), and the matmul keeps the copy for its backward. It caches the cast only for a
+     * weight that trains (cached_cast: a leaf requiring grad): a frozen head run chunk by
+     * chunk is cast, and its copy kept, once per chunk. */
+    uint64_t casts = x->base_trainable ? 1 : loss_chunks(x);
+    for (uint64_t i = 0; autocast_casts(x) && !quantized_weight(x, true) && i < casts; i++)
+      keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);

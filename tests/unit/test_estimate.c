@@ -649,6 +649,21 @@ static void test_parallel_norms_share_input(void **state) {
   assert_int_equal(with.phase_allocated[VF_PHASE_LOSS] - without.phase_allocated[VF_PHASE_LOSS], 3 * 8 * 64 * 4);
 }
 
+static void head_chunks(struct vf_profile *p, bool on) { p->loss_chunk_tokens = on ? 128 : 0; }
+static void lora_autocast(struct vf_setup *s) {
+  s->method = VF_METHOD_LORA;
+  s->amp = VF_PREC_BF16;
+  s->seq = 256;
+}
+
+/* Autocast caches its cast of a weight only when the weight trains: litgpt's LoRA head,
+ * run over two 128-position chunks, casts the frozen fp32 head (256 x 64) to bf16 twice
+ * and keeps both copies for the backward. */
+static void test_autocast_head_per_chunk(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "litgpt", head_chunks, lora_autocast, VF_PHASE_LOSS), 256 * 64 * 2);
+}
+
 static void stable(struct vf_profile *p, bool on) { p->stable_embedding = on; }
 
 /* litgpt 0.5 swaps a quantized model's embedding (256 x 64, bf16: 32,768 bytes) for
@@ -871,6 +886,7 @@ int main(void) {
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
+      cmocka_unit_test(test_autocast_head_per_chunk),
       cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
