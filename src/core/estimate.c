@@ -268,6 +268,12 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : stream_bytes(x)));
 }
 
+/* The norms' weights train: in full fine-tuning, and under litgpt's adapter v2
+ * (adapter_v2.py adapter_filter: norm_1, norm_2, ln_f). */
+static bool norm_weights_train(const struct ctx *x) {
+  return x->base_trainable || x->s->method == VF_METHOD_ADAPTER_V2;
+}
+
 /* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
  * projection after it keeps the norm's output as its own input. A norm whose input another
  * norm keeps already (shared_input) keeps it once for both. */
@@ -276,7 +282,8 @@ static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool s
   uint64_t elems = x->d.T * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems, shared_input);
-    if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+    if (norm_weights_train(x))
+      keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
     keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems, shared_input);
   }
@@ -301,6 +308,19 @@ static bool lora_method(enum vf_method m) {
 }
 
 static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
+
+static bool adapter_method(enum vf_method m) { return m == VF_METHOD_ADAPTER || m == VF_METHOD_ADAPTER_V2; }
+
+/* A layer litgpt's adapters prompt (adapter.py Block: adapter_wte and gating_factor). */
+static bool prompted(const struct ctx *x, int32_t layer) {
+  return adapter_method(x->s->method) && layer >= VF_ADAPTER_START_LAYER;
+}
+
+/* Adapter v1 trains nothing below its first prompted layer, whose input needs no gradient:
+ * autograd records none of those layers' ops, which keep nothing and have no backward. */
+static bool outside_graph(const struct ctx *x, int32_t layer) {
+  return x->s->method == VF_METHOD_ADAPTER && layer < VF_ADAPTER_START_LAYER;
+}
 
 /* The quantized model's embedding is swapped for a normalizing one that trains. */
 static bool stable_embedding(const struct ctx *x) {
@@ -364,6 +384,10 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct dims *d = &x->d;
   if (quantized_weight(x, kind_bits == BIT(VF_KIND_HEAD)))
     transient(x, in * out * dequant_bytes(x, true), WEIGHT_TEMPORARIES);
+  /* litgpt's adapter v2 scales and shifts every linear's output (adapter_v2.py
+   * AdapterV2Linear: adapter_scale * (linear(x) + adapter_bias)): the product keeps the
+   * shifted output for the scale's gradient. */
+  if (s->method == VF_METHOD_ADAPTER_V2) keep(x, sv, d->T * out * d->c);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   uint64_t a = adapter_bytes(x);
@@ -403,7 +427,7 @@ static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   keep(x, sv, d->T * width * d->c);
 }
 
-static void attention_forward(struct ctx *x, struct saved *sv) {
+static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
@@ -450,6 +474,13 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
   }
+  /* A prompted layer also attends to its adapter prompt (adapter.py
+   * CausalSelfAttention.scaled_dot_product_attention: q over the prompt's keys, masked),
+   * which keeps its output, the gate's product keeping it too, and its log-sum-exp. */
+  if (prompted(x, layer)) {
+    keep(x, sv, T * d->q * c);
+    keep(x, sv, T * d->heads * 4);
+  }
   quantized_input(x, sv, d->q, false);
   projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
   if (dropout) keep(x, sv, T * d->h);
@@ -488,13 +519,13 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
 /* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
  * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
  * both keeping that input. */
-static void layer_forward(struct ctx *x, struct saved *sv) {
+static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   bool parallel = a->parallel_residual, one_norm = a->norms_per_layer == 1;
   norm_saves(x, sv, attention_readers(x) + (parallel && one_norm ? mlp_readers(x) : 0), false);
   if (parallel && !one_norm) norm_saves(x, sv, mlp_readers(x), true);
-  attention_forward(x, sv);
+  attention_forward(x, sv, layer);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
    * (read by no projection). */
@@ -603,15 +634,15 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
 
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
-static void recompute(struct ctx *x, struct saved *sv) {
+static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
   double kept = x->keep_share;
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
-    layer_forward(x, sv);
+    layer_forward(x, sv, layer);
   } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
     x->keep_share = 1.0 - kept;
-    layer_forward(x, sv);
+    layer_forward(x, sv, layer);
   }
   x->keep_share = kept;
 }
@@ -631,7 +662,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint64_t T = d->T, c = d->c;
   uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   reload(x, sv);
-  recompute(x, sv);
+  recompute(x, sv, layer);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
@@ -969,6 +1000,14 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
   *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
+/* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
+ * no_grad, or outside autograd's graph. */
+static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
+  struct saved scratch = {0};
+  layer_forward(x, &scratch, layer);
+  release(x, &scratch);
+}
+
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
  * kept for backward (the matmuls saved them) until the layer's backward is done. Grouped
  * expert matmuls are not on autocast's list: they run in the weights' dtype, uncast. */
@@ -1003,14 +1042,15 @@ static void one_step(struct ctx *x, bool last_micro) {
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    autocast_copies(x, (int32_t)l, &sv[l]);
-    if (x->s->grad_ckpt == VF_CKPT_FULL) {
+    if (outside_graph(x, (int32_t)l)) {
+      forward_keeping_nothing(x, (int32_t)l);
+    } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
+      autocast_copies(x, (int32_t)l, &sv[l]);
       keep(x, &sv[l], stream);
-      struct saved scratch = {0};
-      layer_forward(x, &scratch);
-      release(x, &scratch);
+      forward_keeping_nothing(x, (int32_t)l);
     } else {
-      layer_forward(x, &sv[l]);
+      autocast_copies(x, (int32_t)l, &sv[l]);
+      layer_forward(x, &sv[l], (int32_t)l);
     }
     give(x, gathered);
     offload(x, &sv[l]);
@@ -1031,7 +1071,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
-    layer_backward(x, (int32_t)l, &sv[l], g);
+    if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
   }
   mark(x, ST_ROOT_BACKWARD);
   if (embedded) stable_embedding_backward(x, grad_stream, embedded);
@@ -1072,9 +1112,7 @@ static void eval_pass(struct ctx *x) {
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    struct saved scratch = {0};
-    layer_forward(x, &scratch);
-    release(x, &scratch);
+    forward_keeping_nothing(x, (int32_t)l);
     give(x, gathered);
     uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
     give(x, input);

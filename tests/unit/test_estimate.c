@@ -664,6 +664,55 @@ static void test_autocast_head_per_chunk(void **state) {
   assert_int_equal(phase_gain(false, "litgpt", head_chunks, lora_autocast, VF_PHASE_LOSS), 256 * 64 * 2);
 }
 
+/* The toy with n layers, under litgpt, with the method given: its loss phase's peak. */
+static uint64_t adapter_loss_peak(uint32_t layers, enum vf_method method) {
+  char cfg[400];
+  snprintf(cfg, sizeof cfg,
+           "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": %u, \"num_attention_heads\": 4,"
+           " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256,"
+           " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false}", layers);
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "toy.json", &d), 0);
+  assert_int_equal(vf_profile_load("litgpt", NULL, &p, &d), 0);
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.method = method;
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), 0);
+  vf_model_cleanup(&m);
+  return e.phase_allocated[VF_PHASE_LOSS];
+}
+
+/* litgpt's adapter trains nothing below its first prompted layer (the third): a second
+ * layer adds only its weights (4 x 16,384 + 3 x 32,768 + 2 norms of 512), nothing kept. */
+static void test_adapter_layers_below_the_prompt(void **state) {
+  (void)state;
+  uint64_t weights = 4 * 16384 + 3 * 32768 + 2 * 512;
+  assert_int_equal(adapter_loss_peak(2, VF_METHOD_ADAPTER) - adapter_loss_peak(1, VF_METHOD_ADAPTER), weights);
+}
+
+/* Adapter v2 trains every layer's norms and a scale and bias of every linear, whose product
+ * keeps the linear's shifted output. On a one-layer toy (below the prompt) over adapter v1,
+ * which keeps nothing there: the layer's norm inputs and fp32 products (4 x 2,048), q,k,v's
+ * output and its q and k share (6,144 + 4,096), q, k, v (3 x 2,048), the attention's output
+ * and log-sum-exp (2,048 + 512), o's output (2,048), gate's and up's outputs, the gated
+ * MLP's three (5 x 4,096) and down's output (2,048); the final norm's product and the
+ * head's output (2,048 + 8,192); the scales and biases (1,280 x 4), their gradients (the
+ * micro batches accumulate into them) and AdamW states. */
+static void test_adapter_v2_keeps_scaled_outputs(void **state) {
+  (void)state;
+  uint64_t layer = 4 * 2048 + 6144 + 4096 + 3 * 2048 + 2048 + 512 + 2048 + 5 * 4096 + 2048;
+  uint64_t head = 2048 + 8192, params = 4 * 1280 * 4;
+  assert_int_equal(adapter_loss_peak(1, VF_METHOD_ADAPTER_V2) - adapter_loss_peak(1, VF_METHOD_ADAPTER),
+                   layer + head + params);
+}
+
 static void stable(struct vf_profile *p, bool on) { p->stable_embedding = on; }
 
 /* litgpt 0.5 swaps a quantized model's embedding (256 x 64, bf16: 32,768 bytes) for
@@ -886,7 +935,8 @@ int main(void) {
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
-      cmocka_unit_test(test_autocast_head_per_chunk),
+      cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
+      cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs),
       cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
