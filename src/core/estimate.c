@@ -895,8 +895,9 @@ static int tensor_states(const struct ctx *x, const struct vf_param *p, uint64_t
   case VF_OPT_LION:
     sizes[k++] = n * sb;
     break;
-  case VF_OPT_ADAFACTOR: /* factored second moment: a row and a column statistic */
-    if (p->linear && p->in && p->out) {
+  case VF_OPT_ADAFACTOR: /* factored second moment of every matrix (torch.optim.Adafactor,
+                          * transformers' Adafactor): a row and a column statistic */
+    if (p->in && p->out) {
       sizes[k++] = p->out * 4;
       sizes[k++] = p->in * 4;
     } else {

@@ -177,6 +177,9 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
       p.linear = true;
       linear_shape(m, t, &p.in, &p.out);
       if (p.numel > ps->max_linear_elems) ps->max_linear_elems = p.numel;
+    } else if (t->ndim == 2 && t->kind == VF_KIND_EMBEDDING) {
+      p.out = t->shape[0] / s->tp; /* one row per token */
+      p.in = t->shape[1];
     }
     ps->total += n;
     if (full) ps->trainable += n;

@@ -21,7 +21,7 @@ struct vf_param {
   bool quantized;      /* stored in a 4- or 8-bit format */
   bool embedding;      /* the token embedding (its gradient comes last in backward) */
   bool expert;         /* a mixture-of-experts expert's projection */
-  uint64_t in, out;    /* linear shape on this GPU */
+  uint64_t in, out;    /* 2-D shape on this GPU (a linear's, the embedding's rows by columns) */
 };
 
 struct vf_params {
