@@ -86,6 +86,9 @@ struct vf_profile {
    * variable until the next micro batch's forward has made its own (0: none held). */
   uint32_t logits_held_bytes;
   uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
+  /* With chunks, full fine-tuning runs the head over the whole sequence and only the loss
+   * over slices of its converted logits, whose gradients the backward assembles whole. */
+  bool full_head_whole;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;

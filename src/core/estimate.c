@@ -692,6 +692,12 @@ static uint64_t loss_chunks(const struct ctx *x) {
   return (len + per - 1) / per;
 }
 
+/* The head runs whole and only its loss in chunks, over slices of the logits the loop
+ * converted (litgpt's full.py). */
+static bool head_whole(const struct ctx *x) {
+  return x->base_trainable && x->p->full_head_whole && loss_chunks(x) > 1;
+}
+
 /* Logits the training loop holds past the backward: converted from the head's output, in
  * full, after the forward; the previous micro batch's are released only then. With batch
  * lengths that vary the previous batch may be shorter, but a long run also meets two of
@@ -739,7 +745,11 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   uint32_t cap = x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS ? d->c : 0;
   struct loss_kept k = {.capped = take(x, n * cap, VF_CAT_TEMPORARIES)};
   uint32_t held = hold_logits(x, n);
+  /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
+   * copy before it can split the rows into chunks. */
+  uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
   k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
+  give(x, sliced);
   if (peak > kept + cap) transient(x, n * (peak - kept - cap) / loss_chunks(x), VF_CAT_TEMPORARIES);
   return k;
 }
@@ -819,6 +829,21 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
   return whole;
 }
 
+/* A whole head's loss chunks each leave the gradient of their slice of the converted
+ * logits: the split's backward concatenates them into one (SplitBackward0's cat), and the
+ * slice's backward copies that into zeros of the whole logits (slice_backward), before
+ * the cast. Returns the whole gradient; frees the chunk's, chunk_grad. */
+static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
+  uint64_t bytes = loss_outputs(x) * x->p->logits_held_bytes;
+  uint32_t parts = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, chunk_grad);
+  uint32_t joined = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, parts);
+  uint32_t padded = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, joined);
+  return padded;
+}
+
 /* The loss's backward: its gradients of the logits, next to what it kept. The loss's
  * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
@@ -840,6 +865,7 @@ static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
     give(x, k->capped);
     k->capped = 0;
   }
+  if (head_whole(x)) grad_logits = assemble_grads(x, grad_logits);
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
   give(x, grad_logits);
   return cast;

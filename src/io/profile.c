@@ -51,6 +51,7 @@ static const struct field fields[] = {
     FIELD("logits_backward_bytes", F_U32, logits_backward_bytes),
     FIELD("logits_held_bytes", F_U32, logits_held_bytes),
     FIELD("loss_chunk_tokens", F_U32, loss_chunk_tokens),
+    FIELD("full_head_whole", F_BOOL, full_head_whole),
     FIELD("quant_load_bytes", F_U32, quant_load_bytes),
     FIELD("adapter_fp32", F_BOOL, adapter_fp32),
     FIELD("lora_dropout", F_BOOL, lora_dropout),

@@ -713,6 +713,28 @@ static void test_adapter_v2_keeps_scaled_outputs(void **state) {
                    layer + head + params);
 }
 
+static void whole_head(struct vf_profile *p, bool on) { p->full_head_whole = on; }
+static void full_bf16_long(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16;
+  s->batch = 2;
+  s->seq = 1024;
+}
+
+/* litgpt's full.py runs the head whole and the loss over 128-row slices of its fp32
+ * logits (2 x 1,024 x 256 of them): the backward joins the slices' fp32 gradients (the
+ * split's cat) and pads that into the whole logits (the slice's backward), three fp32
+ * gradients at once where the chunked head's loss holds what it kept (4 bytes a logit)
+ * and one chunk's gradients (8 bytes a logit of one eighth). The forward copies the
+ * batch's sliced logits for the reshape, next to them and the log-softmax (12 bytes a
+ * logit): 2 above the conversion's peak (the last micro batch's logits, the bf16 ones and
+ * their fp32 copy). */
+static void test_full_head_whole(void **state) {
+  (void)state;
+  int64_t n = 2 * 1024 * 256;
+  assert_int_equal(phase_gain(false, "litgpt", whole_head, full_bf16_long, VF_PHASE_BACKWARD), 3 * n);
+  assert_int_equal(phase_gain(false, "litgpt", whole_head, full_bf16_long, VF_PHASE_LOSS), 2 * n);
+}
+
 static void stable(struct vf_profile *p, bool on) { p->stable_embedding = on; }
 
 /* litgpt 0.5 swaps a quantized model's embedding (256 x 64, bf16: 32,768 bytes) for
@@ -936,7 +958,7 @@ int main(void) {
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
       cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
-      cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs),
+      cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs), cmocka_unit_test(test_full_head_whole),
       cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
