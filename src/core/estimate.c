@@ -962,6 +962,15 @@ static void create_states(struct ctx *x) {
   }
 }
 
+/* Adafactor updates one tensor at a time with fp32 temporaries of its size: the largest
+ * trainable tensor's set the step's peak (the embedding's, often). */
+static uint64_t largest_trainable(const struct ctx *x) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
+  return n;
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
@@ -971,7 +980,7 @@ static void optimizer_step(struct ctx *x, bool first) {
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
-    transient(x, x->ps->max_linear_elems * 4 * 2, WEIGHT_TEMPORARIES);
+    transient(x, largest_trainable(x) * 4 * 2, WEIGHT_TEMPORARIES);
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
