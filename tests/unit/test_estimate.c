@@ -88,6 +88,25 @@ static void test_optimizer_state_sizes(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* Adafactor updates one tensor at a time, with two fp32 temporaries of its size: on the toy
+ * with a tied 1,024-token embedding, the embedding's (65,536 elements) rather than the
+ * largest linear's. Its states: the embedding's 1,024 rows and 64 columns, the 14 block
+ * matrices' two statistics (1,024 each) and the norms (5 x 512). */
+static void test_adafactor_largest_tensor(void **state) {
+  (void)state;
+  static const char cfg[] = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+                            " \"vocab_size\": 1024, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true,"
+                            " \"torch_dtype\": \"float32\"}";
+  struct vf_model m;
+  struct vf_diag d;
+  vf_model_init(&m);
+  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "tied.json", &d), 0);
+  uint64_t states = 4096 + 512 + 14 * 1024 + 5 * 512;
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR) - optimizer_phase(&m, VF_OPT_SGD), states + 65536 * 8);
+  vf_model_cleanup(&m);
+}
+
 static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
   struct vf_model m;
   struct vf_setup s;
@@ -959,6 +978,7 @@ int main(void) {
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
       cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
       cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs), cmocka_unit_test(test_full_head_whole),
+      cmocka_unit_test(test_adafactor_largest_tensor),
       cmocka_unit_test(test_eval_and_save),    cmocka_unit_test(test_moe_grouped_mm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
