@@ -35,6 +35,13 @@ static void load(struct vf_model *m, const char *name) {
   assert_int_equal(rc, 0);
 }
 
+/* A model from a config.json text. */
+static void load_config(struct vf_model *m, const char *cfg) {
+  struct vf_diag d;
+  vf_model_init(m);
+  assert_int_equal(vf_model_from_config_json(m, cfg, strlen(cfg), "config.json", &d), 0);
+}
+
 static struct vf_estimate run(const struct vf_model *m, const struct vf_setup *s, const char *framework) {
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -99,9 +106,7 @@ static void test_adafactor_largest_tensor(void **state) {
                             " \"vocab_size\": 1024, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true,"
                             " \"torch_dtype\": \"float32\"}";
   struct vf_model m;
-  struct vf_diag d;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "tied.json", &d), 0);
+  load_config(&m, cfg);
   uint64_t states = 4096 + 512 + 14 * 1024 + 5 * 512;
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR) - optimizer_phase(&m, VF_OPT_SGD), states + 65536 * 8);
   vf_model_cleanup(&m);
@@ -299,18 +304,16 @@ static const char toy_gqa_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
-/* The toy model (or its grouped-query twin) under a framework profile with one behaviour
- * switched by flip; setup by tweak. */
-static struct vf_estimate flipped_run(bool gqa, const char *framework, void (*flip)(struct vf_profile *, bool),
+/* A model (the toy or its grouped-query twin, by default) under a framework profile with
+ * one behaviour switched by flip; setup by tweak. */
+static struct vf_estimate flipped_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
                                       bool on, void (*tweak)(struct vf_setup *)) {
-  const char *cfg = gqa ? toy_gqa_config : toy_config;
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
   struct vf_diag d;
   struct vf_estimate e;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "toy.json", &d), 0);
+  load_config(&m, cfg);
   assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
   flip(&p, on);
   struct vf_setup s;
@@ -335,10 +338,15 @@ static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus 
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
 /* What switching the behaviour on adds to one phase's allocated peak. */
+static int64_t config_gain(const char *cfg, const char *fw, void (*flip)(struct vf_profile *, bool),
+                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
+  return (int64_t)flipped_run(cfg, fw, flip, true, tweak).phase_allocated[ph] -
+         (int64_t)flipped_run(cfg, fw, flip, false, tweak).phase_allocated[ph];
+}
+
 static int64_t phase_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool),
                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
-  return (int64_t)flipped_run(gqa, fw, flip, true, tweak).phase_allocated[ph] -
-         (int64_t)flipped_run(gqa, fw, flip, false, tweak).phase_allocated[ph];
+  return config_gain(gqa ? toy_gqa_config : toy_config, fw, flip, tweak, ph);
 }
 
 /* litgpt's fused q,k,v LoRA on q and v zero-pads the adapters' output (8 positions x
@@ -610,62 +618,31 @@ static void test_graph_held(void **state) {
  * for its backward, so it is there when litgpt's loop converts the logits to fp32 next to
  * the last micro batch's, which it still holds: holding them (8 x 256 x 4 bytes) adds the
  * tanh output (8 x 256 x 2) to the loss's peak, beyond what the loss would keep instead. */
+static void lora_bf16(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16;
+  s->method = VF_METHOD_LORA;
+}
+
 static void test_softcap_before_conversion(void **state) {
   (void)state;
   static const char cfg[] =
       "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
       " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
       " \"tie_word_embeddings\": false, \"final_logit_softcapping\": 30.0}";
-  struct vf_model m;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate on, off;
-  struct vf_setup s;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "softcap.json", &d), 0);
-  assert_int_equal(vf_profile_load("litgpt", NULL, &p, &d), 0);
-  vf_setup_default(&s);
-  s.seq = 8;
-  s.weights = VF_PREC_BF16;
-  s.method = VF_METHOD_LORA;
-  vf_alloc_conf_default(&c);
-  held_logits(&p, true);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &on, &d), 0);
-  held_logits(&p, false);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &off, &d), 0);
-  vf_model_cleanup(&m);
-  assert_int_equal((int64_t)on.phase_allocated[VF_PHASE_LOSS] - (int64_t)off.phase_allocated[VF_PHASE_LOSS],
-                   8 * 256 * 2);
+  assert_int_equal(config_gain(cfg, "litgpt", held_logits, lora_bf16, VF_PHASE_LOSS), 8 * 256 * 2);
 }
 
 /* GPT-NeoX's parallel block normalizes one input twice, for attention and for the MLP:
  * the two LayerNorms keep that one input (8 tokens x 64 x 4 bytes per layer), once. */
+static void layer_norm_input(struct vf_profile *p, bool on) { p->n_layer_norm_saves = on; }
+
 static void test_parallel_norms_share_input(void **state) {
   (void)state;
   static const char cfg[] = "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
                             " \"num_attention_heads\": 4, \"intermediate_size\": 256, \"vocab_size\": 256,"
                             " \"max_position_embeddings\": 128, \"use_parallel_residual\": true}";
-  struct vf_model m;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate with, without;
-  struct vf_setup s;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "neox.json", &d), 0);
-  assert_true(m.arch.parallel_residual && m.arch.norms_per_layer == 2);
-  assert_int_equal(vf_profile_load("litgpt", NULL, &p, &d), 0);
-  vf_setup_default(&s);
-  s.seq = 8;
-  s.method = VF_METHOD_LORA;
-  vf_alloc_conf_default(&c);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
-  p.n_layer_norm_saves = 0;
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &without, &d), 0);
-  vf_model_cleanup(&m);
   /* the two layers' inputs, and the final norm's */
-  assert_int_equal(with.phase_allocated[VF_PHASE_LOSS] - without.phase_allocated[VF_PHASE_LOSS], 3 * 8 * 64 * 4);
+  assert_int_equal(config_gain(cfg, "litgpt", layer_norm_input, lora_qv, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
 }
 
 static void head_chunks(struct vf_profile *p, bool on) { p->loss_chunk_tokens = on ? 128 : 0; }
@@ -691,21 +668,14 @@ static uint64_t adapter_loss_peak(uint32_t layers, enum vf_method method) {
            " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256,"
            " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false}", layers);
   struct vf_model m;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
+  load_config(&m, cfg);
   struct vf_setup s;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "toy.json", &d), 0);
-  assert_int_equal(vf_profile_load("litgpt", NULL, &p, &d), 0);
   vf_setup_default(&s);
   s.seq = 8;
   s.method = method;
-  vf_alloc_conf_default(&c);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), 0);
+  uint64_t peak = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_LOSS];
   vf_model_cleanup(&m);
-  return e.phase_allocated[VF_PHASE_LOSS];
+  return peak;
 }
 
 /* litgpt's adapter trains nothing below its first prompted layer (the third): a second
