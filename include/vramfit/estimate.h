@@ -66,7 +66,13 @@ struct vf_profile {
   /* The training loop holds each micro batch's autograd graph (in litgpt, through its loss
    * and logits variables) until the next micro batch's loss is computed. */
   bool graph_held;
-  uint32_t dequant_extra_bytes; /* per element, beyond the weight, while dequantizing one */
+  /* Per element, beyond the weight, while a 4-bit weight is dequantized: for the backward's
+   * input gradient, and for the forward's matmul. */
+  uint32_t dequant_extra_bytes, dequant_forward_extra_bytes;
+  /* A quantized model's token embedding is swapped, after the optimizer is made, for one
+   * normalizing its output (bitsandbytes' StableEmbedding): the old one stays allocated,
+   * and the new one trains outside the optimizer, so its gradient is never freed. */
+  bool stable_embedding;
   bool rope_copies;         /* q and k rotated into new tensors */
   uint32_t gelu_new_saves;  /* tensors of the MLP's width the gelu_new activation keeps */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
@@ -80,6 +86,9 @@ struct vf_profile {
    * variable until the next micro batch's forward has made its own (0: none held). */
   uint32_t logits_held_bytes;
   uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
+  /* With chunks, full fine-tuning runs the head over the whole sequence and only the loss
+   * over slices of its converted logits, whose gradients the backward assembles whole. */
+  bool full_head_whole;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;

@@ -88,6 +88,7 @@ struct ctx {
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
+  uint32_t stable_grad;  /* the swapped-in embedding's gradient, made once and never freed */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
   int stage;             /* the pipeline stage replayed: 0 first, 1 last */
   bool eval;             /* the run validates after its steps */
@@ -260,6 +261,7 @@ static bool model_listed(const char (*names)[VF_MODEL_TYPE_LEN], uint32_t n, con
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
 static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
+/* 0 stands for the compute dtype's size. */
 static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
 }
@@ -285,6 +287,12 @@ static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers)
   for (uint32_t i = 0; i < copies; i++) keep(x, sv, x->d.T * x->d.h * x->d.c);
 }
 
+/* The norms' weights train: in full fine-tuning, and under litgpt's adapter v2
+ * (adapter_v2.py adapter_filter: norm_1, norm_2, ln_f). */
+static bool norm_weights_train(const struct ctx *x) {
+  return x->base_trainable || x->s->method == VF_METHOD_ADAPTER_V2;
+}
+
 /* A norm keeps what its backward needs; a trainable weight needs more, and trainable
  * projections after it keep its output. */
 static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
@@ -292,7 +300,8 @@ static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   uint64_t elems = x->d.T * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
-    if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+    if (norm_weights_train(x))
+      keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
     keep_stream_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
@@ -313,9 +322,30 @@ static bool lora_method(enum vf_method m) {
 
 static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
 
+static bool adapter_method(enum vf_method m) { return m == VF_METHOD_ADAPTER || m == VF_METHOD_ADAPTER_V2; }
+
+/* A layer litgpt's adapters prompt (adapter.py Block: adapter_wte and gating_factor). */
+static bool prompted(const struct ctx *x, int32_t layer) {
+  return adapter_method(x->s->method) && layer >= VF_ADAPTER_START_LAYER;
+}
+
+/* Adapter v1 trains nothing below its first prompted layer, whose input needs no gradient:
+ * autograd records none of those layers' ops, which keep nothing and have no backward. */
+static bool outside_graph(const struct ctx *x, int32_t layer) {
+  return x->s->method == VF_METHOD_ADAPTER && layer < VF_ADAPTER_START_LAYER;
+}
+
+/* The quantized model's embedding is swapped for a normalizing one that trains. */
+static bool stable_embedding(const struct ctx *x) {
+  return x->p->stable_embedding && quantized(x->s) && x->task == VF_TASK_CAUSAL_LM;
+}
+
 /* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the
- * compute-dtype weight, and what the dequantizer allocates on the way. */
-static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
+ * compute-dtype weight, and what the dequantizer allocates on the way, which may differ
+ * between the forward's matmul and the backward's input gradient. */
+static uint64_t dequant_bytes(const struct ctx *x, bool forward) {
+  return x->d.c + (forward ? x->p->dequant_forward_extra_bytes : x->p->dequant_extra_bytes);
+}
 
 /* The weight of a projection (or of the output head) is stored in 4 bits. */
 static bool quantized_weight(const struct ctx *x, bool head) {
@@ -366,7 +396,11 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
   if (quantized_weight(x, kind_bits == BIT(VF_KIND_HEAD)))
-    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, in * out * dequant_bytes(x, true), WEIGHT_TEMPORARIES);
+  /* litgpt's adapter v2 scales and shifts every linear's output (adapter_v2.py
+   * AdapterV2Linear: adapter_scale * (linear(x) + adapter_bias)): the product keeps the
+   * shifted output for the scale's gradient. */
+  if (s->method == VF_METHOD_ADAPTER_V2) keep(x, sv, d->T * out * d->c);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   uint64_t a = adapter_bytes(x);
@@ -503,7 +537,7 @@ static bool eager_softmax_fp32(const struct ctx *x) {
                                                 x->m->arch.model_type);
 }
 
-static void attention_forward(struct ctx *x, struct saved *sv) {
+static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
@@ -567,6 +601,13 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
       else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
     }
   }
+  /* A prompted layer also attends to its adapter prompt (adapter.py
+   * CausalSelfAttention.scaled_dot_product_attention: q over the prompt's keys, masked),
+   * which keeps its output, the gate's product keeping it too, and its log-sum-exp. */
+  if (prompted(x, layer)) {
+    keep(x, sv, T * d->q * c);
+    keep(x, sv, T * d->heads * 4);
+  }
   attention_output(x, sv);
 }
 
@@ -613,13 +654,15 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
 
-/* One block's forward; returns in sv what it keeps for backward. */
-static void layer_forward(struct ctx *x, struct saved *sv) {
+/* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
+ * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
+ * both keeping that input. */
+static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
   norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
-  attention_forward(x, sv);
+  attention_forward(x, sv, layer);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   if (a->parallel_residual) {
     /* A parallel block's second norm (GPT-NeoX's post_attention_layernorm, modeling_gpt_neox.py
@@ -780,16 +823,16 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool
 
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
-static void recompute(struct ctx *x, int32_t layer, struct saved *sv) {
+static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
   double kept = x->keep_share;
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
     autocast_copies(x, layer, sv, true);
-    layer_forward(x, sv);
+    layer_forward(x, sv, layer);
   } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
     x->keep_share = 1.0 - kept;
-    layer_forward(x, sv);
+    layer_forward(x, sv, layer);
   }
   x->keep_share = kept;
 }
@@ -816,11 +859,11 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint64_t T = d->T, c = d->c;
   uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   reload(x, sv);
-  recompute(x, layer, sv);
+  recompute(x, sv, layer);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
   uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
-  transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
+  transient(x, largest_quantized(x, layer) * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   give(x, mlp);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
@@ -848,6 +891,12 @@ static uint64_t loss_chunks(const struct ctx *x) {
   return (len + per - 1) / per;
 }
 
+/* The head runs whole and only its loss in chunks, over slices of the logits the loop
+ * converted (litgpt's full.py). */
+static bool head_whole(const struct ctx *x) {
+  return x->base_trainable && x->p->full_head_whole && loss_chunks(x) > 1;
+}
+
 /* Logits the training loop holds past the backward: converted from the head's output, in
  * full, after the forward; the previous micro batch's are released only then. With batch
  * lengths that vary the previous batch may be shorter, but a long run also meets two of
@@ -864,28 +913,44 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
   return per;
 }
 
+/* What the loss keeps from its forward for its backward: the logits' up-cast and
+ * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
+struct loss_kept {
+  uint32_t loss, capped;
+};
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
- * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
-static uint32_t head_forward(struct ctx *x, struct saved *sv) {
+ * stays. Gemma-2 soft-capping keeps one more copy (the tanh output), made with the logits,
+ * before the training loop converts them. */
+static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
-     * list), and the matmul keeps the copy for its backward. */
-    if (autocast_casts(x) && !quantized_weight(x, true)) keep(x, sv, d->vocab * d->h * d->c);
+     * list), and the matmul keeps the copy for its backward. It caches the cast only for a
+     * weight that trains (cached_cast: a leaf requiring grad): a frozen head run chunk by
+     * chunk is cast, and its copy kept, once per chunk. */
+    uint64_t casts = x->base_trainable ? 1 : loss_chunks(x);
+    for (uint64_t i = 0; autocast_casts(x) && !quantized_weight(x, true) && i < casts; i++)
+      keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
+  uint32_t cap = x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS ? d->c : 0;
+  struct loss_kept k = {.capped = take(x, n * cap, VF_CAT_TEMPORARIES)};
   uint32_t held = hold_logits(x, n);
-  uint32_t loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
-  if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
-  return loss;
+  /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
+   * copy before it can split the rows into chunks. */
+  uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
+  k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
+  give(x, sliced);
+  if (peak > kept + cap) transient(x, n * (peak - kept - cap) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  return k;
 }
 
 /* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
@@ -926,6 +991,32 @@ static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   return sum;
 }
 
+/* Bytes of the token embedding's weight. */
+static uint64_t embedding_bytes(const struct ctx *x) {
+  uint64_t bytes = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].embedding) bytes += x->ps->v[i].bytes;
+  return bytes;
+}
+
+/* The swapped-in embedding's backward (bitsandbytes nn/modules.py StableEmbedding: a
+ * LayerNorm over the looked-up rows, which it keeps): the norm's input gradient, then the
+ * embedding's own, which the first backward leaves as the weight's gradient and every
+ * later one adds into it (the optimizer does not know the weight, so zero_grad never
+ * frees it). Ends what the forward kept and the gradient of the stream. */
+static void stable_embedding_backward(struct ctx *x, uint32_t grad_stream, uint32_t embedded) {
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t norm_grad = take(x, stream, VF_CAT_TEMPORARIES);
+  give(x, grad_stream);
+  give(x, embedded);
+  transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
+  if (!x->stable_grad) x->stable_grad = take(x, embedding_bytes(x), VF_CAT_GRADIENTS);
+  else transient(x, embedding_bytes(x), WEIGHT_TEMPORARIES);
+  give(x, norm_grad);
+}
+
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
@@ -937,33 +1028,59 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
   return whole;
 }
 
-/* The loss's backward: its gradients of the logits, next to what it kept. Unchunked, the
- * loss's nodes have run and let go of what they kept (autograd releases a node's saved
+/* A whole head's loss chunks each leave the gradient of their slice of the converted
+ * logits: the split's backward concatenates them into one (SplitBackward0's cat), and the
+ * slice's backward copies that into zeros of the whole logits (slice_backward), before
+ * the cast. Returns the whole gradient; frees the chunk's, chunk_grad. */
+static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
+  uint64_t bytes = loss_outputs(x) * x->p->logits_held_bytes;
+  uint32_t parts = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, chunk_grad);
+  uint32_t joined = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, parts);
+  uint32_t padded = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, joined);
+  return padded;
+}
+
+/* The loss's backward: its gradients of the logits, next to what it kept. The loss's
+ * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
- * (the up-cast's ToCopyBackward), and makes its weight and input gradients; a chunked
- * loss interleaves the two per chunk. Returns the gradient the head's matmul reads. */
-static uint32_t loss_backward(struct ctx *x, uint32_t *loss) {
+ * (the up-cast's ToCopyBackward), and makes its weight and input gradients. A chunked
+ * loss's nodes run one chunk at a time, but all of them before any chunk of the head's
+ * matmul: autograd's engine runs the most recently recorded ready node first
+ * (torch/csrc/autograd/engine.cpp CompareNodeTaskTime), and the head made every chunk
+ * before the loss began; so the cast gradients of all chunks wait for the head. A tanh
+ * output goes with its chunk's matmul: all at once unchunked, chunk by chunk from the
+ * head's first backward on, when chunked. Returns the gradient the head's matmul reads. */
+static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
   uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
-  if (chunks > 1 || x->task == VF_TASK_SEQ_CLS) return grad_logits;
-  give(x, *loss);
-  *loss = 0;
+  if (x->task == VF_TASK_SEQ_CLS) return grad_logits;
+  give(x, k->loss);
+  k->loss = 0;
+  if (chunks == 1) {
+    give(x, k->capped);
+    k->capped = 0;
+  }
+  if (head_whole(x)) grad_logits = assemble_grads(x, grad_logits);
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
   give(x, grad_logits);
   return cast;
 }
 
-static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
+static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
-  uint32_t grad_logits = loss_backward(x, &loss);
+  uint32_t grad_logits = loss_backward(x, &k);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
-    transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
-  give(x, loss);
+  give(x, k.loss);
+  give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
   return root_grads;
@@ -1026,7 +1143,8 @@ static int tensor_states(const struct ctx *x, const struct vf_param *p, struct s
   case VF_OPT_LION:
     out[k++] = (struct state){n * (x->p->lion_fp32_states ? 4 : sb), false};
     break;
-  case VF_OPT_ADAFACTOR: /* factored second moment of a matrix: a row and a column statistic */
+  case VF_OPT_ADAFACTOR: /* factored second moment of every matrix (torch.optim.Adafactor,
+                          * transformers' Adafactor): a row and a column statistic */
     if (p->in && p->out) {
       out[k++] = (struct state){p->out * 4, false};
       out[k++] = (struct state){p->in * 4, false};
@@ -1066,7 +1184,8 @@ static void create_states(struct ctx *x) {
   }
 }
 
-/* Elements of the largest trainable tensor: Adafactor steps one tensor at a time. */
+/* Adafactor updates one tensor at a time: the largest trainable tensor sets the step's
+ * peak (the embedding's, often). */
 static uint64_t largest_trainable(const struct ctx *x) {
   uint64_t n = 0;
   for (size_t i = 0; i < x->ps->n; i++)
@@ -1127,6 +1246,9 @@ static void persistent(struct ctx *x) {
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
+  /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
+   * the optimizer holds its weight): a second embedding-sized weight. */
+  if (stable_embedding(x)) take(x, embedding_bytes(x), VF_CAT_WEIGHTS);
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
@@ -1143,6 +1265,14 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
   *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
+/* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
+ * no_grad, or outside autograd's graph. */
+static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
+  struct saved scratch = {0};
+  layer_forward(x, &scratch, layer);
+  release(x, &scratch);
+}
+
 
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
@@ -1157,19 +1287,22 @@ static void one_step(struct ctx *x, bool last_micro) {
    * start of the forward to the end of the backward. */
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
+  /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
+  uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    autocast_copies(x, (int32_t)l, &sv[l], false);
-    if (x->s->grad_ckpt == VF_CKPT_FULL) {
+    if (outside_graph(x, (int32_t)l)) {
+      forward_keeping_nothing(x, (int32_t)l);
+    } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
+      autocast_copies(x, (int32_t)l, &sv[l], false);
       keep(x, &sv[l], stream);
-      struct saved scratch = {0};
-      layer_forward(x, &scratch);
-      release(x, &scratch);
+      forward_keeping_nothing(x, (int32_t)l);
     } else {
-      layer_forward(x, &sv[l]);
+      autocast_copies(x, (int32_t)l, &sv[l], false);
+      layer_forward(x, &sv[l], (int32_t)l);
     }
     give(x, gathered);
     offload(x, &sv[l]);
@@ -1178,7 +1311,8 @@ static void one_step(struct ctx *x, bool last_micro) {
     input = out;
   }
   mark(x, ST_LOSS);
-  uint32_t loss = 0, root_grads = 0;
+  struct loss_kept loss = {0};
+  uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
   give_all(x, &x->cast_cache);
   drop_graph(x);
@@ -1190,10 +1324,11 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
-    layer_backward(x, (int32_t)l, &sv[l], g);
+    if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
   }
   mark(x, ST_ROOT_BACKWARD);
-  give(x, grad_stream);
+  if (embedded) stable_embedding_backward(x, grad_stream, embedded);
+  else give(x, grad_stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
@@ -1230,9 +1365,7 @@ static void eval_pass(struct ctx *x) {
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    struct saved scratch = {0};
-    layer_forward(x, &scratch);
-    release(x, &scratch);
+    forward_keeping_nothing(x, (int32_t)l);
     give(x, gathered);
     uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
     give(x, input);
@@ -1362,7 +1495,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
                struct result *r) {
   x->layers = layers;
   x->grads_kept = x->states_made = false;
-  x->held_logits = 0;
+  x->held_logits = x->stable_grad = 0;
   x->graph.n = x->stale.n = x->cast_cache.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;

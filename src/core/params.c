@@ -191,10 +191,12 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
   if (!rc && pr->untie_embeddings && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
     rc = add_untied_head(ps, m, s, pr, q, adapter_wb);
   if (!rc && (s->method == VF_METHOD_ADAPTER || s->method == VF_METHOD_ADAPTER_V2)) {
-    /* Adapter prompts (10 tokens per layer) and, for v2, a bias and scale per projection. */
+    /* Adapter prompts (10 tokens and a gate per head) in the prompted layers and, for v2, a
+     * bias and scale per projection in every layer. */
     for (uint64_t l = 0; l < m->arch.layers && !rc; l++) {
-      uint64_t n = 10 * m->arch.hidden + 1;
+      uint64_t n = l >= VF_ADAPTER_START_LAYER ? 10 * m->arch.hidden + m->arch.heads : 0;
       if (s->method == VF_METHOD_ADAPTER_V2) n += 2 * (4 * m->arch.hidden + 3 * m->arch.intermediate);
+      if (!n) continue;
       struct vf_param p = {.layer = (int32_t)l, .numel = n, .bytes = n * adapter_wb, .trainable = true};
       rc = push(ps, &p);
       ps->trainable += n;

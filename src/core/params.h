@@ -8,6 +8,10 @@
 
 #include "vramfit.h"
 
+/* litgpt's adapters prompt the layers from this one on (litgpt/adapter.py Config
+ * adapter_start_layer, also adapter_v2's; 2 by default in 0.3 to 0.5.13). */
+#define VF_ADAPTER_START_LAYER 2
+
 struct vf_param {
   int32_t layer;       /* -1 outside the blocks */
   uint64_t numel;      /* elements on this GPU */

@@ -35,6 +35,13 @@ static void load(struct vf_model *m, const char *name) {
   assert_int_equal(rc, 0);
 }
 
+/* A model from a config.json text. */
+static void load_config(struct vf_model *m, const char *cfg) {
+  struct vf_diag d;
+  vf_model_init(m);
+  assert_int_equal(vf_model_from_config_json(m, cfg, strlen(cfg), "config.json", &d), 0);
+}
+
 static struct vf_estimate run(const struct vf_model *m, const struct vf_setup *s, const char *framework) {
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -87,6 +94,23 @@ static void test_optimizer_state_sizes(void **state) {
    * the largest tensor (16,384) squared and updated in fp32. */
   assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR),
                    base + 2 * (1024 + 512) + 5 * 512 + 14 * 1024 + 16384 * 8);
+  vf_model_cleanup(&m);
+}
+
+/* Adafactor updates one tensor at a time, with two fp32 temporaries of its size: on the toy
+ * with a tied 1,024-token embedding, the embedding's (65,536 elements) rather than the
+ * largest linear's. Its states: the embedding's 1,024 rows and 64 columns, the 14 block
+ * matrices' two statistics (1,024 each) and the norms (5 x 512). */
+static void test_adafactor_largest_tensor(void **state) {
+  (void)state;
+  static const char cfg[] = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+                            " \"vocab_size\": 1024, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true,"
+                            " \"torch_dtype\": \"float32\"}";
+  struct vf_model m;
+  load_config(&m, cfg);
+  uint64_t states = 4096 + 512 + 14 * 1024 + 5 * 512;
+  assert_int_equal(optimizer_phase(&m, VF_OPT_ADAFACTOR) - optimizer_phase(&m, VF_OPT_SGD), states + 65536 * 8);
   vf_model_cleanup(&m);
 }
 
@@ -236,7 +260,7 @@ static struct vf_estimate llama_run(void (*tweak)(struct vf_setup *)) {
   vf_setup_default(&s);
   s.weights = VF_PREC_BF16;
   s.batch = 4;
-  tweak(&s);
+  if (tweak) tweak(&s);
   struct vf_estimate e = run(&m, &s, "torchtune");
   vf_model_cleanup(&m);
   return e;
@@ -295,24 +319,22 @@ static const char toy_gqa_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
-/* The toy model (or its grouped-query twin) under a framework profile with one behaviour
- * switched by flip; setup by tweak. */
-static struct vf_estimate flipped_run(bool gqa, const char *framework, void (*flip)(struct vf_profile *, bool),
+/* A model (the toy or its grouped-query twin, by default) under a framework profile with
+ * one behaviour switched by flip; setup by tweak. */
+static struct vf_estimate flipped_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
                                       bool on, void (*tweak)(struct vf_setup *)) {
-  const char *cfg = gqa ? toy_gqa_config : toy_config;
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
   struct vf_diag d;
   struct vf_estimate e;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "toy.json", &d), 0);
+  load_config(&m, cfg);
   assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
   flip(&p, on);
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 8;
-  tweak(&s);
+  if (tweak) tweak(&s);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), 0);
   vf_model_cleanup(&m);
@@ -331,10 +353,15 @@ static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus 
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
 /* What switching the behaviour on adds to one phase's allocated peak. */
+static int64_t config_gain(const char *cfg, const char *fw, void (*flip)(struct vf_profile *, bool),
+                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
+  return (int64_t)flipped_run(cfg, fw, flip, true, tweak).phase_allocated[ph] -
+         (int64_t)flipped_run(cfg, fw, flip, false, tweak).phase_allocated[ph];
+}
+
 static int64_t phase_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool),
                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
-  return (int64_t)flipped_run(gqa, fw, flip, true, tweak).phase_allocated[ph] -
-         (int64_t)flipped_run(gqa, fw, flip, false, tweak).phase_allocated[ph];
+  return config_gain(gqa ? toy_gqa_config : toy_config, fw, flip, tweak, ph);
 }
 
 /* litgpt's fused q,k,v LoRA on q and v zero-pads the adapters' output (8 positions x
@@ -541,14 +568,17 @@ static void test_quantize_at_load(void **state) {
 }
 
 static void dequant_extra(struct vf_profile *p, bool on) { p->dequant_extra_bytes = on ? 12 : 0; }
+static void dequant_forward_extra(struct vf_profile *p, bool on) { p->dequant_forward_extra_bytes = on ? 12 : 0; }
 
 /* torchao's pure-PyTorch NF4 dequantization of 2024 holds 14 bytes per element (int64
  * codes, looked-up values, scaled halves, the stacked result) where bitsandbytes' kernel
  * writes only the 2-byte weight: the toy's largest weight (64 x 128) costs 8,192 x 12
- * bytes more at the forward's peak, and its backward dequantizes again. */
+ * bytes more at the forward's peak, and its backward dequantizes again, each as its own
+ * field says (bitsandbytes 0.49 dequantizes differently for the two). */
 static void test_dequant_temporaries(void **state) {
   (void)state;
-  assert_int_equal(phase_gain(false, "torchtune", dequant_extra, qlora_nf4, VF_PHASE_FORWARD), 8192 * 12);
+  assert_int_equal(phase_gain(false, "torchtune", dequant_forward_extra, qlora_nf4, VF_PHASE_FORWARD), 8192 * 12);
+  assert_int_equal(phase_gain(false, "torchtune", dequant_extra, qlora_nf4, VF_PHASE_FORWARD), 0);
   assert_true(phase_gain(false, "torchtune", dequant_extra, qlora_nf4, VF_PHASE_BACKWARD) > 0);
 }
 
@@ -592,48 +622,170 @@ static void test_quantized_inputs(void **state) {
 }
 
 /* Those inputs are attributes of their autograd nodes: while litgpt's loop holds the last
- * micro batch's graph, they stay through the next forward until its loss is computed. */
+ * micro batch's graph, they stay through the next forward until its loss is computed
+ * (litgpt 0.4.x, with bitsandbytes 0.42: 0.50 keeps no input). */
 static void test_graph_held(void **state) {
   (void)state;
-  assert_int_equal(phase_gain(false, "litgpt", graph_held, qlora_nf4, VF_PHASE_FORWARD), 2 * 5120 + 1024);
-  assert_int_equal(phase_gain(false, "litgpt", graph_held, qlora_nf4, VF_PHASE_OPTIMIZER), 2 * 5120 + 1024);
+  assert_int_equal(phase_gain(false, "litgpt@0.4.6", graph_held, qlora_nf4, VF_PHASE_FORWARD), 2 * 5120 + 1024);
+  assert_int_equal(phase_gain(false, "litgpt@0.4.6", graph_held, qlora_nf4, VF_PHASE_OPTIMIZER), 2 * 5120 + 1024);
+  assert_int_equal(phase_gain(false, "litgpt", graph_held, qlora_nf4, VF_PHASE_FORWARD), 0);
+}
+
+/* Gemma-2's soft-capped logits: the tanh output is made with the head's output and kept
+ * for its backward, so it is there when litgpt's loop converts the logits to fp32 next to
+ * the last micro batch's, which it still holds: holding them (8 x 256 x 4 bytes) adds the
+ * tanh output (8 x 256 x 2) to the loss's peak, beyond what the loss would keep instead. */
+static void lora_bf16(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16;
+  s->method = VF_METHOD_LORA;
+}
+
+static void test_softcap_before_conversion(void **state) {
+  (void)state;
+  static const char cfg[] =
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
+      " \"tie_word_embeddings\": false, \"final_logit_softcapping\": 30.0}";
+  assert_int_equal(config_gain(cfg, "litgpt", held_logits, lora_bf16, VF_PHASE_LOSS), 8 * 256 * 2);
+}
+
+/* GPT-NeoX's parallel block normalizes one input twice, for attention and for the MLP:
+ * the two LayerNorms keep that one input (8 tokens x 64 x 4 bytes per layer), once. */
+static void layer_norm_input(struct vf_profile *p, bool on) {
+  p->n_layer_norm_saves = on;
+  p->layer_norm_saves[0] = 0;
+}
+
+static void test_parallel_norms_share_input(void **state) {
+  (void)state;
+  static const char cfg[] = "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                            " \"num_attention_heads\": 4, \"intermediate_size\": 256, \"vocab_size\": 256,"
+                            " \"max_position_embeddings\": 128, \"use_parallel_residual\": true}";
+  /* the two layers' inputs, and the final norm's */
+  assert_int_equal(config_gain(cfg, "litgpt", layer_norm_input, lora_qv, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
+}
+
+static void head_chunks(struct vf_profile *p, bool on) { p->loss_chunk_tokens = on ? 128 : 0; }
+static void lora_autocast(struct vf_setup *s) {
+  s->method = VF_METHOD_LORA;
+  s->amp = VF_PREC_BF16;
+  s->seq = 256;
+}
+
+/* Autocast caches its cast of a weight only when the weight trains: litgpt's LoRA head,
+ * run over two 128-position chunks, casts the frozen fp32 head (256 x 64) to bf16 twice
+ * and keeps both copies for the backward. */
+static void test_autocast_head_per_chunk(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "litgpt", head_chunks, lora_autocast, VF_PHASE_LOSS), 256 * 64 * 2);
+}
+
+/* The toy with n layers, under litgpt, with the method given: its loss phase's peak. */
+static uint64_t adapter_loss_peak(uint32_t layers, enum vf_method method) {
+  char cfg[400];
+  snprintf(cfg, sizeof cfg,
+           "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": %u, \"num_attention_heads\": 4,"
+           " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256,"
+           " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false}", layers);
+  struct vf_model m;
+  load_config(&m, cfg);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  s.method = method;
+  uint64_t peak = run(&m, &s, "litgpt").phase_allocated[VF_PHASE_LOSS];
+  vf_model_cleanup(&m);
+  return peak;
+}
+
+/* litgpt's adapter trains nothing below its first prompted layer (the third): a second
+ * layer adds only its weights (4 x 16,384 + 3 x 32,768 + 2 norms of 512), nothing kept. */
+static void test_adapter_layers_below_the_prompt(void **state) {
+  (void)state;
+  uint64_t weights = 4 * 16384 + 3 * 32768 + 2 * 512;
+  assert_int_equal(adapter_loss_peak(2, VF_METHOD_ADAPTER) - adapter_loss_peak(1, VF_METHOD_ADAPTER), weights);
+}
+
+/* Adapter v2 trains every layer's norms and a scale and bias of every linear, whose product
+ * keeps the linear's shifted output. On a one-layer toy (below the prompt) over adapter v1,
+ * which keeps nothing there: the layer's norm inputs and fp32 products (4 x 2,048), q,k,v's
+ * output and its q and k share (6,144 + 4,096), q, k, v (3 x 2,048), the attention's output
+ * and log-sum-exp (2,048 + 512), o's output (2,048), gate's and up's outputs, the gated
+ * MLP's three (5 x 4,096) and down's output (2,048); the final norm's product and the
+ * head's output (2,048 + 8,192); the scales and biases (1,280 x 4), their gradients (the
+ * micro batches accumulate into them) and AdamW states. */
+static void test_adapter_v2_keeps_scaled_outputs(void **state) {
+  (void)state;
+  uint64_t layer = 4 * 2048 + 6144 + 4096 + 3 * 2048 + 2048 + 512 + 2048 + 5 * 4096 + 2048;
+  uint64_t head = 2048 + 8192, params = 4 * 1280 * 4;
+  assert_int_equal(adapter_loss_peak(1, VF_METHOD_ADAPTER_V2) - adapter_loss_peak(1, VF_METHOD_ADAPTER),
+                   layer + head + params);
+}
+
+static void whole_head(struct vf_profile *p, bool on) { p->full_head_whole = on; }
+static void full_bf16_long(struct vf_setup *s) {
+  s->weights = VF_PREC_BF16;
+  s->batch = 2;
+  s->seq = 1024;
+}
+
+/* litgpt's full.py runs the head whole and the loss over 128-row slices of its fp32
+ * logits (2 x 1,024 x 256 of them): the backward joins the slices' fp32 gradients (the
+ * split's cat) and pads that into the whole logits (the slice's backward), three fp32
+ * gradients at once where the chunked head's loss holds what it kept (4 bytes a logit)
+ * and one chunk's gradients (8 bytes a logit of one eighth). The forward copies the
+ * batch's sliced logits for the reshape, next to them and the log-softmax (12 bytes a
+ * logit): 2 above the conversion's peak (the last micro batch's logits, the bf16 ones and
+ * their fp32 copy). */
+static void test_full_head_whole(void **state) {
+  (void)state;
+  int64_t n = 2 * 1024 * 256;
+  assert_int_equal(phase_gain(false, "litgpt", whole_head, full_bf16_long, VF_PHASE_BACKWARD), 3 * n);
+  assert_int_equal(phase_gain(false, "litgpt", whole_head, full_bf16_long, VF_PHASE_LOSS), 2 * n);
+}
+
+static void stable(struct vf_profile *p, bool on) { p->stable_embedding = on; }
+
+/* litgpt 0.5 swaps a quantized model's embedding (256 x 64, bf16: 32,768 bytes) for
+ * bitsandbytes' StableEmbedding after making the optimizer: the old one stays from the
+ * load on, and the new one's gradient, outside the optimizer, is never freed. */
+static void test_stable_embedding(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "litgpt", stable, qlora_nf4, VF_PHASE_LOAD), 32768);
+  assert_int_equal(phase_gain(false, "litgpt", stable, qlora_nf4, VF_PHASE_OPTIMIZER), 2 * 32768);
+}
+
+static void chunked(struct vf_profile *p, bool on) {
+  p->loss_chunk_tokens = on ? 128 : 0;
+  p->dequant_extra_bytes = 64;
+}
+static void qlora_long(struct vf_setup *s) {
+  qlora_nf4(s);
+  s->seq = 1024;
+}
+
+/* A chunked loss's nodes all run before the head's chunks (autograd runs the latest
+ * recorded node first): what the loss kept (fp32 log-softmax, 4 bytes per logit) is gone
+ * when the head's backward dequantizes its weight, and the bf16 gradients of every chunk
+ * (2 per logit) wait for it. Unchunked, the backward peaks at the loss's whole fp32
+ * gradients (8 per logit) next to what it kept; chunked, at the head: its cast gradients,
+ * its input gradient (1,024 x 64 x 2) and its weight dequantized (256 x 64 x (2 + 64)). */
+static void test_chunked_loss_backward(void **state) {
+  (void)state;
+  int64_t n = 1024 * 256, head = 2 * n + 1024 * 64 * 2 + 256 * 64 * 66, loss = 4 * n + 8 * n;
+  assert_int_equal(phase_gain(false, "litgpt", chunked, qlora_long, VF_PHASE_BACKWARD), head - loss);
 }
 
 static void gelu_new(struct vf_profile *p, bool on) { p->gelu_new_saves = on ? 4 : 1; }
 static void full_load(struct vf_profile *p, bool on) { p->fsdp_full_load = on; }
 static void lora_fsdp8(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->shard = VF_SHARD_FSDP, s->gpus = 8; }
 
-/* A small model from its config.json under hf with one behaviour flipped (setup by tweak,
- * at 8 positions): what switching it on adds to one phase's allocated peak. */
-static int64_t config_gain(const char *cfg, void (*flip)(struct vf_profile *, bool),
-                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
-  struct vf_model m;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate on, off;
-  struct vf_setup s;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, cfg, strlen(cfg), "config.json", &d), 0);
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_setup_default(&s);
-  s.seq = 8;
-  if (tweak) tweak(&s);
-  vf_alloc_conf_default(&c);
-  flip(&p, true);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &on, &d), 0);
-  flip(&p, false);
-  assert_int_equal(vf_estimate(&m, &s, &p, &c, &off, &d), 0);
-  vf_model_cleanup(&m);
-  return (int64_t)on.phase_allocated[ph] - (int64_t)off.phase_allocated[ph];
-}
-
 /* The toy as GPT-2: gelu_new MLP 256 wide, 4 heads of 16. */
 static const char gpt2_config[] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4,"
                                   " \"vocab_size\": 256, \"n_positions\": 128}";
 
 static int64_t gpt2_gain(void (*flip)(struct vf_profile *, bool), enum vf_phase ph) {
-  return config_gain(gpt2_config, flip, NULL, ph);
+  return config_gain(gpt2_config, "hf", flip, NULL, ph);
 }
 
 /* transformers' gelu_new is a formula of separate ops: it keeps its input, 0.5 x, the tanh
@@ -776,17 +928,13 @@ static void neox_out_copied(struct vf_profile *p, bool on) {
 static void neox_view(struct vf_profile *p, bool on) {
   set_names(p->qkv_view_models, &p->n_qkv_view_models, "gpt_neox", on);
 }
-static void layer_norm_input(struct vf_profile *p, bool on) {
-  p->n_layer_norm_saves = on;
-  p->layer_norm_saves[0] = 0;
-}
 
 /* GPT-2's eager attention takes the softmax in the scores' dtype: of each layer's 64 x 4 x
  * 64 scores it keeps a bf16 softmax (with the dropout's mask and output) where the llama
  * way keeps it in fp32: 2 bytes less per score. */
 static void test_eager_softmax_in_dtype(void **state) {
   (void)state;
-  assert_int_equal(config_gain(gpt2_config, gpt2_in_dtype, bf16_eager, VF_PHASE_LOSS), -2 * 64 * 4 * 64 * 2);
+  assert_int_equal(config_gain(gpt2_config, "hf", gpt2_in_dtype, bf16_eager, VF_PHASE_LOSS), -2 * 64 * 4 * 64 * 2);
 }
 
 /* Falcon-7b's layout: 4 query heads of 16 and one multi-query K/V head. */
@@ -803,14 +951,14 @@ static const char falcon_config[] =
 static void test_sdpa_math_backend(void **state) {
   (void)state;
   int64_t flash = 1024 + 3 * 512 + 1024, math = 3 * 2048 + 1024 + 1024;
-  assert_int_equal(config_gain(falcon_config, falcon_unexpanded, bf16, VF_PHASE_LOSS), 2 * (math - flash));
+  assert_int_equal(config_gain(falcon_config, "hf", falcon_unexpanded, bf16, VF_PHASE_LOSS), 2 * (math - flash));
 }
 
 /* PyTorch's math backend computes 16-bit inputs in fp32 from 2.5 on: q, k, v (1,024 bytes
  * in bf16 each) and the scores (a 512-byte block) double. */
 static void test_sdpa_math_fp32(void **state) {
   (void)state;
-  assert_int_equal(config_gain(falcon_config, math_fp32, bf16, VF_PHASE_LOSS), 2 * (3 * 1024 + 512));
+  assert_int_equal(config_gain(falcon_config, "hf", math_fp32, bf16, VF_PHASE_LOSS), 2 * (3 * 1024 + 512));
 }
 
 /* GPT-NeoX: fused q,k,v, a quarter of each head rotated, a parallel block of two norms. */
@@ -823,14 +971,14 @@ static const char neox_config[] =
  * o_proj, which full fine-tuning keeps: 8 x 64 fp32 per layer. */
 static void test_sdpa_out_copied(void **state) {
   (void)state;
-  assert_int_equal(config_gain(neox_config, neox_out_copied, NULL, VF_PHASE_LOSS), 2 * 8 * 64 * 4);
+  assert_int_equal(config_gain(neox_config, "hf", neox_out_copied, NULL, VF_PHASE_LOSS), 2 * 8 * 64 * 4);
 }
 
 /* Its V is a view of the fused q,k,v output, which attention so keeps whole: q's and k's
  * share of it (8 x 128 fp32) per layer beyond V. */
 static void test_qkv_view_models(void **state) {
   (void)state;
-  assert_int_equal(config_gain(neox_config, neox_view, NULL, VF_PHASE_LOSS), 2 * 8 * 128 * 4);
+  assert_int_equal(config_gain(neox_config, "hf", neox_view, NULL, VF_PHASE_LOSS), 2 * 8 * 128 * 4);
 }
 
 /* A LayerNorm keeps its input, the residual stream: fp32 under autocast with fp32 weights
@@ -838,15 +986,15 @@ static void test_qkv_view_models(void **state) {
  * parallel block read the same input: GPT-NeoX keeps one per layer. */
 static void test_layer_norm_input(void **state) {
   (void)state;
-  assert_int_equal(config_gain(gpt2_config, layer_norm_input, fp32_amp, VF_PHASE_LOSS), 5 * 8 * 64 * 4);
-  assert_int_equal(config_gain(neox_config, layer_norm_input, NULL, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
+  assert_int_equal(config_gain(gpt2_config, "hf", layer_norm_input, fp32_amp, VF_PHASE_LOSS), 5 * 8 * 64 * 4);
+  assert_int_equal(config_gain(neox_config, "hf", layer_norm_input, NULL, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
 }
 
 /* Under autocast gelu_new's x ** 3 runs in fp32: x's fp32 copy, the tanh and 1 + tanh
  * (8 x 256 each) are kept in fp32 beside the bf16 0.5 x. */
 static void test_gelu_new_autocast(void **state) {
   (void)state;
-  assert_int_equal(config_gain(gpt2_config, gelu_new, bf16_amp, VF_PHASE_LOSS), 2 * 3 * 8 * 256 * 4);
+  assert_int_equal(config_gain(gpt2_config, "hf", gelu_new, bf16_amp, VF_PHASE_LOSS), 2 * 3 * 8 * 256 * 4);
 }
 
 static void experts_uncast(struct vf_profile *p, bool on) { p->experts_in_weight_dtype = on; }
@@ -864,7 +1012,7 @@ static const char moe_config[] =
 static void test_experts_in_weight_dtype(void **state) {
   (void)state;
   int64_t per_layer = 3 * (8192 - 4096) + (4096 - 2048) - 12 * 16384;
-  assert_int_equal(config_gain(moe_config, experts_uncast, lora_fp32_amp, VF_PHASE_LOSS), 2 * per_layer);
+  assert_int_equal(config_gain(moe_config, "hf", experts_uncast, lora_fp32_amp, VF_PHASE_LOSS), 2 * per_layer);
 }
 
 static void adafactor_copies(struct vf_profile *p, bool on) { p->adafactor_fp32_copies = on; }
@@ -875,7 +1023,7 @@ static void adafactor_lora(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->
  * more fp32 tensors of the largest one (the toy's embedding and head, 16,384 elements). */
 static void test_adafactor_fp32_copies(void **state) {
   (void)state;
-  assert_int_equal(config_gain(toy_config, adafactor_copies, adafactor_bf16, VF_PHASE_OPTIMIZER), 2 * 16384 * 4);
+  assert_int_equal(config_gain(toy_config, "hf", adafactor_copies, adafactor_bf16, VF_PHASE_OPTIMIZER), 2 * 16384 * 4);
 }
 
 /* Adafactor steps only what trains: under LoRA its temporaries are an adapter's (8 x 64 fp32
@@ -1069,6 +1217,11 @@ int main(void) {
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
       cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
       cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
+      cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
+      cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
+      cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
+      cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs), cmocka_unit_test(test_full_head_whole),
+      cmocka_unit_test(test_adafactor_largest_tensor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
