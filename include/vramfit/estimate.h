@@ -34,6 +34,14 @@ int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
 void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size);
 
+/* A value per model type (config.json's model_type), "*" standing for every other type. */
+#define VF_TYPE_VALUES_MAX 8
+struct vf_type_values {
+  char type[VF_TYPE_VALUES_MAX][16];
+  uint32_t value[VF_TYPE_VALUES_MAX];
+  uint32_t n;
+};
+
 /* What a framework's modeling and training code does that changes memory, at one of its
  * releases. Read from data/frameworks/<name>.json, with the behaviours that follow the
  * PyTorch release from data/torch.json (src/io/profile.c). */
@@ -76,6 +84,9 @@ struct vf_profile {
    * variable until the next micro batch's forward has made its own (0: none held). */
   uint32_t logits_held_bytes;
   uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
+  /* >0: the model returns its logits as this many chunks of each sequence, all made (whole,
+   * in the compute dtype) before the loss up-casts them one chunk at a time. */
+  uint32_t output_chunks;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;
@@ -92,6 +103,10 @@ struct vf_profile {
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
+  /* The RoPE table of cosines and sines a model keeps on the GPU, in bytes per position and
+   * rotated dimension (0: none, they are computed each forward), and whether a LoRA model
+   * keeps one per layer (1) rather than one (0). */
+  struct vf_type_values rope_table_bytes, lora_rope_table_per_layer;
 };
 
 struct vf_setup {

@@ -491,8 +491,9 @@ static void qlora_nf4(struct vf_setup *s) {
   s->quant = VF_QUANT_NF4;
 }
 
-/* Quantizing at load: the last down projection (n = 4096 x 1024) is quantized next to
- * every other weight, as a bf16 copy (2n) plus 66n of search temporaries, before its nf4
+/* Quantizing at load (torchao 0.1, unchunked): the last down projection (n = 4096 x 1024)
+ * is quantized next to every other weight, as a bf16 copy (2n) plus 66n of search
+ * temporaries, before its nf4
  * form (n/2 + n/16 bytes) exists (the cuBLAS workspaces come with the first matmul). */
 static void test_quantize_at_load(void **state) {
   (void)state;
@@ -511,7 +512,7 @@ static void test_quantize_at_load(void **state) {
   struct vf_profile p;
   struct vf_alloc_conf c;
   struct vf_estimate with, without;
-  assert_int_equal(vf_profile_load("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(vf_profile_load("torchtune@0.1", NULL, &p, &d), 0);
   assert_int_equal(p.quant_load_bytes, 66);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
