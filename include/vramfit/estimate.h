@@ -65,6 +65,7 @@ struct vf_profile {
   bool qkv_view_kept;       /* unexpanded V stays a view of the fused q,k,v output, keeping all of it */
   bool lora_zero_pad;       /* a fused q,k,v LoRA adapting some of q, k, v keeps its zero-padded output */
   bool softcap_eager;       /* attention score soft-capping forces the eager path */
+  bool final_softcap_logits; /* final soft-capping caps the logits (else the final norm's output) */
   bool untie_embeddings;    /* a separate output head even where the config ties it */
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
   /* The training loop holds each micro batch's autograd graph (in litgpt, through its loss

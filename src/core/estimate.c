@@ -398,7 +398,9 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   qkv_projections(x, sv);
-  bool expand = x->p->gqa_expand && d->kv < d->q;
+  /* A single K/V head (per GPU) expanded to every query head stays a view when flattened
+   * or reshaped: merging a dimension of size 1 needs no copy. */
+  bool expand = x->p->gqa_expand && d->kv < d->q && d->kv > a->head_dim;
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   keep(x, sv, T * d->q * c);
@@ -689,7 +691,11 @@ static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
+  /* Final soft-capping keeps the tanh's output: of the logits, or of the final norm's. */
+  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) {
+    if (x->p->final_softcap_logits) kept += d->c;
+    else keep(x, sv, d->T * d->h * d->c);
+  }
   /* A chunked output is alive whole through the loss's forward, which up-casts one chunk at
    * a time; the training loop lets go of it once the loss is computed. */
   uint32_t whole_bytes = whole_output_bytes(x), whole = take(x, n * whole_bytes, VF_CAT_TEMPORARIES);

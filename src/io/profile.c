@@ -62,6 +62,7 @@ static const struct field fields[] = {
     FIELD("qkv_view_kept", F_BOOL, qkv_view_kept),
     FIELD("lora_zero_pad", F_BOOL, lora_zero_pad),
     FIELD("softcap_eager", F_BOOL, softcap_eager),
+    FIELD("final_softcap_logits", F_BOOL, final_softcap_logits),
     FIELD("untie_embeddings", F_BOOL, untie_embeddings),
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("graph_held", F_BOOL, graph_held),
