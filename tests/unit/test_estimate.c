@@ -280,11 +280,10 @@ static const char toy_gqa_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
-/* The toy model (or its grouped-query twin) under a framework profile with one behaviour
- * switched by flip; setup by tweak. */
-static struct vf_estimate flipped_run(bool gqa, const char *framework, void (*flip)(struct vf_profile *, bool),
-                                      bool on, void (*tweak)(struct vf_setup *)) {
-  const char *cfg = gqa ? toy_gqa_config : toy_config;
+/* A model of cfg under a framework profile with one behaviour switched by flip; setup by
+ * tweak. */
+static struct vf_estimate config_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
+                                     bool on, void (*tweak)(struct vf_setup *)) {
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -315,11 +314,17 @@ static void lora_qkv(struct vf_setup *s) {
 static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 1; }
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
-/* What switching the behaviour on adds to one phase's allocated peak. */
+/* What switching the behaviour on adds to one phase's allocated peak, for a model of cfg. */
+static int64_t config_gain(const char *cfg, const char *fw, void (*flip)(struct vf_profile *, bool),
+                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
+  return (int64_t)config_run(cfg, fw, flip, true, tweak).phase_allocated[ph] -
+         (int64_t)config_run(cfg, fw, flip, false, tweak).phase_allocated[ph];
+}
+
+/* The same for the toy model (or its grouped-query twin). */
 static int64_t phase_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool),
                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
-  return (int64_t)flipped_run(gqa, fw, flip, true, tweak).phase_allocated[ph] -
-         (int64_t)flipped_run(gqa, fw, flip, false, tweak).phase_allocated[ph];
+  return config_gain(gqa ? toy_gqa_config : toy_config, fw, flip, tweak, ph);
 }
 
 /* litgpt's fused q,k,v LoRA on q and v zero-pads the adapters' output (8 positions x
@@ -666,6 +671,127 @@ static void test_dora(void **state) {
   vf_model_cleanup(&m);
 }
 
+static void output_chunked(struct vf_profile *p, bool on) { p->output_chunks = on ? 8 : 1; }
+static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
+static void bf16_full_one_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 1; }
+
+static const char toy_wide_vocab_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 4096, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"bfloat16\"}";
+
+/* torchtune's chunked output: the model makes all 8 chunks of bf16 logits (2 bytes each of
+ * the 8 x 256 = 2048 logits) before the loss up-casts them one chunk at a time next to every
+ * chunk's fp32 log-softmax: 2 + 4 + 4 / 8 bytes per logit at the loss's peak instead of
+ * the unchunked 2 + 4 + 4. A trainable head gets its weight's gradient in 8 pieces, summed
+ * out of place: two more head-sized tensors (4096 x 64 x 2 bytes) at the head's backward,
+ * the backward's peak then; unchunked, the peak comes at the end of the backward, with the
+ * layers' gradients (2 x 40,960 x 2 bytes) but without the layers' saved tensors and the
+ * logits' gradient. */
+static void test_chunked_output(void **state) {
+  (void)state;
+  uint64_t n = 8 * 256;
+  assert_int_equal(phase_gain(false, "torchtune", output_chunked, bf16_lora, VF_PHASE_LOSS),
+                   -(int64_t)(n * 4 - n * 4 / 8));
+  int64_t gain = config_gain(toy_wide_vocab_config, "torchtune", output_chunked, bf16_full_one_micro,
+                             VF_PHASE_BACKWARD);
+  int64_t head = 4096 * 64 * 2, layer_grads = 2 * 40960 * 2;
+  assert_in_range(gain, 2 * head - layer_grads, 2 * head);
+}
+
+static void dropout_flag(struct vf_profile *p, bool on) { p->lora_dropout = on; }
+static void dora(struct vf_setup *s) { s->method = VF_METHOD_DORA; }
+
+/* LoRA dropout gives each adapted projection (q and v) a mask (8 x 64 bytes) and a dropped
+ * copy of its input (8 x 64 x 4); without it the two branches keep their one shared input
+ * (8 x 64 x 4) per layer. DoRA under dropout also keeps each base weight's copy
+ * (64 x 64 x 4). */
+static void test_adapter_input(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "torchtune", dropout_flag, lora_qv, VF_PHASE_LOSS),
+                   2 * (2 * (512 + 2048) - 2048));
+  assert_int_equal(phase_gain(false, "torchtune", dropout_flag, dora, VF_PHASE_LOSS),
+                   2 * (2 * (512 + 2048 + 16384) - 2048));
+}
+
+static const char toy_qwen2_config[] =
+    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+static void rope_tables(struct vf_profile *p, bool on) {
+  if (!on) p->rope_table_bytes.n = 0;
+}
+static void full_ft(struct vf_setup *s) { s->method = VF_METHOD_FULL; }
+
+/* torchtune keeps RoPE tables of 128 positions x 16 head dimensions: 4 bytes each for
+ * llama's, one for the model, and 8 for qwen2's, one per layer under LoRA. */
+static void test_rope_tables(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 4 * 128 * 16);
+  assert_int_equal(phase_gain(false, "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD), 4 * 128 * 16);
+  assert_int_equal(config_gain(toy_qwen2_config, "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 8 * 128 * 16);
+  assert_int_equal(config_gain(toy_qwen2_config, "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD),
+                   2 * 8 * 128 * 16);
+  assert_int_equal(phase_gain(false, "hf", rope_tables, full_ft, VF_PHASE_LOAD), 0);
+}
+
+static const char toy_gemma2_config[] =
+    "{\"model_type\": \"gemma2\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"head_dim\": 16,"
+    " \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
+    " \"final_logit_softcapping\": 30.0, \"attn_logit_softcapping\": 50.0,"
+    " \"torch_dtype\": \"bfloat16\"}";
+
+static void softcap_logits(struct vf_profile *p, bool on) { p->final_softcap_logits = on; }
+
+/* Capping the logits keeps their tanh (2 bytes per logit), which leaves the chunked loss
+ * less room under its peak (4 - 2 bytes per logit over 8 chunks); capping the final norm's
+ * output keeps its tanh instead (8 x 64 x 2 bytes). */
+static void test_final_softcap(void **state) {
+  (void)state;
+  int64_t n = 8 * 256;
+  assert_int_equal(config_gain(toy_gemma2_config, "torchtune", softcap_logits, bf16_lora, VF_PHASE_LOSS),
+                   2 * n - (4 - 2) * n / 8 - 8 * 64 * 2);
+}
+
+static const char toy_mqa_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+static void gqa_expand(struct vf_profile *p, bool on) { p->gqa_expand = on; }
+
+/* Expanding 2 K/V heads to 4 copies K and V (8 x 64 x 4 bytes each per layer, for the
+ * unexpanded 8 x 32 x 4); expanding a single head stays a view. */
+static void test_kv_expansion(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(true, "torchtune", gqa_expand, lora_qv, VF_PHASE_LOSS), 2 * 2 * (2048 - 1024));
+  assert_int_equal(config_gain(toy_mqa_config, "torchtune", gqa_expand, lora_qv, VF_PHASE_LOSS), 0);
+}
+
+static const char toy_tied_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 4096, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true,"
+    " \"torch_dtype\": \"bfloat16\"}";
+
+static void unchanged(struct vf_profile *p, bool on) { (void)p, (void)on; }
+static void bf16_full_two_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 2; }
+
+/* Accumulating into kept gradients, a tied head's new gradient (4096 x 64 x 2 bytes) waits
+ * for the embedding's, and both are summed beside the kept one: one more than when the
+ * first micro batch makes them, at the embedding's backward (hf: unchunked). */
+static void test_accumulating_tied_grads(void **state) {
+  (void)state;
+  uint64_t one = config_run(toy_tied_config, "hf", unchanged, true, bf16_full_one_micro).phase_allocated[VF_PHASE_BACKWARD];
+  uint64_t two = config_run(toy_tied_config, "hf", unchanged, true, bf16_full_two_micro).phase_allocated[VF_PHASE_BACKWARD];
+  assert_int_equal(two - one, 4096 * 64 * 2);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -707,6 +833,9 @@ int main(void) {
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
+      cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
+      cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
+      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_accumulating_tied_grads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
