@@ -671,15 +671,29 @@ static void test_dora(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* The toy model's shape with another model type, K/V head count, vocabulary, tying and
+ * dtype, and further config.json keys (extra: "" or ", \"key\": value"). */
+struct toy_shape {
+  const char *type;
+  int kv_heads, vocab;
+  bool tied;
+  const char *dtype, *extra;
+  char json[512];
+};
+
+static const char *toy_json(struct toy_shape *t) {
+  snprintf(t->json, sizeof t->json,
+           "{\"model_type\": \"%s\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+           " \"num_key_value_heads\": %d, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": %d,"
+           " \"max_position_embeddings\": 128, \"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\"%s}",
+           t->type, t->kv_heads, t->vocab, t->tied ? "true" : "false", t->dtype, t->extra);
+  return t->json;
+}
+
 static void output_chunked(struct vf_profile *p, bool on) { p->output_chunks = on ? 8 : 1; }
 static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
 static void bf16_full_one_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 1; }
 
-static const char toy_wide_vocab_config[] =
-    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
-    " \"vocab_size\": 4096, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
-    " \"torch_dtype\": \"bfloat16\"}";
 
 /* torchtune's chunked output: the model makes all 8 chunks of bf16 logits (2 bytes each of
  * the 8 x 256 = 2048 logits) before the loss up-casts them one chunk at a time next to every
@@ -694,7 +708,9 @@ static void test_chunked_output(void **state) {
   uint64_t n = 8 * 256;
   assert_int_equal(phase_gain(false, "torchtune", output_chunked, bf16_lora, VF_PHASE_LOSS),
                    -(int64_t)(n * 4 - n * 4 / 8));
-  int64_t gain = config_gain(toy_wide_vocab_config, "torchtune", output_chunked, bf16_full_one_micro,
+  struct toy_shape wide = {.type = "llama", .kv_heads = 4, .vocab = 4096, .tied = false,
+                           .dtype = "bfloat16", .extra = ""};
+  int64_t gain = config_gain(toy_json(&wide), "torchtune", output_chunked, bf16_full_one_micro,
                              VF_PHASE_BACKWARD);
   int64_t head = 4096 * 64 * 2, layer_grads = 2 * 40960 * 2;
   assert_in_range(gain, 2 * head - layer_grads, 2 * head);
@@ -715,11 +731,6 @@ static void test_adapter_input(void **state) {
                    2 * (2 * (512 + 2048 + 16384) - 2048));
 }
 
-static const char toy_qwen2_config[] =
-    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
-    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
-    " \"torch_dtype\": \"float32\"}";
 
 static void rope_tables(struct vf_profile *p, bool on) {
   if (!on) p->rope_table_bytes.n = 0;
@@ -732,18 +743,14 @@ static void test_rope_tables(void **state) {
   (void)state;
   assert_int_equal(phase_gain(false, "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 4 * 128 * 16);
   assert_int_equal(phase_gain(false, "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD), 4 * 128 * 16);
-  assert_int_equal(config_gain(toy_qwen2_config, "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 8 * 128 * 16);
-  assert_int_equal(config_gain(toy_qwen2_config, "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD),
+  struct toy_shape qwen2 = {.type = "qwen2", .kv_heads = 4, .vocab = 256, .tied = false,
+                            .dtype = "float32", .extra = ""};
+  assert_int_equal(config_gain(toy_json(&qwen2), "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 8 * 128 * 16);
+  assert_int_equal(config_gain(toy_json(&qwen2), "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD),
                    2 * 8 * 128 * 16);
   assert_int_equal(phase_gain(false, "hf", rope_tables, full_ft, VF_PHASE_LOAD), 0);
 }
 
-static const char toy_gemma2_config[] =
-    "{\"model_type\": \"gemma2\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"head_dim\": 16,"
-    " \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
-    " \"final_logit_softcapping\": 30.0, \"attn_logit_softcapping\": 50.0,"
-    " \"torch_dtype\": \"bfloat16\"}";
 
 static void softcap_logits(struct vf_profile *p, bool on) { p->final_softcap_logits = on; }
 
@@ -753,15 +760,13 @@ static void softcap_logits(struct vf_profile *p, bool on) { p->final_softcap_log
 static void test_final_softcap(void **state) {
   (void)state;
   int64_t n = 8 * 256;
-  assert_int_equal(config_gain(toy_gemma2_config, "torchtune", softcap_logits, bf16_lora, VF_PHASE_LOSS),
+  struct toy_shape gemma2 = {.type = "gemma2", .kv_heads = 4, .vocab = 256, .tied = true,
+                             .dtype = "bfloat16",
+                             .extra = ", \"final_logit_softcapping\": 30.0, \"attn_logit_softcapping\": 50.0"};
+  assert_int_equal(config_gain(toy_json(&gemma2), "torchtune", softcap_logits, bf16_lora, VF_PHASE_LOSS),
                    2 * n - (4 - 2) * n / 8 - 8 * 64 * 2);
 }
 
-static const char toy_mqa_config[] =
-    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"intermediate_size\": 128,"
-    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
-    " \"torch_dtype\": \"float32\"}";
 
 static void gqa_expand(struct vf_profile *p, bool on) { p->gqa_expand = on; }
 
@@ -770,14 +775,11 @@ static void gqa_expand(struct vf_profile *p, bool on) { p->gqa_expand = on; }
 static void test_kv_expansion(void **state) {
   (void)state;
   assert_int_equal(phase_gain(true, "torchtune", gqa_expand, lora_qv, VF_PHASE_LOSS), 2 * 2 * (2048 - 1024));
-  assert_int_equal(config_gain(toy_mqa_config, "torchtune", gqa_expand, lora_qv, VF_PHASE_LOSS), 0);
+  struct toy_shape mqa = {.type = "llama", .kv_heads = 1, .vocab = 256, .tied = false,
+                          .dtype = "float32", .extra = ""};
+  assert_int_equal(config_gain(toy_json(&mqa), "torchtune", gqa_expand, lora_qv, VF_PHASE_LOSS), 0);
 }
 
-static const char toy_tied_config[] =
-    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
-    " \"vocab_size\": 4096, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true,"
-    " \"torch_dtype\": \"bfloat16\"}";
 
 static void unchanged(struct vf_profile *p, bool on) { (void)p, (void)on; }
 static void bf16_full_two_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 2; }
@@ -787,8 +789,11 @@ static void bf16_full_two_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16,
  * first micro batch makes them, at the embedding's backward (hf: unchunked). */
 static void test_accumulating_tied_grads(void **state) {
   (void)state;
-  uint64_t one = config_run(toy_tied_config, "hf", unchanged, true, bf16_full_one_micro).phase_allocated[VF_PHASE_BACKWARD];
-  uint64_t two = config_run(toy_tied_config, "hf", unchanged, true, bf16_full_two_micro).phase_allocated[VF_PHASE_BACKWARD];
+  struct toy_shape tied = {.type = "llama", .kv_heads = 4, .vocab = 4096, .tied = true,
+                           .dtype = "bfloat16", .extra = ""};
+  const char *cfg = toy_json(&tied);
+  uint64_t one = config_run(cfg, "hf", unchanged, true, bf16_full_one_micro).phase_allocated[VF_PHASE_BACKWARD];
+  uint64_t two = config_run(cfg, "hf", unchanged, true, bf16_full_two_micro).phase_allocated[VF_PHASE_BACKWARD];
   assert_int_equal(two - one, 4096 * 64 * 2);
 }
 
