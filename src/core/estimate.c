@@ -728,8 +728,9 @@ static bool accumulating_in_place(const struct ctx *x) {
 }
 
 /* Each chunk of a chunked output gives its own piece of the head weight's gradient, which
- * autograd sums out of place (torch/csrc/autograd/input_buffer.cpp accumulate: the pieces
- * arrive as transposed views): the sum so far, the new piece and their sum at once. */
+ * autograd sums in the weight's input buffer out of place (torch/csrc/autograd/
+ * input_buffer.cpp accumulate, as traced under torch 2.13): the sum so far, the new piece
+ * and their sum at once. */
 static void chunked_head_grad(struct ctx *x) {
   if (!whole_output_bytes(x) || loss_chunks(x) < 2 || !x->base_trainable) return;
   transient(x, 2 * x->d.vocab * x->d.h * x->d.g, VF_CAT_TEMPORARIES);
@@ -817,6 +818,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, st
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
+  /* Accumulating, layer_grads made nothing: the head's new gradient comes beside the kept one. */
   if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);
   give(x, grad_logits);
@@ -951,7 +953,7 @@ static uint32_t type_value(const struct vf_type_values *v, const char *type) {
 /* The RoPE table (cosines and sines for every position the model takes) is a buffer made
  * with the model: one for it, or one per layer where the LoRA builders make a rotary
  * module per layer. The bytes to take with a layer's weights (-1: the root's). */
-static uint64_t rope_tables(struct ctx *x, int32_t layer) {
+static uint64_t rope_tables(const struct ctx *x, int32_t layer) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t rotated = (uint64_t)((double)a->head_dim * a->rotary_fraction);
   uint64_t bytes = type_value(&x->p->rope_table_bytes, a->model_type) * a->max_positions * rotated;
