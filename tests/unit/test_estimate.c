@@ -637,10 +637,7 @@ static void test_graph_held(void **state) {
  * for its backward, so it is there when litgpt's loop converts the logits to fp32 next to
  * the last micro batch's, which it still holds: holding them (8 x 256 x 4 bytes) adds the
  * tanh output (8 x 256 x 2) to the loss's peak, beyond what the loss would keep instead. */
-static void lora_bf16(struct vf_setup *s) {
-  s->weights = VF_PREC_BF16;
-  s->method = VF_METHOD_LORA;
-}
+static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
 
 static void test_softcap_before_conversion(void **state) {
   (void)state;
@@ -648,7 +645,7 @@ static void test_softcap_before_conversion(void **state) {
       "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
       " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
       " \"tie_word_embeddings\": false, \"final_logit_softcapping\": 30.0}";
-  assert_int_equal(config_gain(cfg, "litgpt", held_logits, lora_bf16, VF_PHASE_LOSS), 8 * 256 * 2);
+  assert_int_equal(config_gain(cfg, "litgpt", held_logits, bf16_lora, VF_PHASE_LOSS), 8 * 256 * 2);
 }
 
 /* GPT-NeoX's parallel block normalizes one input twice, for attention and for the MLP:
@@ -1189,7 +1186,6 @@ static const char *toy_json(struct toy_shape *t) {
 }
 
 static void output_chunked(struct vf_profile *p, bool on) { p->output_chunks = on ? 8 : 1; }
-static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
 static void bf16_full_one_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 1; }
 
 
