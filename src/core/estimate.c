@@ -80,6 +80,7 @@ struct ctx {
   bool grads_kept; /* gradients of the previous micro batch are still there */
   struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
   struct grads cast_cache; /* autocast's cached weight casts, until the autocast region ends */
+  struct grads foreach_tmp; /* foreach AdamW's per-tensor temporaries, for one step */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -1275,14 +1276,33 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
   return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
+/* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) takes sqrt(exp_avg_sq) of every
+ * tensor of the group at once (torch._foreach_sqrt): a list of tensors, one per trainable
+ * tensor and each of its size, made in parameter order and freed after the update. Made
+ * apart, they fit into cached blocks one block of their sum could not. Sharded states are
+ * flat: one per unit. */
+static void foreach_temporaries(struct ctx *x) {
+  uint64_t bytes = state_elem_bytes(x);
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    uint64_t shard = 0;
+    for (size_t i = begin; i < end; i++) {
+      const struct vf_param *p = &x->ps->v[i];
+      if (!p->trainable) continue;
+      if (x->s->shard == VF_SHARD_NONE) grad_push(x, &x->foreach_tmp, take(x, p->numel * bytes, WEIGHT_TEMPORARIES));
+      else shard += p->numel * bytes;
+    }
+    if (shard) grad_push(x, &x->foreach_tmp, take(x, shard / x->d.dsize, WEIGHT_TEMPORARIES));
+  }
+  give_all(x, &x->foreach_tmp);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
-  uint64_t elems = trainable_elems(x, x->layers);
-  if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
-  /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
-    transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
+    foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
     transient(x, largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
 }
@@ -1790,6 +1810,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.graph.id);
   free(x.stale.id);
   free(x.cast_cache.id);
+  free(x.foreach_tmp.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);
