@@ -26,13 +26,20 @@ enum vf_lengths { VF_LENGTHS_DEFAULT, VF_LENGTHS_FIXED, VF_LENGTHS_VARIED };
 /* Whether the run validates: a forward under no_grad over a batch of the micro batch's
  * size after the training steps, with the optimizer's states still there. */
 enum vf_eval { VF_EVAL_DEFAULT, VF_EVAL_NO, VF_EVAL_YES };
+/* Pipeline schedules: all forwards then all backwards (GPipe); one forward, one backward in
+ * the steady state (1F1B); 1F1B over several model chunks per rank (interleaved). "none"
+ * is a profile's value for a framework without pipeline parallelism, no one's choice. */
+enum vf_pp_schedule { VF_PP_DEFAULT, VF_PP_NONE, VF_PP_GPIPE, VF_PP_1F1B, VF_PP_INTERLEAVED };
+/* Whether tensor parallelism splits the tokens of the norms and residual adds too
+ * (sequence parallelism), or only the heads and the MLP's width. */
+enum vf_sp { VF_SP_DEFAULT, VF_SP_NO, VF_SP_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
                     VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS,
-                    VF_ENUM_EVAL };
+                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP };
 const char *vf_enum_name(enum vf_enum_kind kind, int value);
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -98,6 +105,18 @@ struct vf_profile {
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool moe_grouped_mm;     /* experts run as grouped matmuls in their weights' dtype, uncast */
+  /* Pipeline parallelism: the schedules the framework runs (bit 1 << VF_PP_x each; 0: none)
+   * and its default, the first listed; the model chunks per rank of the interleaved
+   * schedule; whether every stage must get as many layers; whether the pipeline runs on
+   * torch.distributed.pipelining (receive buffers for every micro batch, the last stage's
+   * outputs kept through the step, FSDP left unsharded until the last backward). */
+  uint32_t pp_schedules;
+  enum vf_pp_schedule pp_default_schedule;
+  uint32_t pp_stages_per_rank;
+  bool pp_even_layers;
+  bool pp_torch_pipelining;
+  bool sequence_parallel;  /* tensor parallelism comes with sequence parallelism by default */
+  bool sp_gathered_input;  /* under sequence parallelism a projection keeps its all-gathered input */
 };
 
 struct vf_setup {
@@ -115,6 +134,8 @@ struct vf_setup {
   enum vf_lengths lengths;
   enum vf_eval eval;
   uint64_t gpus, tp, pp, cp;
+  enum vf_pp_schedule pp_schedule; /* VF_PP_DEFAULT: the framework's */
+  enum vf_sp sequence_parallel;    /* VF_SP_DEFAULT: the framework's, with tp > 1 */
   enum vf_shard shard;
   uint32_t offload; /* VF_OFFLOAD_* bits */
   uint32_t gpu_cc_major, gpu_cc_minor; /* 0: unknown GPU generation */
@@ -134,6 +155,10 @@ int vf_lora_targets_parse(const char *text, uint32_t *bits);
 enum vf_quant vf_setup_quant(const struct vf_setup *s);
 /* Rejects contradictory or impossible setups, with the reason in d. */
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d);
+/* Rejects a parallel layout the framework cannot run (a resolved setup): a pipeline or
+ * schedule it does not have, stages it cannot split the layers into. */
+int vf_layout_validate(const struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p,
+                       struct vf_diag *d);
 
 enum vf_category { VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER, VF_CAT_ACTIVATIONS,
                    VF_CAT_TEMPORARIES, VF_CAT_RUNTIME, VF_CAT_COUNT };
@@ -158,6 +183,13 @@ struct vf_estimate {
   uint64_t by_category[VF_CAT_COUNT];
   uint64_t allocator_slack, context;
   uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+  /* Parallel layout: the pipeline schedule (VF_PP_NONE without a pipeline), the pipeline
+   * rank whose peak is reported (the most loaded), its blocks and the micro batches whose
+   * activations it holds at once; whether tensor parallelism splits the sequence too. */
+  enum vf_pp_schedule pp_schedule;
+  uint64_t pp_rank, pp_rank_layers;
+  double pp_in_flight;
+  bool sequence_parallel;
 };
 
 struct vf_alloc_conf;
@@ -172,7 +204,7 @@ struct vf_timeline_event {
   uint8_t op;       /* enum vf_timeline_op */
   uint8_t phase;    /* enum vf_phase */
   uint8_t category; /* enum vf_category of the block */
-  uint8_t stage;    /* pipeline stage replayed: 0 (the first), 1 (the last, with the head) */
+  uint8_t stage;    /* pipeline rank replayed (0 without a pipeline) */
   uint64_t id;      /* the block; an allocation's id is freed by the free of the same id */
   uint64_t bytes;   /* block bytes (rounded as the allocator rounds) */
   uint64_t allocated, reserved;
@@ -180,7 +212,8 @@ struct vf_timeline_event {
 typedef void (*vf_timeline_fn)(void *arg, const struct vf_timeline_event *e);
 
 /* vf_estimate() with every layer replayed (no extension from shorter replays), telling fn
- * of each allocation and free in order. Pure apart from what fn does. */
+ * of each allocation and free in order, of the pipeline rank reported only. Pure apart from
+ * what fn does. */
 int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                          const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
                          struct vf_estimate *out, struct vf_diag *d);

@@ -9,6 +9,7 @@
 #include "core/diag.h"
 #include "core/estimate_internal.h"
 #include "core/params.h"
+#include "core/pipeline.h"
 #include "vramfit.h"
 
 enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3 };
@@ -43,12 +44,14 @@ struct builder {
 /* Sizes that shape one layer's activations on one GPU. */
 struct dims {
   uint64_t T;       /* tokens in the micro batch on this GPU */
+  uint64_t Ts;      /* of them, those of the norms and residual adds: T / tp under sequence parallelism */
+  bool sp;          /* sequence parallelism: projections read all-gathered inputs */
   uint64_t s_kv;    /* keys each query attends to (eager scores) */
   uint64_t h, q, kv, ffn, heads, vocab, labels;
   uint32_t c;       /* bytes of the compute dtype */
   uint32_t w, g;    /* bytes per weight and per gradient element of trainable tensors */
   uint64_t dsize;   /* data-parallel shards of model states */
-  uint64_t in_flight; /* pipeline micro batches alive on the first stage */
+  double in_flight;  /* micro batches whose activations this pipeline rank holds at once */
 };
 
 struct grads {
@@ -79,11 +82,16 @@ struct ctx {
   bool states_made; /* the optimizer has created its states */
   uint64_t accumulation; /* micro batches per optimizer step */
   bool has_head;         /* this pipeline stage computes the logits and the loss */
+  bool has_embedding;    /* this pipeline stage holds the embedding */
+  uint64_t chunks, chunks_in_flight; /* model chunks per pipeline rank; chunk forwards held at most */
+  struct grads outputs;  /* the last stage's outputs torch.distributed.pipelining keeps */
+  uint32_t *held_gather; /* per replayed layer and the root: FSDP units a pipeline leaves gathered */
+  bool receive_buffers;  /* torch.distributed.pipelining's receive buffers exist */
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
-  int stage;             /* the pipeline stage replayed: 0 first, 1 last */
+  int stage;             /* the pipeline rank replayed */
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
@@ -201,7 +209,7 @@ static void hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, e
 }
 
 static void keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
-  uint64_t kept = (uint64_t)((double)(bytes * x->d.in_flight) * x->keep_share);
+  uint64_t kept = (uint64_t)((double)bytes * x->d.in_flight * x->keep_share);
   hold(x, sv, take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
@@ -213,6 +221,22 @@ static void release(struct ctx *x, struct saved *sv) {
     else give(x, sv->id[i]);
   }
   sv->n = 0;
+}
+
+/* The index in its optimizer step of the micro batch replayed: the replay's first, middle
+ * and last micro batches stand for the first, every middle one and the last. */
+static uint64_t micro_index(const struct ctx *x) {
+  uint64_t m = x->accumulation, per = m < 3 ? m : 3, j = (uint64_t)x->micro % per;
+  return j + 1 == per ? m - 1 : j;
+}
+
+/* The micro batches whose activations the rank holds while the replayed one runs: the
+ * schedule's most, fewer once the pipeline drains (k micro batches from the step's end,
+ * only those k are left). */
+static double micro_in_flight(const struct ctx *x) {
+  uint64_t left = (x->accumulation - micro_index(x)) * x->chunks;
+  uint64_t held = x->chunks_in_flight < left ? x->chunks_in_flight : left;
+  return (double)held / (double)x->chunks;
 }
 
 /* The training loop's variables (litgpt's loss and logits) hold the last micro batch's
@@ -267,19 +291,25 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
  * projection after it keeps the norm's output as its own input. */
 static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   const struct vf_profile *p = x->p;
-  uint64_t elems = x->d.T * x->d.h;
+  uint64_t elems = x->d.Ts * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
     if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
     keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
+  /* Under sequence parallelism the projections read the output all-gathered over the
+   * tensor-parallel group, the whole sequence: kept as their input where the framework keeps
+   * the gathered tensor, else a buffer for the matmul (gathered again in the backward). */
+  bool gathered_kept = x->d.sp && p->sp_gathered_input && x->base_trainable;
+  if (x->d.sp && readers && !gathered_kept) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
   if (!x->base_trainable) return;
   /* The projections reading the output keep it as their input. Autocast casts it for each
    * of them apart (a cast is cached only for leaf weights, autocast_mode.cpp cached_cast),
    * so each keeps a copy of its own. */
   uint32_t copies = autocast_casts(x) ? readers : readers > 0;
-  for (uint32_t i = 0; i < copies; i++) keep(x, sv, elems * x->d.c);
+  uint64_t read = gathered_kept ? x->d.T * x->d.h : elems;
+  for (uint32_t i = 0; i < copies; i++) keep(x, sv, read * x->d.c);
 }
 
 /* Projections reading a block's attention input, and its MLP input. */
@@ -438,7 +468,7 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   }
   quantized_input(x, sv, d->q, false);
   projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
-  if (dropout) keep(x, sv, T * d->h);
+  if (dropout) keep(x, sv, d->Ts * d->h);
 }
 
 /* Tensors of the MLP's width the activation keeps for its backward: its input for a fused
@@ -468,21 +498,29 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
-  if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
+  if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->Ts * d->h);
+}
+
+/* A row-parallel projection (o, down) makes partial sums of the whole sequence before they
+ * are reduce-scattered to this GPU's part of it under sequence parallelism. */
+static void row_parallel_output(struct ctx *x) {
+  if (x->d.sp) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
 }
 
 /* One block's forward; returns in sv what it keeps for backward. */
 static void layer_forward(struct ctx *x, struct saved *sv) {
   const struct vf_arch *a = &x->m->arch;
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   norm_saves(x, sv, attention_readers(x) + (a->parallel_residual ? mlp_readers(x) : 0));
   attention_forward(x, sv);
+  row_parallel_output(x);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
    * (read by no projection). */
   for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++)
     norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
   mlp_forward(x, sv);
+  row_parallel_output(x);
   give(x, mid);
 }
 
@@ -521,6 +559,26 @@ static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
   return n * x->d.c;
 }
 
+/* Under a pipeline, torch.distributed.pipelining runs an FSDP2 stage's backwards with
+ * set_reshard_after_backward(False) and set_requires_gradient_sync(False) until the last
+ * micro batch's, after which _post_backward reshards and reduces (torch/distributed/
+ * pipelining/stage.py backward_maybe_with_nosync); torchtitan does not reshard after the
+ * forward under a pipeline either (torchtitan/parallelisms/parallelize_llama.py@9dec370
+ * apply_fsdp). The stage's weights stay gathered and its gradients whole through the step. */
+static bool pipeline_fsdp(const struct ctx *x) {
+  return x->s->pp > 1 && x->p->pp_torch_pipelining && x->s->shard == VF_SHARD_FSDP;
+}
+
+/* A unit's weights gathered for its forward or backward: the id the caller frees after it,
+ * or 0 when the step keeps them gathered (pipeline_fsdp). */
+static uint32_t gather(struct ctx *x, int32_t layer) {
+  uint64_t bytes = layer_gather_bytes(x, layer);
+  if (!pipeline_fsdp(x)) return take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t *held = &x->held_gather[layer + 1];
+  if (!*held) *held = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  return 0;
+}
+
 static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
   uint64_t n = 0;
   size_t begin, end;
@@ -537,7 +595,7 @@ static bool sharded_grads(const struct vf_setup *s) {
 /* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
  * gradients; the last one adds into them and reduce-scatters them to the shard. */
 static bool no_sync(const struct ctx *x) {
-  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
+  return (x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1) || pipeline_fsdp(x);
 }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
@@ -551,15 +609,35 @@ static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
   return flat_grads(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
 }
 
-static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+/* Reduce-scatters a unit's whole gradient to its shard. */
+static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   uint32_t *held = &x->unsharded[layer + 1];
-  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
-  if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
-  else if (flat_grads(x)) transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
-  if (!x->last_micro) return;
-  grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
+  if (!*held) return;
+  grad_push(x, g, take(x, layer_grad_elems(x, layer) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
   give(x, *held);
   *held = 0;
+}
+
+static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  uint32_t *held = &x->unsharded[layer + 1];
+  uint64_t elems = layer_grad_elems(x, layer), full = elems * x->d.g;
+  /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
+   * compute dtype and are added into it (_fsdp_param.py accumulate_unsharded_grad_if_needed). */
+  uint32_t fresh = pipeline_fsdp(x) && x->d.c < x->d.g ? take(x, elems * x->d.c, VF_CAT_GRADIENTS) : 0;
+  if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
+  else if (flat_grads(x)) transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
+  give(x, fresh);
+  if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
+}
+
+/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
+static void pipeline_post_backward(struct ctx *x, struct grads *g) {
+  if (!pipeline_fsdp(x)) return;
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    reduce_unsharded(x, l, g);
+    give(x, x->held_gather[l + 1]);
+    x->held_gather[l + 1] = 0;
+  }
 }
 
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
@@ -586,7 +664,8 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
 static void recompute(struct ctx *x, struct saved *sv) {
-  double kept = x->keep_share;
+  double kept = x->keep_share, in_flight = x->d.in_flight;
+  x->d.in_flight = 1; /* the micro batch in its backward only */
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
@@ -596,6 +675,7 @@ static void recompute(struct ctx *x, struct saved *sv) {
     layer_forward(x, sv);
   }
   x->keep_share = kept;
+  x->d.in_flight = in_flight;
 }
 
 static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
@@ -611,14 +691,20 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
-  uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t gathered = gather(x, layer);
   reload(x, sv);
   recompute(x, sv);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
+  /* Under sequence parallelism the input gradient of the whole sequence, before its
+   * reduce-scatter, and the input gathered again for the weight gradient where the forward
+   * kept only its shard. */
+  uint64_t wholes = d->sp ? (x->p->sp_gathered_input ? 1 : 2) : 0;
+  uint32_t whole = take(x, wholes * T * d->h * c, VF_CAT_TEMPORARIES);
   uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
   transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
   give(x, mlp);
+  give(x, whole);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
@@ -659,6 +745,30 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
   return per;
 }
 
+/* A stage's outputs stay in torch.distributed.pipelining's output_chunks until the next
+ * step clears them (stage.py forward_one_chunk, clear_runtime_states): every stage's under
+ * the profile's torch (pytorch#153383, in 2.8, keeps the last stage's only), the logits on
+ * the last. This micro batch's, or for the replay's middle one those of every micro batch it
+ * stands for. Returns whether they are kept. */
+static bool hold_output(struct ctx *x, uint64_t bytes) {
+  if (!x->p->pp_torch_pipelining || x->s->pp == 1) return false;
+  uint64_t m = x->accumulation, k = micro_index(x), count = k == 0 || k == m - 1 ? 1 : m - 2;
+  for (uint64_t i = 0; i < count; i++) grad_push(x, &x->outputs, take(x, bytes, VF_CAT_ACTIVATIONS));
+  return true;
+}
+
+/* The last stage's logits kept (hold_output): the bytes per logit they take of the loss's. */
+static uint32_t pipeline_output(struct ctx *x, uint64_t n) {
+  if (x->task == VF_TASK_SEQ_CLS) return 0;
+  return hold_output(x, n * x->d.c) ? x->d.c : 0;
+}
+
+/* At the step's end the schedule concatenates the last stage's into the output it returns
+ * (_merge_outputs), which torchtitan drops at once (train.py@9dec370). */
+static void merge_outputs(struct ctx *x) {
+  if (x->outputs.n && x->has_head) transient(x, x->accumulation * loss_outputs(x) * x->d.c, VF_CAT_TEMPORARIES);
+}
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
@@ -677,9 +787,9 @@ static uint32_t head_forward(struct ctx *x, struct saved *sv) {
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
   if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
-  uint32_t held = hold_logits(x, n);
+  uint32_t held = hold_logits(x, n), output = pipeline_output(x, n);
   uint32_t loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
-  if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  if (peak > kept + output) transient(x, n * (peak - kept - output) / loss_chunks(x), VF_CAT_TEMPORARIES);
   return loss;
 }
 
@@ -708,7 +818,7 @@ static uint64_t embedding_sort_bytes(const struct ctx *x) {
  * (torch/csrc/autograd/input_buffer.cpp accumulate: out of place while the first is still
  * referenced). Returns what replaces first. */
 static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
-  if (!x->base_trainable) return first;
+  if (!x->base_trainable || !x->has_embedding) return first;
   const struct vf_arch *a = &x->m->arch;
   bool tied = a->tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
   uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
@@ -724,7 +834,12 @@ static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
-  if (!flat_grads(x)) return x->has_head ? embedding_backward(x, early) : layer_grads(x, -1, g, true);
+  if (!flat_grads(x) && x->has_head) return embedding_backward(x, early);
+  if (!flat_grads(x)) {
+    uint32_t whole = layer_grads(x, -1, g, true);
+    embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
+    return whole;
+  }
   uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
   uint32_t whole = layer_grads(x, -1, g, true);
   give(x, late);
@@ -890,6 +1005,18 @@ static void persistent(struct ctx *x) {
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
 }
 
+/* torch.distributed.pipelining makes a stage's receive buffers for every micro batch when
+ * the schedule first runs, and keeps them: for the activations from the stage before
+ * (_prepare_forward_infra) and for their gradients from the stage after
+ * (_prepare_backward_infra) (stage.py). A rank runs a stage per model chunk. */
+static void receive_buffers(struct ctx *x) {
+  if (!x->p->pp_torch_pipelining || x->s->pp == 1 || x->receive_buffers) return;
+  x->receive_buffers = true;
+  uint64_t per = x->accumulation * x->d.Ts * x->d.h * x->d.c;
+  take(x, (x->chunks - x->has_embedding) * per, VF_CAT_ACTIVATIONS);
+  take(x, (x->chunks - x->has_head) * per, VF_CAT_ACTIVATIONS);
+}
+
 /* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
  * kept: the forward's thread and the autograd engine's each have one
  * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
@@ -914,30 +1041,42 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
   }
 }
 
+/* A block's forward that keeps nothing for backward (checkpointed, or under no_grad): what
+ * it makes is this micro batch's alone, freed as it goes. */
+static void forward_unsaved(struct ctx *x) {
+  double in_flight = x->d.in_flight;
+  struct saved scratch = {0};
+  x->d.in_flight = 1;
+  layer_forward(x, &scratch);
+  release(x, &scratch);
+  x->d.in_flight = in_flight;
+}
+
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
 static void one_step(struct ctx *x, bool last_micro) {
   struct saved *sv = x->sv;
   struct grads *g = &x->grads;
   x->last_micro = last_micro;
+  x->d.in_flight = micro_in_flight(x);
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
   if (!x->grads_kept) g->n = 0;
   mark(x, ST_FORWARD_BOTTOM);
+  if (micro_index(x) == 0) give_all(x, &x->outputs); /* the schedule's clear_runtime_states */
+  receive_buffers(x);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
-  uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t root = gather(x, -1);
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
-    uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+    uint32_t gathered = gather(x, (int32_t)l);
     autocast_copies(x, (int32_t)l, &sv[l]);
     if (x->s->grad_ckpt == VF_CKPT_FULL) {
       keep(x, &sv[l], stream);
-      struct saved scratch = {0};
-      layer_forward(x, &scratch);
-      release(x, &scratch);
+      forward_unsaved(x);
     } else {
       layer_forward(x, &sv[l]);
     }
@@ -950,6 +1089,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   mark(x, ST_LOSS);
   uint32_t loss = 0, root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  /* The rank's other model chunks send theirs on too. */
+  hold_output(x, (x->chunks - x->has_head) * stream);
   drop_graph(x);
   give(x, input);
   give_all(x, &x->stale);
@@ -967,6 +1108,10 @@ static void one_step(struct ctx *x, bool last_micro) {
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
   give(x, root);
+  if (last_micro) {
+    pipeline_post_backward(x, g);
+    merge_outputs(x);
+  }
   mark(x, ST_OPTIMIZER);
   /* Accumulating, the next micro batch adds into these gradients: the optimizer runs, and
    * zero_grad(set_to_none=True) frees them, only after the last one. */
@@ -994,14 +1139,13 @@ static void one_step(struct ctx *x, bool last_micro) {
  * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
 static void eval_pass(struct ctx *x) {
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_EVAL);
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  x->d.in_flight = 1;
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    struct saved scratch = {0};
-    layer_forward(x, &scratch);
-    release(x, &scratch);
+    forward_unsaved(x);
     give(x, gathered);
     uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
     give(x, input);
@@ -1111,6 +1255,8 @@ static void dims_for(struct ctx *x) {
   const struct vf_setup *s = x->s;
   struct dims *d = &x->d;
   d->T = s->batch * (s->seq / s->cp);
+  d->sp = s->sequence_parallel == VF_SP_YES && s->tp > 1;
+  d->Ts = d->sp ? d->T / s->tp : d->T;
   d->s_kv = s->seq / s->cp;
   d->h = a->hidden;
   d->q = a->heads * a->head_dim / s->tp;
@@ -1124,7 +1270,7 @@ static void dims_for(struct ctx *x) {
   d->g = d->w;
   d->dsize = s->gpus / (s->tp * s->pp);
   if (!d->dsize) d->dsize = 1;
-  d->in_flight = s->pp;
+  d->in_flight = 1;
 }
 
 static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct vf_allocator *a,
@@ -1132,7 +1278,9 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->layers = layers;
   x->grads_kept = x->states_made = false;
   x->held_logits = 0;
-  x->graph.n = x->stale.n = 0;
+  x->graph.n = x->stale.n = x->outputs.n = 0;
+  x->receive_buffers = false;
+  memset(x->held_gather, 0, (layers + 1) * sizeof *x->held_gather);
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1276,63 +1424,132 @@ int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, con
   return vf_estimate_replaying(m, s, p, alloc, UINT64_MAX, fn, arg, out, d);
 }
 
+/* What a pipeline rank's replay leaves to report. */
+struct rank_result {
+  struct result r;
+  uint64_t rank, layers, paged;
+  uint64_t params, trainable_params; /* the whole model's */
+};
+
+/* One pipeline rank replayed: its blocks, its share of the parts outside them (the
+ * embedding on the first, the head and loss on the last), the micro batches it holds. */
+static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
+                       struct rank_result *out) {
+  const struct vf_setup *s = x->s;
+  struct vf_params ps;
+  int rc = vf_params_build(&ps, x->m, s, x->p, x->task);
+  if (rc) return rc;
+  x->has_embedding = rank == 0;
+  x->has_head = rank + 1 == s->pp;
+  if (s->pp > 1) vf_params_keep_root(&ps, x->has_embedding, x->has_head);
+  x->ps = &ps;
+  x->stage = (int)rank;
+  x->chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->chunks, x->accumulation, rank);
+  out->rank = rank;
+  out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
+  rc = replay_layers(x, out->layers, alloc, &out->r);
+  if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&out->r);
+  out->paged = paged_state_bytes(x);
+  out->params = ps.total;
+  out->trainable_params = ps.trainable;
+  x->ps = NULL;
+  vf_params_cleanup(&ps);
+  return rc;
+}
+
+/* The blocks of the rank holding the most, to size the replay's per-layer tables. */
+static uint64_t most_layers(const struct ctx *x, const uint64_t *ranks, size_t n) {
+  uint64_t most = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t l = vf_pp_rank_layers(x->m->arch.layers, x->s->pp, x->chunks, ranks[i], x->p->pp_even_layers);
+    if (l > most) most = l;
+  }
+  return most;
+}
+
+/* Replays the ranks worth replaying and keeps the most loaded (the highest reserved peak);
+ * a timeline's listener then hears that rank's replay alone. */
+static int replay_ranks(struct ctx *x, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
+                        struct rank_result *best) {
+  uint64_t ranks[3];
+  size_t n = vf_pp_ranks_to_replay(x->s->pp, ranks);
+  vf_timeline_fn listener = x->listener;
+  if (n > 1) x->listener = NULL;
+  int rc = 0;
+  struct rank_result *r = malloc(sizeof *r);
+  if (!r) return VF_ENOMEM;
+  for (size_t i = 0; i < n && !rc; i++) {
+    rc = replay_rank(x, ranks[i], lengths, alloc, r);
+    if (!rc && (!i || reserved_of(&r->r) > reserved_of(&best->r))) *best = *r;
+  }
+  x->listener = listener;
+  if (!rc && listener && n > 1) rc = replay_rank(x, best->rank, lengths, alloc, r);
+  free(r);
+  return rc;
+}
+
+static void describe_layout(struct vf_estimate *out, const struct ctx *x, const struct rank_result *best) {
+  out->pp_schedule = x->s->pp_schedule;
+  out->pp_rank = best->rank;
+  out->pp_rank_layers = best->layers;
+  out->pp_in_flight =
+      (double)vf_pp_chunks_in_flight(x->s->pp_schedule, x->s->pp, x->chunks, x->accumulation, best->rank) /
+      (double)x->chunks;
+  out->sequence_parallel = x->d.sp;
+}
+
 int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                           const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn,
                           void *arg, struct vf_estimate *out, struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
-  struct vf_params ps;
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
+  if ((rc = vf_layout_validate(&resolved, m, p, d))) return rc;
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
-  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = resolved.task, .replay_max = replay_max,
+  struct ctx x = {.m = m, .s = &resolved, .p = p, .task = resolved.task, .replay_max = replay_max,
                   .listener = fn, .listener_arg = arg};
   x.attn = resolved.attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
   x.accumulation = resolved.accumulation;
-  enum vf_lengths lengths = resolved.lengths;
   x.eval = resolved.eval == VF_EVAL_YES;
-  if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
+  x.chunks = vf_pp_chunks(resolved.pp_schedule, p);
   dims_for(&x);
-  uint64_t layers = m->arch.layers / s->pp;
+  uint64_t ranks[3];
+  uint64_t layers = most_layers(&x, ranks, vf_pp_ranks_to_replay(s->pp, ranks));
   size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);
   x.unsharded = calloc(replayed, sizeof *x.unsharded);
+  x.held_gather = calloc(replayed, sizeof *x.held_gather);
   /* Sized once for a typical replay (a few thousand events), grown if needed. */
   x.b.ev = vf_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
-  if (!x.sv || !x.unsharded || !x.b.ev) rc = VF_ENOMEM;
-  /* A pipeline's first stage holds pp micro batches in flight (1F1B); its last holds one,
-   * and the logits. Without a pipeline the one stage does both. */
-  struct result best = {0};
-  for (int stage = 0; stage < (s->pp > 1 ? 2 : 1) && !rc; stage++) {
-    struct result r;
-    x.has_head = s->pp == 1 || stage == 1;
-    x.stage = stage;
-    x.d.in_flight = stage == 0 ? s->pp : 1;
-    rc = replay_layers(&x, layers, alloc, &r);
-    if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&r);
-    if (!rc && reserved_of(&r) > reserved_of(&best)) best = r;
-  }
-  uint64_t paged = paged_state_bytes(&x);
+  struct rank_result *best = malloc(sizeof *best);
+  if (!x.sv || !x.unsharded || !x.held_gather || !x.b.ev || !best) rc = VF_ENOMEM;
+  if (!rc) rc = replay_ranks(&x, resolved.lengths, alloc, best);
   free(x.b.ev);
   free(x.sv);
   free(x.unsharded);
+  free(x.held_gather);
   free(x.grads.id);
   free(x.graph.id);
   free(x.stale.id);
-  out->params = ps.total;
-  out->trainable_params = ps.trainable;
-  vf_params_cleanup(&ps);
+  free(x.outputs.id);
+  if (!rc) {
+    fill(out, &best->r, s);
+    describe_layout(out, &x, best);
+    out->by_category[VF_CAT_OPTIMIZER] += best->paged;
+    out->device_peak += best->paged;
+    out->params = best->params;
+    out->trainable_params = best->trainable_params;
+  }
+  free(best);
   if (rc) return rc;
-  fill(out, &best, s);
   out->attention = x.attn;
   out->accumulation = x.accumulation;
-  out->lengths = lengths;
+  out->lengths = resolved.lengths;
   out->eval = resolved.eval;
-  out->by_category[VF_CAT_OPTIMIZER] += paged;
-  out->device_peak += paged;
   return 0;
 }
 

@@ -16,6 +16,8 @@ static const char *const attention_names[] = {"default", "eager", "sdpa", "flash
 static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
 static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
 static const char *const eval_names[] = {"default", "no", "yes", NULL};
+static const char *const pp_schedule_names[] = {"default", "none", "gpipe", "1f1b", "interleaved-1f1b", NULL};
+static const char *const sp_names[] = {"default", "no", "yes", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
@@ -23,6 +25,7 @@ static const char *const *const enum_tables[] = {
     [VF_ENUM_QUANT] = quant_names,       [VF_ENUM_CKPT] = ckpt_names,
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
     [VF_ENUM_LENGTHS] = lengths_names,   [VF_ENUM_EVAL] = eval_names,
+    [VF_ENUM_PP_SCHEDULE] = pp_schedule_names, [VF_ENUM_SP] = sp_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {
@@ -81,6 +84,11 @@ void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct
   if (s->lengths == VF_LENGTHS_DEFAULT)
     s->lengths = p->varied_lengths ? VF_LENGTHS_VARIED : VF_LENGTHS_FIXED;
   if (s->eval == VF_EVAL_DEFAULT) s->eval = p->validates ? VF_EVAL_YES : VF_EVAL_NO;
+  if (s->pp_schedule == VF_PP_DEFAULT) s->pp_schedule = s->pp > 1 ? p->pp_default_schedule : VF_PP_NONE;
+  /* Without tensor parallelism there is no sequence to split (Megatron turns it off,
+   * megatron/training/arguments.py: "Disabling sequence parallelism"). */
+  if (s->sequence_parallel == VF_SP_DEFAULT || s->tp == 1)
+    s->sequence_parallel = s->tp > 1 && p->sequence_parallel ? VF_SP_YES : VF_SP_NO;
 }
 
 int vf_lora_targets_parse(const char *text, uint32_t *bits) {

@@ -229,7 +229,6 @@ static struct vf_estimate llama_run(void (*tweak)(struct vf_setup *)) {
 
 static void plain(struct vf_setup *s) { (void)s; }
 static void offloaded(struct vf_setup *s) { s->offload = VF_OFFLOAD_ACTIVATIONS; }
-static void pipelined(struct vf_setup *s) { s->pp = 2, s->gpus = 2; }
 static void fsdp8(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 8; }
 static void full_ckpt(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_FULL; }
 static void selective_ckpt(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE; }
@@ -249,9 +248,6 @@ static void test_memory_savers(void **state) {
   /* FSDP over 8 GPUs: an eighth of the weights stay, plus the gathered layers. */
   struct vf_estimate fsdp = llama_run(fsdp8);
   assert_true(fsdp.phase_allocated[VF_PHASE_LOAD] * 6 < base.phase_allocated[VF_PHASE_LOAD]);
-  /* Two pipeline stages: each holds half the blocks (the first also two micro batches). */
-  struct vf_estimate pp = llama_run(pipelined);
-  assert_true(pp.phase_allocated[VF_PHASE_LOAD] < base.phase_allocated[VF_PHASE_LOAD]);
 }
 
 /* "auto" and "default" stand for "not given": named, but nobody's spelling. */

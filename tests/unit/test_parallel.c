@@ -1,0 +1,275 @@
+/* Parallel layouts: how pipeline schedules split the layers and hold micro batches (hand
+ * computed per schedule), what a pipeline rank keeps, tensor and sequence parallelism,
+ * and the layouts a framework refuses. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/pipeline.h"
+#include "vramfit.h"
+
+/* The toy model of test_estimate.c with 8 layers: hidden 64, 4 heads, MLP 128, vocab 256. */
+static const char toy8_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 8,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+/* One micro batch of 1 x 1024 tokens through the 64-wide residual stream in fp32. */
+#define STREAM (1024ull * 64 * 4)
+
+static void load(struct vf_model *m, const char *name) {
+  struct vf_diag d;
+  vf_model_init(m);
+  int rc = name ? vf_model_load(m, name, &d)
+                : vf_model_from_config_json(m, toy8_config, strlen(toy8_config), "toy8.json", &d);
+  assert_int_equal(rc, 0);
+}
+
+static int estimate(const char *model, const struct vf_setup *s, const char *framework, vf_timeline_fn fn,
+                    void *arg, struct vf_estimate *e, struct vf_diag *d) {
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  load(&m, model);
+  assert_int_equal(vf_profile_load(framework, NULL, &p, d), 0);
+  vf_alloc_conf_default(&c);
+  vf_diag_clear(d);
+  int rc = fn ? vf_estimate_timeline(&m, s, &p, &c, fn, arg, e, d) : vf_estimate(&m, s, &p, &c, e, d);
+  vf_model_cleanup(&m);
+  return rc;
+}
+
+static struct vf_estimate run(const char *model, const struct vf_setup *s, const char *framework) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate(model, s, framework, NULL, NULL, &e, &d)) fail_msg("%s", d.msg);
+  return e;
+}
+
+/* torchtitan@9dec370 splits 126 layers over 8 stages as 15, 16 x 6, 15, and over 16 as
+ * 7, 8 x 14, 7; Megatron gives every stage the quotient. */
+static void test_stage_layers(void **state) {
+  (void)state;
+  assert_int_equal(vf_pp_stage_layers(126, 8, 0, false), 15);
+  for (uint64_t s = 1; s < 7; s++) assert_int_equal(vf_pp_stage_layers(126, 8, s, false), 16);
+  assert_int_equal(vf_pp_stage_layers(126, 8, 7, false), 15);
+  assert_int_equal(vf_pp_stage_layers(126, 16, 0, false), 7);
+  assert_int_equal(vf_pp_stage_layers(126, 16, 15, false), 7);
+  /* Rank 1 of 8 with two chunks holds stages 1 and 9: 8 + 8. */
+  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 1, false), 16);
+  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 0, false), 15);
+  /* A remainder larger than the middle stages goes to the last: 5 over 3 is 1, 2, 2. */
+  assert_int_equal(vf_pp_stage_layers(5, 3, 2, false), 2);
+  assert_int_equal(vf_pp_stage_layers(32, 4, 3, true), 8);
+}
+
+/* Model-chunk forwards held at once, by hand from each schedule's definition. */
+static void test_in_flight_counts(void **state) {
+  (void)state;
+  /* GPipe: all forwards before any backward. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 0), 8);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 3), 8);
+  /* 1F1B over 4 ranks, 8 micro batches: rank r warms up with 4 - r forwards. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 0), 4);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 1), 3);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 3), 1);
+  /* With fewer micro batches than ranks, all of them. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 2, 0), 2);
+  /* Interleaved, 4 ranks x 2 chunks, 8 micro batches in rounds of 4: rank 0 warms up with
+   * one round of the first chunk (4) plus 2 per rank after it (6), then one more: 11 of the
+   * 16 chunk forwards; the last rank 4 + 0 + 1. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 0), 11);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 3), 5);
+  /* Capped at every chunk forward: 4 micro batches x 2 chunks. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 4, 0), 8);
+}
+
+/* Sums the live activations of the replayed rank until its first micro batch reaches the
+ * loss: the checkpointed inputs of the micro batches in flight, the stage's input, the
+ * receive buffers. */
+struct kept {
+  int64_t live, at_loss;
+  bool done;
+};
+
+static void count_kept(void *arg, const struct vf_timeline_event *e) {
+  struct kept *k = arg;
+  if (k->done) return;
+  if (e->phase == VF_PHASE_LOSS) {
+    k->done = true;
+    k->at_loss = k->live;
+  } else if (e->category == VF_CAT_ACTIVATIONS) {
+    k->live += e->op == VF_TIMELINE_ALLOC ? (int64_t)e->bytes : -(int64_t)e->bytes;
+  }
+}
+
+static void pipeline_setup(struct vf_setup *s, enum vf_pp_schedule schedule, uint64_t pp, uint64_t micro) {
+  vf_setup_default(s);
+  s->seq = 1024;
+  s->grad_ckpt = VF_CKPT_FULL;
+  s->optimizer = VF_OPT_SGD;
+  s->pp = s->gpus = pp;
+  s->pp_schedule = schedule;
+  s->accumulation = micro;
+}
+
+static struct kept kept_at_loss(const char *framework, const struct vf_setup *s, struct vf_estimate *e) {
+  struct kept k = {0};
+  struct vf_diag d;
+  if (estimate(NULL, s, framework, count_kept, &k, e, &d)) fail_msg("%s", d.msg);
+  assert_true(k.done);
+  return k;
+}
+
+/* Full checkpointing keeps each block's input (one STREAM per micro batch in flight), and
+ * the stage's input is alive: a rank holding F chunk forwards of its L blocks in c chunks
+ * keeps F / c x L + 1 streams when its first micro batch reaches the loss. */
+static void test_kept_per_schedule(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_estimate e;
+  /* Megatron 1F1B, 2 ranks of 4 blocks, 4 micro batches: rank 0 holds 2 (the most). */
+  pipeline_setup(&s, VF_PP_1F1B, 2, 4);
+  struct kept k = kept_at_loss("megatron", &s, &e);
+  assert_int_equal(e.pp_rank, 0);
+  assert_int_equal(k.at_loss, (2 * 4 + 1) * STREAM);
+  /* Megatron interleaved, 2 chunks of 2 blocks per rank: rank 0 warms up with one round of
+   * 2 micro batches plus 2 for the rank after it, then one more: 5 chunk forwards of the
+   * 8, 2.5 of its 4 blocks' worth. */
+  pipeline_setup(&s, VF_PP_INTERLEAVED, 2, 4);
+  k = kept_at_loss("megatron", &s, &e);
+  assert_int_equal(e.pp_rank, 0);
+  assert_int_equal(k.at_loss, (uint64_t)(2.5 * 4 + 1) * STREAM);
+  /* torchtitan GPipe: every rank holds all 4; torch.distributed.pipelining adds a receive
+   * buffer per micro batch (activations on the last rank, gradients on the first). */
+  pipeline_setup(&s, VF_PP_GPIPE, 2, 4);
+  k = kept_at_loss("torchtitan", &s, &e);
+  assert_int_equal(k.at_loss, (4 * 4 + 1 + 4) * STREAM);
+  /* torchtitan 1F1B: the first rank holds 2, the last one. */
+  pipeline_setup(&s, VF_PP_1F1B, 2, 4);
+  struct vf_estimate one_f_one_b = run(NULL, &s, "torchtitan");
+  assert_true(e.allocated_peak > one_f_one_b.allocated_peak);
+}
+
+/* Llama 3.1 8B under torchtitan, FSDP over 2 replicas, 8 micro batches of 1 x 4096. */
+static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp) {
+  vf_setup_default(s);
+  s->seq = 4096;
+  s->accumulation = 8;
+  s->weights = VF_PREC_FP32;
+  s->amp = VF_PREC_BF16;
+  s->grad_ckpt = VF_CKPT_FULL;
+  s->shard = VF_SHARD_FSDP;
+  s->tp = tp;
+  s->pp = pp;
+  s->gpus = 2 * tp * pp;
+}
+
+/* GPipe holds every micro batch where 1F1B holds at most pp of them. */
+static void test_gpipe_above_1f1b(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 1, 4);
+  s.pp_schedule = VF_PP_1F1B;
+  struct vf_estimate one_f_one_b = run("llama-3.1-8b", &s, "torchtitan");
+  s.pp_schedule = VF_PP_GPIPE;
+  struct vf_estimate gpipe = run("llama-3.1-8b", &s, "torchtitan");
+  assert_true(gpipe.device_peak > one_f_one_b.device_peak);
+  assert_true(gpipe.pp_in_flight == 8.0 && one_f_one_b.pp_in_flight <= 4.0);
+}
+
+/* The same work over more GPUs: per GPU, memory never rises as pp or tp grows. */
+static void test_more_parallel_never_more_memory(void **state) {
+  (void)state;
+  struct vf_setup s;
+  uint64_t last = UINT64_MAX;
+  for (uint64_t pp = 1; pp <= 8; pp *= 2) {
+    titan_setup(&s, 1, pp);
+    uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+    if (peak > last) fail_msg("pp %llu: %llu bytes, above pp %llu's %llu", (unsigned long long)pp,
+                              (unsigned long long)peak, (unsigned long long)pp / 2, (unsigned long long)last);
+    last = peak;
+  }
+  last = UINT64_MAX;
+  for (uint64_t tp = 1; tp <= 8; tp *= 2) {
+    titan_setup(&s, tp, 1);
+    uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+    if (peak > last) fail_msg("tp %llu: %llu bytes, above tp %llu's %llu", (unsigned long long)tp,
+                              (unsigned long long)peak, (unsigned long long)tp / 2, (unsigned long long)last);
+    last = peak;
+  }
+}
+
+/* Sequence parallelism splits what full checkpointing keeps (each block's input) by tp;
+ * without it every GPU keeps the whole sequence. */
+static void test_checkpoint_split_by_sequence_parallelism(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_estimate e;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.tp = s.gpus = 2;
+  s.sequence_parallel = VF_SP_YES;
+  struct kept sp = kept_at_loss("megatron", &s, &e);
+  assert_true(e.sequence_parallel);
+  assert_int_equal(sp.at_loss, (8 + 1) * STREAM / 2);
+  s.sequence_parallel = VF_SP_NO;
+  struct kept whole = kept_at_loss("megatron", &s, &e);
+  assert_false(e.sequence_parallel);
+  assert_int_equal(whole.at_loss, (8 + 1) * STREAM);
+  /* Megatron's default is without; torchtitan has no tensor parallelism without it. */
+  s.sequence_parallel = VF_SP_DEFAULT;
+  assert_false(run(NULL, &s, "megatron").sequence_parallel);
+  assert_true(run(NULL, &s, "torchtitan").sequence_parallel);
+}
+
+static void expect_refused(const char *model, const struct vf_setup *s, const char *framework, const char *why) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  assert_int_equal(estimate(model, s, framework, NULL, NULL, &e, &d), VF_EINVAL);
+  if (!strstr(d.msg, why)) fail_msg("message '%s' lacks '%s'", d.msg, why);
+}
+
+static void test_bad_layouts(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.tp = s.gpus = 3;
+  expect_refused("llama-2-7b", &s, "megatron", "--tp 3 does not divide the 32 attention heads");
+  vf_setup_default(&s);
+  s.pp = s.gpus = 5;
+  expect_refused("llama-2-7b", &s, "megatron", "--pp 5 does not divide the 32 layers: megatron gives every stage");
+  s.pp = s.gpus = 4;
+  s.pp_schedule = VF_PP_GPIPE;
+  expect_refused("llama-2-7b", &s, "megatron", "--pp-schedule gpipe: megatron runs 1f1b, interleaved-1f1b");
+  s.pp_schedule = VF_PP_DEFAULT;
+  expect_refused("llama-2-7b", &s, "hf", "--pp 4: hf has no pipeline parallelism");
+  s.gpus = 6;
+  expect_refused("llama-2-7b", &s, "megatron", "--gpus must be a multiple of tp x pp x cp");
+  vf_setup_default(&s);
+  s.pp_schedule = VF_PP_1F1B;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--pp-schedule needs --pp 2 or more");
+  vf_setup_default(&s);
+  s.pp = s.gpus = 8;
+  s.pp_schedule = VF_PP_INTERLEAVED;
+  s.accumulation = 12;
+  expect_refused("llama-2-7b", &s, "megatron", "in whole groups of --pp 8");
+  s.pp = s.gpus = 32;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--pp 32 x 2 model chunks makes 64 stages, more than the 32 layers");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stage_layers),
+      cmocka_unit_test(test_in_flight_counts),
+      cmocka_unit_test(test_kept_per_schedule),
+      cmocka_unit_test(test_gpipe_above_1f1b),
+      cmocka_unit_test(test_more_parallel_never_more_memory),
+      cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
+      cmocka_unit_test(test_bad_layouts),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
