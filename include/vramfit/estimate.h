@@ -117,6 +117,7 @@ struct vf_profile {
   bool pp_torch_pipelining;
   bool sequence_parallel;  /* tensor parallelism comes with sequence parallelism by default */
   bool sp_gathered_input;  /* under sequence parallelism a projection keeps its all-gathered input */
+  bool grad_buffer_fp32;   /* gradients live in one persistent fp32 buffer, zeroed, never freed */
 };
 
 struct vf_setup {

@@ -644,6 +644,7 @@ static void pipeline_post_backward(struct ctx *x, struct grads *g) {
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
+  if (x->p->grad_buffer_fp32) return 0; /* accumulated into the persistent buffer (persistent) */
   if (no_sync(x)) {
     no_sync_grads(x, layer, g);
     return 0;
@@ -999,9 +1000,11 @@ static void persistent(struct ctx *x) {
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
-  /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
+  /* DDP's flat gradient buckets, when there is data parallelism to reduce over; a
+   * framework with a gradient buffer of its own keeps every gradient there. */
   const struct vf_setup *s = x->s;
-  if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
+  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers) * 4, VF_CAT_GRADIENTS);
+  else if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
 }
 

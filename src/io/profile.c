@@ -86,6 +86,7 @@ static const struct field fields[] = {
     FIELD("pp_torch_pipelining", F_BOOL, pp_torch_pipelining),
     FIELD("sequence_parallel", F_BOOL, sequence_parallel),
     FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
+    FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -1,6 +1,6 @@
 /* Parallel layouts: how pipeline schedules split the layers and hold micro batches (hand
  * computed per schedule), what a pipeline rank keeps, tensor and sequence parallelism,
- * and the layouts a framework refuses. */
+ * Megatron's fp32 gradient buffer, and the layouts a framework refuses. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -226,6 +226,24 @@ static void test_checkpoint_split_by_sequence_parallelism(void **state) {
   assert_true(run(NULL, &s, "torchtitan").sequence_parallel);
 }
 
+/* Megatron keeps every gradient in one fp32 buffer made at the start, whatever the
+ * weights' dtype. */
+static void test_megatron_fp32_gradients(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 16;
+  s.weights = VF_PREC_BF16;
+  s.optimizer = VF_OPT_SGD;
+  struct vf_estimate e = run(NULL, &s, "megatron");
+  /* 8 layers of 2 norms (64), q, k, v, o (64 x 64), gate, up, down (64 x 128), plus the
+   * embedding and head (256 x 64) and the final norm: 361,536 parameters, x 4 bytes in
+   * one 512-byte rounded block. */
+  assert_int_equal(e.by_category[VF_CAT_GRADIENTS], 1446400);
+  struct vf_estimate hf = run(NULL, &s, "hf");
+  assert_true(hf.phase_allocated[VF_PHASE_LOAD] < e.phase_allocated[VF_PHASE_LOAD]);
+}
+
 static void expect_refused(const char *model, const struct vf_setup *s, const char *framework, const char *why) {
   struct vf_estimate e;
   struct vf_diag d;
@@ -269,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
+      cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_bad_layouts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
