@@ -139,7 +139,12 @@ static int check_parallel(const struct vf_setup *s, const struct vf_model *m, st
              (unsigned long long)s->gpus);
     return bad(d, msg);
   }
-  if (s->gpus % (s->tp * s->pp * s->cp)) return bad(d, "--gpus must be a multiple of tp x pp x cp");
+  if (s->gpus % (s->tp * s->pp * s->cp)) {
+    snprintf(msg, sizeof msg, "--gpus %llu is not a multiple of --tp %llu x --pp %llu x --cp %llu: the data-parallel "
+             "replicas would not be whole", (unsigned long long)s->gpus, (unsigned long long)s->tp,
+             (unsigned long long)s->pp, (unsigned long long)s->cp);
+    return bad(d, msg);
+  }
   if (m->has_arch && (m->arch.heads % s->tp || m->arch.kv_heads % s->tp)) {
     snprintf(msg, sizeof msg, "--tp %llu does not divide the %llu attention heads (%llu kv heads)",
              (unsigned long long)s->tp, (unsigned long long)m->arch.heads,

@@ -156,7 +156,7 @@ static void test_kept_per_schedule(void **state) {
 }
 
 /* Llama 3.1 8B under torchtitan, FSDP over 2 replicas, 8 micro batches of 1 x 4096. */
-static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp) {
+static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp, uint64_t cp) {
   vf_setup_default(s);
   s->seq = 4096;
   s->accumulation = 8;
@@ -166,14 +166,15 @@ static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp) {
   s->shard = VF_SHARD_FSDP;
   s->tp = tp;
   s->pp = pp;
-  s->gpus = 2 * tp * pp;
+  s->cp = cp;
+  s->gpus = 2 * tp * pp * cp;
 }
 
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
   struct vf_setup s;
-  titan_setup(&s, 1, 4);
+  titan_setup(&s, 1, 4, 1);
   s.pp_schedule = VF_PP_1F1B;
   struct vf_estimate one_f_one_b = run("llama-3.1-8b", &s, "torchtitan");
   s.pp_schedule = VF_PP_GPIPE;
@@ -182,25 +183,63 @@ static void test_gpipe_above_1f1b(void **state) {
   assert_true(gpipe.pp_in_flight == 8.0 && one_f_one_b.pp_in_flight <= 4.0);
 }
 
-/* The same work over more GPUs: per GPU, memory never rises as pp or tp grows. */
+/* The same work over more GPUs: per GPU, memory never rises as tp, pp or cp grows. */
 static void test_more_parallel_never_more_memory(void **state) {
   (void)state;
+  static const char *const names[] = {"tp", "pp", "cp"};
   struct vf_setup s;
-  uint64_t last = UINT64_MAX;
-  for (uint64_t pp = 1; pp <= 8; pp *= 2) {
-    titan_setup(&s, 1, pp);
-    uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
-    if (peak > last) fail_msg("pp %llu: %llu bytes, above pp %llu's %llu", (unsigned long long)pp,
-                              (unsigned long long)peak, (unsigned long long)pp / 2, (unsigned long long)last);
-    last = peak;
+  for (int axis = 0; axis < 3; axis++) {
+    uint64_t last = UINT64_MAX;
+    for (uint64_t n = 1; n <= 8; n *= 2) {
+      titan_setup(&s, axis == 0 ? n : 1, axis == 1 ? n : 1, axis == 2 ? n : 1);
+      uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+      if (peak > last)
+        fail_msg("%s %llu: %llu bytes, above %s %llu's %llu", names[axis], (unsigned long long)n,
+                 (unsigned long long)peak, names[axis], (unsigned long long)n / 2, (unsigned long long)last);
+      last = peak;
+    }
   }
-  last = UINT64_MAX;
-  for (uint64_t tp = 1; tp <= 8; tp *= 2) {
-    titan_setup(&s, tp, 1);
-    uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
-    if (peak > last) fail_msg("tp %llu: %llu bytes, above tp %llu's %llu", (unsigned long long)tp,
-                              (unsigned long long)peak, (unsigned long long)tp / 2, (unsigned long long)last);
-    last = peak;
+}
+
+/* Published layouts that ran come out as fitting their GPUs. */
+struct published {
+  const char *what, *model, *framework;
+  uint64_t batch, seq, accumulation, gpus, tp, pp, cp;
+  enum vf_shard shard;
+  enum vf_precision weights;
+  enum vf_pp_schedule schedule;
+  enum vf_ckpt ckpt;
+  double gib; /* the GPU's memory */
+};
+
+static const struct published published[] = {
+    /* pytorch/torchtitan docs/performance.md@0413364: Llama 3.1 405B on 128 H100s of 94 GB,
+     * FSDP 16 x TP 8, local batch 2 of 8192 tokens, full activation checkpointing. */
+    {"torchtitan 405B", "llama-3.1-405b", "torchtitan", 2, 8192, 1, 128, 8, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
+     VF_PP_DEFAULT, VF_CKPT_FULL, 94e9 / 1073741824.0},
+    /* The same page: Llama 3 70B with FSDP over 64 A100s of 80 GB, local batch 1. */
+    {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
+     VF_PP_DEFAULT, VF_CKPT_FULL, 80},
+    /* NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py:
+     * LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16, 64 H100s of 80 GB, TP 4 x PP 4 (interleaved) x CP 2,
+     * micro batch 1, global batch 128 (64 micro batches per replica), distributed optimizer. */
+    {"Megatron 70B", "llama-3.1-70b", "megatron", 1, 8192, 64, 64, 4, 4, 2, VF_SHARD_ZERO1, VF_PREC_BF16,
+     VF_PP_INTERLEAVED, VF_CKPT_NONE, 80},
+};
+
+static void test_published_layouts_fit(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof published / sizeof *published; i++) {
+    const struct published *c = &published[i];
+    struct vf_setup s;
+    vf_setup_default(&s);
+    s.batch = c->batch, s.seq = c->seq, s.accumulation = c->accumulation;
+    s.gpus = c->gpus, s.tp = c->tp, s.pp = c->pp, s.cp = c->cp, s.shard = c->shard;
+    s.weights = c->weights, s.amp = VF_PREC_BF16, s.pp_schedule = c->schedule, s.grad_ckpt = c->ckpt;
+    s.sequence_parallel = VF_SP_YES;
+    uint64_t peak = run(c->model, &s, c->framework).device_peak;
+    if ((double)peak > c->gib * 1073741824.0)
+      fail_msg("%s: %.2f GiB, more than the GPU's %.2f GiB", c->what, (double)peak / 1073741824.0, c->gib);
   }
 }
 
@@ -266,7 +305,7 @@ static void test_bad_layouts(void **state) {
   s.pp_schedule = VF_PP_DEFAULT;
   expect_refused("llama-2-7b", &s, "hf", "--pp 4: hf has no pipeline parallelism");
   s.gpus = 6;
-  expect_refused("llama-2-7b", &s, "megatron", "--gpus must be a multiple of tp x pp x cp");
+  expect_refused("llama-2-7b", &s, "megatron", "--gpus 6 is not a multiple of --tp 1 x --pp 4 x --cp 1");
   vf_setup_default(&s);
   s.pp_schedule = VF_PP_1F1B;
   expect_refused("llama-2-7b", &s, "torchtitan", "--pp-schedule needs --pp 2 or more");
@@ -286,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_kept_per_schedule),
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
+      cmocka_unit_test(test_published_layouts_fit),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_bad_layouts),
