@@ -18,7 +18,8 @@ enum vf_method { VF_METHOD_FULL, VF_METHOD_LORA, VF_METHOD_QLORA, VF_METHOD_DORA
 enum vf_quant { VF_QUANT_DEFAULT, VF_QUANT_NONE, VF_QUANT_NF4, VF_QUANT_NF4_DQ, VF_QUANT_INT8 };
 enum vf_ckpt { VF_CKPT_NONE, VF_CKPT_FULL, VF_CKPT_SELECTIVE };
 enum vf_attention { VF_ATTN_DEFAULT, VF_ATTN_EAGER, VF_ATTN_SDPA, VF_ATTN_FLASH };
-enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP };
+/* HSDP is FSDP sharding within groups of data-parallel GPUs, replicated across the groups. */
+enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP, VF_SHARD_HSDP };
 enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_ACTIVATIONS = 4 };
 /* Whether batches all have --seq tokens per sample (packed or fixed-length data) or are
  * padded to their own longest sample, so that their lengths vary from step to step. */
@@ -138,6 +139,7 @@ struct vf_setup {
   enum vf_pp_schedule pp_schedule; /* VF_PP_DEFAULT: the framework's */
   enum vf_sp sequence_parallel;    /* VF_SP_DEFAULT: the framework's, with tp > 1 */
   enum vf_shard shard;
+  uint64_t dp_replicate; /* HSDP's replicas: each shards over dp / dp_replicate GPUs (1 otherwise) */
   uint32_t offload; /* VF_OFFLOAD_* bits */
   uint32_t gpu_cc_major, gpu_cc_minor; /* 0: unknown GPU generation */
   uint64_t capacity_bytes;            /* 0: no GPU given */
@@ -154,6 +156,10 @@ int vf_lora_targets_parse(const char *text, uint32_t *bits);
 /* The quantization of the base weights a setup means: --quant as given, nf4-dq for qlora
  * when none is given, and VF_QUANT_NONE when the weights are not quantized. */
 enum vf_quant vf_setup_quant(const struct vf_setup *s);
+/* Whether the weights are sharded and gathered per unit (ZeRO-3, FSDP, HSDP); whether the
+ * sharding is FSDP's (FSDP, HSDP). */
+bool vf_shard_weights(enum vf_shard shard);
+bool vf_shard_fsdp(enum vf_shard shard);
 /* Rejects contradictory or impossible setups, with the reason in d. */
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d);
 /* Rejects a parallel layout the framework cannot run (a resolved setup): a pipeline or

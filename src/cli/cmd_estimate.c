@@ -38,7 +38,8 @@ static const char usage[] =
     "  --grad-ckpt G        none | full | selective (none)\n"
     "  --attention A        eager | sdpa | flash (the framework's default)\n"
     "  --gpus N             data-parallel GPUs (1)\n"
-    "  --shard S            none | zero1 | zero2 | zero3 | fsdp (none)\n"
+    "  --shard S            none | zero1 | zero2 | zero3 | fsdp | hsdp (none)\n"
+    "  --dp-replicate N     hsdp: replicas, each sharding over its share of the data-parallel GPUs\n"
     "  --offload O          none | optimizer | params | activations (comma list)\n"
     "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1); --gpus is\n"
     "                       their product times the data-parallel replicas\n"
@@ -250,7 +251,7 @@ static void estimate_text(const struct vf_model *m, const struct shown *shown, c
   printf("\n");
   if (e->peak_phase == VF_PHASE_LOAD)
     printf("the peak is while loading the weights%s\n\n",
-           p->fsdp_full_load && r->setup.shard == VF_SHARD_FSDP
+           p->fsdp_full_load && vf_shard_fsdp(r->setup.shard)
                ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], NULL, cap);

@@ -264,7 +264,7 @@ static void reload(struct ctx *x, struct saved *sv) {
  * param_dtype, ZeRO-3's 16-bit partitions): nothing is cast and the residual stream is in
  * the compute dtype. */
 static bool autocast_casts(const struct ctx *x) {
-  bool gathered = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  bool gathered = vf_shard_weights(x->s->shard);
   return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
@@ -551,7 +551,7 @@ static void layer_params(struct ctx *x, int32_t layer, struct grads *g) {
 
 /* Sharded training gathers a layer's full weights for its forward and backward. */
 static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
-  if (x->s->shard != VF_SHARD_ZERO3 && x->s->shard != VF_SHARD_FSDP) return 0;
+  if (!vf_shard_weights(x->s->shard)) return 0;
   uint64_t n = 0;
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
@@ -566,7 +566,7 @@ static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
  * forward under a pipeline either (torchtitan/parallelisms/parallelize_llama.py@9dec370
  * apply_fsdp). The stage's weights stay gathered and its gradients whole through the step. */
 static bool pipeline_fsdp(const struct ctx *x) {
-  return x->s->pp > 1 && x->p->pp_torch_pipelining && x->s->shard == VF_SHARD_FSDP;
+  return x->s->pp > 1 && x->p->pp_torch_pipelining && vf_shard_fsdp(x->s->shard);
 }
 
 /* A unit's weights gathered for its forward or backward: the id the caller frees after it,
@@ -589,20 +589,20 @@ static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
 }
 
 static bool sharded_grads(const struct vf_setup *s) {
-  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
+  return s->shard == VF_SHARD_ZERO2 || vf_shard_weights(s->shard);
 }
 
 /* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
  * gradients; the last one adds into them and reduce-scatters them to the shard. */
 static bool no_sync(const struct ctx *x) {
-  return (x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1) || pipeline_fsdp(x);
+  return (x->p->fsdp_no_sync && vf_shard_fsdp(x->s->shard) && x->accumulation > 1) || pipeline_fsdp(x);
 }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
  * gradient until the unit's last one arrives, then concatenates them into one whole flat
  * gradient, the parts still alive. The root unit's head gradient comes first and its
  * embedding gradient last, so the head's part waits through the whole backward. */
-static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && x->s->shard == VF_SHARD_FSDP; }
+static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && vf_shard_fsdp(x->s->shard); }
 
 /* The gradient parts a flat unit holds until its concatenation (0 when not flat). */
 static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
@@ -982,7 +982,7 @@ static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
  * post-load hook, which reshards, only after the whole recursive load
  * (torch/nn/modules/module.py). Each GPU holds the whole model next to its shard. */
 static void load_full_state_dict(struct ctx *x) {
-  if (!x->p->fsdp_full_load || x->s->shard != VF_SHARD_FSDP || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
+  if (!x->p->fsdp_full_load || !vf_shard_fsdp(x->s->shard) || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
   uint32_t *ids = malloc((x->layers + 1) * sizeof *ids);
   if (!ids) {
     x->b.rc = VF_ENOMEM;
@@ -994,7 +994,7 @@ static void load_full_state_dict(struct ctx *x) {
 }
 
 static void persistent(struct ctx *x) {
-  bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  bool sharded_w = vf_shard_weights(x->s->shard);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
@@ -1271,7 +1271,10 @@ static void dims_for(struct ctx *x) {
   d->c = vf_precision_bytes(s->amp != VF_PREC_NONE ? s->amp : s->weights);
   d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? vf_precision_bytes(s->weights) : 4;
   d->g = d->w;
-  d->dsize = s->gpus / (s->tp * s->pp);
+  /* FSDP and ZeRO shard over the data-parallel and context-parallel GPUs (torchtitan's
+   * dp_shard_cp mesh, Megatron's data-parallel group with context parallelism); HSDP over
+   * one replica's group of them (FSDP2 fully_shard on a 2-D mesh: replicate x shard). */
+  d->dsize = s->gpus / (s->tp * s->pp) / s->dp_replicate;
   if (!d->dsize) d->dsize = 1;
   d->in_flight = 1;
 }

@@ -13,7 +13,7 @@ static const char *const method_names[] = {"full", "lora", "qlora", "dora", "ada
 static const char *const quant_names[] = {"default", "none", "nf4", "nf4-dq", "int8", NULL};
 static const char *const ckpt_names[] = {"none", "full", "selective", NULL};
 static const char *const attention_names[] = {"default", "eager", "sdpa", "flash", NULL};
-static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
+static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", "hsdp", NULL};
 static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
 static const char *const eval_names[] = {"default", "no", "yes", NULL};
 static const char *const pp_schedule_names[] = {"default", "none", "gpipe", "1f1b", "interleaved-1f1b", NULL};
@@ -74,7 +74,11 @@ void vf_setup_default(struct vf_setup *s) {
   s->attention = VF_ATTN_DEFAULT;
   s->gpus = s->tp = s->pp = s->cp = 1;
   s->shard = VF_SHARD_NONE;
+  s->dp_replicate = 1;
 }
+
+bool vf_shard_fsdp(enum vf_shard shard) { return shard == VF_SHARD_FSDP || shard == VF_SHARD_HSDP; }
+bool vf_shard_weights(enum vf_shard shard) { return shard == VF_SHARD_ZERO3 || vf_shard_fsdp(shard); }
 
 void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p) {
   if (s->task == VF_TASK_AUTO)
@@ -129,6 +133,18 @@ static int bad(struct vf_diag *d, const char *why) {
   return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
+/* HSDP: replicas that each shard over a whole group of the data-parallel GPUs. */
+static int check_replicas(const struct vf_setup *s, struct vf_diag *d) {
+  char msg[256];
+  uint64_t dp = s->gpus / (s->tp * s->pp * s->cp);
+  if (s->shard != VF_SHARD_HSDP) return s->dp_replicate > 1 ? bad(d, "--dp-replicate needs --shard hsdp") : 0;
+  if (s->dp_replicate < 2) return bad(d, "--shard hsdp needs --dp-replicate N, its replicas (2 or more)");
+  if (dp % s->dp_replicate == 0 && dp > s->dp_replicate) return 0;
+  snprintf(msg, sizeof msg, "--dp-replicate %llu does not split the %llu data-parallel GPUs into shard groups of "
+           "2 or more", (unsigned long long)s->dp_replicate, (unsigned long long)dp);
+  return bad(d, msg);
+}
+
 static int check_parallel(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
   char msg[256];
   if (!s->gpus) return bad(d, "--gpus must be at least 1");
@@ -153,7 +169,7 @@ static int check_parallel(const struct vf_setup *s, const struct vf_model *m, st
   }
   if (m->has_arch && s->pp > m->arch.layers) return bad(d, "--pp is larger than the number of layers");
   if (s->seq % s->cp) return bad(d, "--seq must be a multiple of --cp");
-  return 0;
+  return check_replicas(s, d);
 }
 
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
@@ -176,10 +192,10 @@ int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct
       (!s->lora_r || !s->lora_targets))
     return bad(d, "--lora-r must be at least 1 with a LoRA method");
   if (m->has_arch && s->lora_r > m->arch.hidden) return bad(d, "--lora-r is larger than the hidden size");
-  if ((s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP) && s->tp > s->gpus)
+  if (vf_shard_weights(s->shard) && s->tp > s->gpus)
     return bad(d, "--shard with --tp larger than --gpus is impossible");
-  if ((s->offload & VF_OFFLOAD_PARAMS) && s->shard != VF_SHARD_ZERO3 && s->shard != VF_SHARD_FSDP)
-    return bad(d, "--offload params needs --shard zero3 or fsdp");
+  if ((s->offload & VF_OFFLOAD_PARAMS) && !vf_shard_weights(s->shard))
+    return bad(d, "--offload params needs --shard zero3, fsdp or hsdp");
   if (s->task == VF_TASK_CAUSAL_LM && m->arch.family == VF_FAMILY_BERT)
     return bad(d, "--task causal-lm does not apply to an encoder; use masked-lm or seq-classification");
   if (s->task == VF_TASK_MASKED_LM && m->arch.family != VF_FAMILY_BERT)

@@ -263,7 +263,7 @@ static void test_enum_names(void **state) {
   vf_enum_choices(VF_ENUM_QUANT, buf, sizeof buf);
   assert_string_equal(buf, "none, nf4, nf4-dq, int8");
   vf_enum_choices(VF_ENUM_SHARD, buf, sizeof buf);
-  assert_string_equal(buf, "none, zero1, zero2, zero3, fsdp");
+  assert_string_equal(buf, "none, zero1, zero2, zero3, fsdp, hsdp");
   vf_enum_choices(VF_ENUM_ATTENTION, buf, 8); /* truncated, still terminated */
   assert_string_equal(buf, "eager, ");
 }

@@ -283,6 +283,22 @@ static void test_megatron_fp32_gradients(void **state) {
   assert_true(hf.phase_allocated[VF_PHASE_LOAD] < e.phase_allocated[VF_PHASE_LOAD]);
 }
 
+/* HSDP over 8 GPUs in 2 replicas shards each model state over 4: as FSDP over 4 GPUs. */
+static void test_hsdp_shards_within_a_replica(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 1, 1, 1);
+  s.gpus = 4;
+  uint64_t fsdp4 = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  s.gpus = 8;
+  uint64_t fsdp8 = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  s.shard = VF_SHARD_HSDP;
+  s.dp_replicate = 2;
+  uint64_t hsdp = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  assert_int_equal(hsdp, fsdp4);
+  assert_true(fsdp8 < hsdp);
+}
+
 static void expect_refused(const char *model, const struct vf_setup *s, const char *framework, const char *why) {
   struct vf_estimate e;
   struct vf_diag d;
@@ -316,6 +332,14 @@ static void test_bad_layouts(void **state) {
   expect_refused("llama-2-7b", &s, "megatron", "in whole groups of --pp 8");
   s.pp = s.gpus = 32;
   expect_refused("llama-2-7b", &s, "torchtitan", "--pp 32 x 2 model chunks makes 64 stages, more than the 32 layers");
+  vf_setup_default(&s);
+  s.gpus = 8;
+  s.shard = VF_SHARD_HSDP;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--shard hsdp needs --dp-replicate N");
+  s.dp_replicate = 3;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate 3 does not split the 8 data-parallel GPUs");
+  s.shard = VF_SHARD_FSDP;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate needs --shard hsdp");
 }
 
 int main(void) {
@@ -328,6 +352,7 @@ int main(void) {
       cmocka_unit_test(test_published_layouts_fit),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_megatron_fp32_gradients),
+      cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
