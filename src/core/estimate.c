@@ -754,7 +754,9 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
 static bool hold_output(struct ctx *x, uint64_t bytes) {
   if (!x->p->pp_torch_pipelining || x->s->pp == 1) return false;
   uint64_t m = x->accumulation, k = micro_index(x), count = k == 0 || k == m - 1 ? 1 : m - 2;
-  for (uint64_t i = 0; i < count; i++) grad_push(x, &x->outputs, take(x, bytes, VF_CAT_ACTIVATIONS));
+  /* The middle ones as one block, as the receive buffers are: thousands of micro batches
+   * would otherwise cost the replay a block each. */
+  grad_push(x, &x->outputs, take(x, count * bytes, VF_CAT_ACTIVATIONS));
   return true;
 }
 
