@@ -94,11 +94,11 @@ fails 2 '--tp 3 does not divide the 32 attention heads' estimate llama-2-7b --tp
 fails 2 '--seq must be at least 1' estimate llama-2-7b --seq 0
 fails 2 '--gpus must be at least 1' estimate llama-2-7b --gpus 0
 fails 2 '--tp larger than --gpus' estimate llama-2-7b --shard zero3 --tp 8 --gpus 4
-fails 2 '--offload params needs --shard zero3 or fsdp' estimate llama-2-7b --offload params
+fails 2 '--offload params needs --shard zero3, fsdp or hsdp' estimate llama-2-7b --offload params
 fails 2 '--task causal-lm does not apply to an encoder' estimate bert-base-uncased --task causal-lm
 
 # ---- parallel layouts: the layout shown, and the ones a framework cannot run refused --------
-succeeds '^pipeline: 1f1b, 8 micro batches; the peak is rank 7.s \(last stage: 15 blocks, the head and the loss\), 1 micro batch in flight$' \
+succeeds '^pipeline: 1f1b, 8 micro batches; the peak is rank 1.s \(16 blocks\), 7 micro batches in flight$' \
   estimate llama-3.1-405b --framework torchtitan --weights fp32 --amp bf16 --batch 4 --accumulation 8 --seq 8192 --grad-ckpt full \
   --gpus 512 --shard fsdp --tp 8 --pp 8
 run estimate llama-3.1-405b --framework torchtitan --accumulation 8 --gpus 512 --shard fsdp --tp 8 --pp 8 --pp-schedule gpipe --json
