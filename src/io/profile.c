@@ -19,7 +19,7 @@
 #include "io/data.h"
 #include "io/json_util.h"
 
-enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_ATTENTION, F_PP_SCHEDULES };
+enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES };
 
 struct field {
   const char *key;
@@ -38,6 +38,10 @@ struct field {
    offsetof(struct vf_profile, first)}
 _Static_assert(sizeof(enum vf_pp_schedule) == sizeof(uint32_t), "a list's second member is copied as 32 bits");
 
+#define NAMES(k, member, count)                                                               \
+  {k, F_NAME_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                  \
+   offsetof(struct vf_profile, count)}
+
 /* Every struct vf_profile member a profile sets. A new field is one line here, its member in
  * struct vf_profile, and a value with its source in the newest release of every profile. */
 static const struct field fields[] = {
@@ -46,6 +50,7 @@ static const struct field fields[] = {
     LIST("rms_norm_weight_saves", rms_norm_weight_saves, n_rms_norm_weight_saves),
     LIST("layer_norm_saves", layer_norm_saves, n_layer_norm_saves),
     FIELD("gqa_expand", F_BOOL, gqa_expand),
+    FIELD("kv_repeat_interleave", F_BOOL, kv_repeat_interleave),
     FIELD("attn_out_copies", F_U32, attn_out_copies),
     FIELD("rope_copies", F_BOOL, rope_copies),
     FIELD("gelu_new_saves", F_U32, gelu_new_saves),
@@ -56,6 +61,8 @@ static const struct field fields[] = {
     FIELD("logits_backward_bytes", F_U32, logits_backward_bytes),
     FIELD("logits_held_bytes", F_U32, logits_held_bytes),
     FIELD("loss_chunk_tokens", F_U32, loss_chunk_tokens),
+    FIELD("full_head_whole", F_BOOL, full_head_whole),
+    FIELD("output_chunks", F_U32, output_chunks),
     FIELD("quant_load_bytes", F_U32, quant_load_bytes),
     FIELD("adapter_fp32", F_BOOL, adapter_fp32),
     FIELD("lora_dropout", F_BOOL, lora_dropout),
@@ -66,10 +73,13 @@ static const struct field fields[] = {
     FIELD("qkv_view_kept", F_BOOL, qkv_view_kept),
     FIELD("lora_zero_pad", F_BOOL, lora_zero_pad),
     FIELD("softcap_eager", F_BOOL, softcap_eager),
+    FIELD("final_softcap_logits", F_BOOL, final_softcap_logits),
     FIELD("untie_embeddings", F_BOOL, untie_embeddings),
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("graph_held", F_BOOL, graph_held),
     FIELD("dequant_extra_bytes", F_U32, dequant_extra_bytes),
+    FIELD("dequant_forward_extra_bytes", F_U32, dequant_forward_extra_bytes),
+    FIELD("stable_embedding", F_BOOL, stable_embedding),
     FIELD("quantize_head", F_BOOL, quantize_head),
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
@@ -79,7 +89,19 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
-    FIELD("moe_grouped_mm", F_BOOL, moe_grouped_mm),
+    FIELD("lion_fp32_states", F_BOOL, lion_fp32_states),
+    FIELD("embedding_states_fp32", F_BOOL, embedding_states_fp32),
+    FIELD("optim8bit_block", F_U32, optim8bit_block),
+    NAMES("eager_softmax_in_dtype", eager_softmax_in_dtype, n_eager_softmax_in_dtype),
+    NAMES("sdpa_mqa_unexpanded", sdpa_mqa_unexpanded, n_sdpa_mqa_unexpanded),
+    NAMES("sdpa_out_copied", sdpa_out_copied, n_sdpa_out_copied),
+    NAMES("qkv_view_models", qkv_view_models, n_qkv_view_models),
+    FIELD("sdpa_math_fp32", F_BOOL, sdpa_math_fp32),
+    FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
+    FIELD("adafactor_fp32_copies", F_BOOL, adafactor_fp32_copies),
+    FIELD("padding_mask", F_BOOL, padding_mask),
+    FIELD("rope_table_bytes", F_TYPE_VALUES, rope_table_bytes),
+    FIELD("lora_rope_table_per_layer", F_TYPE_VALUES, lora_rope_table_per_layer),
     SCHEDULES("pp_schedules", pp_schedules, pp_default_schedule),
     FIELD("pp_stages_per_rank", F_U32, pp_stages_per_rank),
     FIELD("pp_even_layers", F_BOOL, pp_even_layers),
@@ -119,6 +141,40 @@ static bool set_schedules(struct vf_profile *p, const struct field *f, json_t *v
   return true;
 }
 
+/* A list of model types (config.json model_type names). */
+static bool set_names(char *base, const struct field *f, json_t *v) {
+  if (!json_is_array(v) || json_array_size(v) * VF_MODEL_TYPE_LEN > f->size) return false;
+  char(*names)[VF_MODEL_TYPE_LEN] = (char(*)[VF_MODEL_TYPE_LEN])(base + f->offset);
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    const char *name = json_string_value(e);
+    if (!name || !*name || strlen(name) >= VF_MODEL_TYPE_LEN) return false;
+    snprintf(names[i], VF_MODEL_TYPE_LEN, "%s", name);
+  }
+  *(uint32_t *)(base + f->count_offset) = (uint32_t)json_array_size(v);
+  return true;
+}
+
+static bool u32_of(json_t *v, uint32_t *out) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) return false;
+  *out = (uint32_t)json_integer_value(v);
+  return true;
+}
+
+/* {"qwen2": 8, "*": 4}: a value per model type. */
+static bool set_type_values(struct vf_type_values *m, json_t *v) {
+  if (!json_is_object(v) || json_object_size(v) > VF_TYPE_VALUES_MAX) return false;
+  memset(m, 0, sizeof *m);
+  const char *type;
+  json_t *e;
+  json_object_foreach(v, type, e) {
+    if (!*type || strlen(type) >= sizeof m->type[0] || !u32_of(e, &m->value[m->n])) return false;
+    snprintf(m->type[m->n++], sizeof m->type[0], "%s", type);
+  }
+  return true;
+}
+
 static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
   char *base = (char *)p;
   switch (f->type) {
@@ -127,9 +183,9 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
     *(bool *)(base + f->offset) = json_is_true(v);
     return true;
   case F_U32:
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) return false;
-    *(uint32_t *)(base + f->offset) = (uint32_t)json_integer_value(v);
-    return true;
+    return u32_of(v, (uint32_t *)(base + f->offset));
+  case F_TYPE_VALUES:
+    return set_type_values((struct vf_type_values *)(base + f->offset), v);
   case F_DOUBLE:
     if (!json_is_number(v)) return false;
     *(double *)(base + f->offset) = json_number_value(v);
@@ -154,13 +210,15 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
   }
   case F_PP_SCHEDULES:
     return set_schedules(p, f, v);
+  case F_NAME_LIST:
+    return set_names(base, f, v);
   }
   return false;
 }
 
 static void copy_value(struct vf_profile *to, const struct vf_profile *from, const struct field *f) {
   memcpy((char *)to + f->offset, (const char *)from + f->offset, f->size);
-  if (f->type == F_U32_LIST || f->type == F_PP_SCHEDULES)
+  if (f->type == F_U32_LIST || f->type == F_NAME_LIST || f->type == F_PP_SCHEDULES)
     memcpy((char *)to + f->count_offset, (const char *)from + f->count_offset, sizeof(uint32_t));
 }
 

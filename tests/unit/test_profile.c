@@ -25,8 +25,10 @@
 static const char torch_text[] =
     "{\"name\": \"torch\", \"releases\": ["
     " {\"release\": \"2.0\", \"date\": \"2023-03\", \"describes\": \"2.0 on\", \"zero_grad_frees\": true,"
-    "  \"eager_softmax_saves_input\": false, \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
-    "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\"}},"
+    "  \"eager_softmax_saves_input\": false, \"sdpa_math_fp32\": true,"
+    "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
+    "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\","
+    "  \"sdpa_math_fp32\": \"o/r:attention.cpp@v2.0.0: up-casts\"}},"
     " {\"release\": \"1.11\", \"date\": \"2022-03\", \"describes\": \"1.11 to 1.13\", \"zero_grad_frees\": false,"
     "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v1.13.1: zeroes in place\"}},"
     " {\"release\": \"1.10\", \"date\": \"2021-10\", \"describes\": \"1.10\", \"eager_softmax_saves_input\": true,"
@@ -203,6 +205,12 @@ static void no_file(json_t *d) {
   json_object_set_new(json_object_get(entry_of(d, 1), "sources"), "attn_out_copies", json_string("it is so"));
 }
 static void wrong_type(json_t *d) { json_object_set_new(entry_of(d, 1), "attn_out_copies", json_string("two")); }
+static void bad_type_value(json_t *d) {
+  set(entry_of(d, 1), "rope_table_bytes", json_pack("{s:i, s:s}", "*", 4, "qwen2", "eight"), "o/r:a.py@v2: x");
+}
+static void long_type_name(json_t *d) {
+  set(entry_of(d, 1), "rope_table_bytes", json_pack("{s:i}", "a_model_type_too_long", 4), "o/r:a.py@v2: x");
+}
 static void bad_release(json_t *d) { json_object_set_new(entry_of(d, 1), "release", json_string("2.x")); }
 static void bad_date(json_t *d) { json_object_set_new(entry_of(d, 1), "date", json_string("2023-13")); }
 static void bad_torch(json_t *d) { json_object_set_new(entry_of(d, 1), "torch", json_string("latest")); }
@@ -225,6 +233,8 @@ static void test_refusals(void **state) {
   refused(two_lines, "the source of 'attn_out_copies'");
   refused(no_file, "the source of 'attn_out_copies'");
   refused(wrong_type, "'attn_out_copies' has a value of the wrong type");
+  refused(bad_type_value, "'rope_table_bytes' has a value of the wrong type");
+  refused(long_type_name, "'rope_table_bytes' has a value of the wrong type");
   refused(bad_release, "'release' must be a version");
   refused(bad_date, "'date' must be a month");
   refused(bad_torch, "'torch' must be the PyTorch release");
@@ -278,6 +288,11 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(vf_profile_load("hf", "1.13", &p, &d), 0);
   assert_false(p.zero_grad_frees);
   assert_false(p.eager_softmax_saves_input);
+  /* A value per model type: torchtune's RoPE tables, Qwen2's twice as wide. */
+  assert_int_equal(vf_profile_load("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(p.rope_table_bytes.n, 3);
+  for (uint32_t i = 0; i < p.rope_table_bytes.n; i++)
+    if (strcmp(p.rope_table_bytes.type[i], "qwen2") == 0) assert_int_equal(p.rope_table_bytes.value[i], 8);
 }
 
 /* A user's copy of data/ (VRAMFIT_DATA_DIR) is read instead, and its mistakes named. */
