@@ -63,30 +63,27 @@ struct plan_args {
   bool json, calibrate;
 };
 
-static int parse_network(const char *arg, double *out) {
+/* A number above 0 and at most max: --safety (a fraction), --network-gbps. */
+static int parse_positive(const char *flag, const char *arg, double max, const char *expects, double *out) {
   char *end;
   double v = strtod(arg, &end);
-  if (end != arg && !*end && v > 0 && v < 1e6) return *out = v, 0;
-  cli_usage_error("plan", "--network-gbps expects GB/s above 0, got '%s'", arg);
+  if (end != arg && !*end && v > 0 && v <= max) return *out = v, 0;
+  cli_usage_error("plan", "%s expects %s, got '%s'", flag, expects, arg);
   return VF_EINVAL;
 }
 
-static int parse_safety(const char *arg, double *out) {
-  char *end;
-  double v = strtod(arg, &end);
-  if (end != arg && !*end && v > 0 && v <= 1) return *out = v, 0;
-  cli_usage_error("plan", "--safety expects a fraction above 0 and at most 1, got '%s'", arg);
+/* A whole number of at least 1: --target-effective-batch, --gpus-per-node. */
+static int parse_count(const char *flag, const char *arg, uint64_t *out) {
+  if (cli_parse_u64("plan", flag, arg, out)) return VF_EINVAL;
+  if (*out) return 0;
+  cli_usage_error("plan", "%s must be at least 1", flag);
   return VF_EINVAL;
 }
 
 static int plan_option(struct plan_args *a, int c, const char *arg) {
   switch (c) {
-  case O_SAFETY: return parse_safety(arg, &a->safety);
-  case O_TARGET:
-    if (cli_parse_u64("plan", "--target-effective-batch", arg, &a->target)) return VF_EINVAL;
-    if (a->target) return 0;
-    cli_usage_error("plan", "--target-effective-batch must be at least 1");
-    return VF_EINVAL;
+  case O_SAFETY: return parse_positive("--safety", arg, 1, "a fraction above 0 and at most 1", &a->safety);
+  case O_TARGET: return parse_count("--target-effective-batch", arg, &a->target);
   case O_KEEP:
     if (vf_keep_parse(arg, &a->keep) == 0) return 0;
     cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
@@ -94,12 +91,8 @@ static int plan_option(struct plan_args *a, int c, const char *arg) {
     return VF_EINVAL;
   case O_JSON: a->json = true; return 0;
   case O_CALIBRATE: a->calibrate = true; return 0;
-  case O_NETWORK: return parse_network(arg, &a->network_gbps);
-  case O_GPUS_PER_NODE:
-    if (cli_parse_u64("plan", "--gpus-per-node", arg, &a->gpus_per_node)) return VF_EINVAL;
-    if (a->gpus_per_node) return 0;
-    cli_usage_error("plan", "--gpus-per-node must be at least 1");
-    return VF_EINVAL;
+  case O_NETWORK: return parse_positive("--network-gbps", arg, 1e6, "GB/s above 0", &a->network_gbps);
+  case O_GPUS_PER_NODE: return parse_count("--gpus-per-node", arg, &a->gpus_per_node);
   default: return setup_option(&a->setup, c, arg);
   }
 }
