@@ -170,6 +170,9 @@ struct vf_profile {
   bool sequence_parallel;  /* tensor parallelism comes with sequence parallelism by default */
   bool sp_gathered_input;  /* under sequence parallelism a projection keeps its all-gathered input */
   bool grad_buffer_fp32;   /* gradients live in one persistent fp32 buffer, zeroed, never freed */
+  /* Context parallelism's ring attention all-gathers every rank's keys and values at once
+   * (else it passes them on rank to rank through two buffers). */
+  bool cp_kv_all_gather;
 };
 
 struct vf_setup {

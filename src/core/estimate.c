@@ -706,6 +706,20 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->Ts * d->h);
 }
 
+/* Context parallelism's ring attention, around the attention kernel of each block: this
+ * rank's keys and values concatenated to be sent, and the other ranks' received, all at
+ * once (cp_kv_all_gather: torch's context_parallel, _AllGatherRotater) or one rank's at a
+ * time into a second buffer; the partial outputs merged in fp32 (_SDPAMerger with
+ * convert_to_f32). The backward accumulates the gradients of q, k and v in fp32 and passes
+ * those of k and v on through two more buffers (_templated_ring_attention_backward). */
+static void ring_exchange(struct ctx *x, bool backward) {
+  if (x->s->cp == 1) return;
+  const struct dims *d = &x->d;
+  uint64_t kv = d->T * 2 * d->kv * d->c, received = x->p->cp_kv_all_gather ? x->s->cp * kv : kv;
+  uint64_t merged = backward ? d->T * (d->q + 2 * d->kv) * 4 + 2 * d->T * 2 * d->kv * 4 : 2 * d->T * d->q * 4;
+  transient(x, kv + received + merged, VF_CAT_TEMPORARIES);
+}
+
 /* A row-parallel projection (o, down) makes partial sums of the whole sequence before they
  * are reduce-scattered to this GPU's part of it under sequence parallelism. */
 static void row_parallel_output(struct ctx *x) {
@@ -721,6 +735,7 @@ static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
   norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
   attention_forward(x, sv, layer);
+  ring_exchange(x, false);
   row_parallel_output(x);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   if (a->parallel_residual) {
@@ -981,6 +996,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
     attn = take(x, math_backward_bytes(x), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
+  ring_exchange(x, true);
   uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
   layer_grads(x, layer, g, false);
   give(x, parts);

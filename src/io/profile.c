@@ -109,6 +109,7 @@ static const struct field fields[] = {
     FIELD("sequence_parallel", F_BOOL, sequence_parallel),
     FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
     FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
+    FIELD("cp_kv_all_gather", F_BOOL, cp_kv_all_gather),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

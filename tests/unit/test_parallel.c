@@ -155,6 +155,43 @@ static void test_kept_per_schedule(void **state) {
   assert_true(e.allocated_peak > one_f_one_b.allocated_peak);
 }
 
+/* Finds a forward temporary of exactly `bytes`. */
+struct sized {
+  uint64_t bytes;
+  bool seen;
+};
+
+static void find_forward_temporary(void *arg, const struct vf_timeline_event *e) {
+  struct sized *z = arg;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES &&
+             e->bytes == z->bytes;
+}
+
+static bool forward_temporary(const char *framework, const struct vf_setup *s, uint64_t bytes) {
+  struct sized z = {bytes, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate(NULL, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
+  return z.seen;
+}
+
+/* Ring attention over cp 2, by hand for the toy model (512 of the 1024 tokens per GPU, 64
+ * query and 64 key/value channels, fp32): this rank's keys and values (512 x 2 x 64 x 4 =
+ * 256 KiB) next to those received and the fp32 partial outputs being merged (512 x 64 x 4
+ * x 2 = 256 KiB). torchtitan (torch's context_parallel) gathers both ranks' (512 KiB):
+ * 1 MiB; Megatron passes one rank's at a time (256 KiB): 768 KiB. */
+static void test_ring_attention_buffers(void **state) {
+  (void)state;
+  struct vf_setup s;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.cp = s.gpus = 2;
+  assert_true(forward_temporary("torchtitan", &s, 1024 * 1024));
+  assert_false(forward_temporary("torchtitan", &s, 768 * 1024));
+  assert_true(forward_temporary("megatron", &s, 768 * 1024));
+  s.cp = 1;
+  assert_false(forward_temporary("torchtitan", &s, 1024 * 1024));
+}
+
 /* Llama 3.1 8B under torchtitan, FSDP over 2 replicas, 8 micro batches of 1 x 4096. */
 static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp, uint64_t cp) {
   vf_setup_default(s);
@@ -351,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_published_layouts_fit),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
+      cmocka_unit_test(test_ring_attention_buffers),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
