@@ -173,6 +173,9 @@ struct vf_profile {
   /* Context parallelism's ring attention all-gathers every rank's keys and values at once
    * (else it passes them on rank to rank through two buffers). */
   bool cp_kv_all_gather;
+  /* Expert parallelism: each expert takes at most this factor of its even share of the
+   * routed tokens, padded up to it (0: dropless, every token, no padding). */
+  double moe_capacity_factor;
 };
 
 struct vf_setup {
@@ -190,6 +193,7 @@ struct vf_setup {
   enum vf_lengths lengths;
   enum vf_eval eval;
   uint64_t gpus, tp, pp, cp;
+  uint64_t ep; /* expert parallelism: each GPU holds experts / ep of every MoE layer's experts */
   enum vf_pp_schedule pp_schedule; /* VF_PP_DEFAULT: the framework's */
   enum vf_sp sequence_parallel;    /* VF_SP_DEFAULT: the framework's, with tp > 1 */
   enum vf_shard shard;

@@ -43,6 +43,8 @@ static const char usage[] =
     "  --offload O          none | optimizer | params | activations (comma list)\n"
     "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1); --gpus is\n"
     "                       their product times the data-parallel replicas\n"
+    "  --ep N               expert parallel size: each GPU holds experts / N of an MoE layer's\n"
+    "                       experts, tokens sent to them and back (1)\n"
     "  --pp-schedule S      gpipe | 1f1b | interleaved-1f1b (the framework's); with --pp the\n"
     "                       micro batches of a step (--accumulation) are the pipeline's\n"
     "  --sequence-parallel Y  yes | no: tensor parallelism splits the norms' and residuals'\n"
@@ -91,9 +93,9 @@ static json_t *version_notes(const struct setup_request *r, const struct vf_prof
 /* The parallel layout and the pipeline rank the figures are for. */
 static json_t *layout_json(const struct vf_setup *s, const struct vf_estimate *e) {
   uint64_t model_parallel = s->tp * s->pp * s->cp;
-  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:f}", "gpus", (json_int_t)s->gpus, "dp",
+  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:f}", "gpus", (json_int_t)s->gpus, "dp",
                    (json_int_t)(s->gpus / model_parallel), "tp", (json_int_t)s->tp, "pp", (json_int_t)s->pp, "cp",
-                   (json_int_t)s->cp, "pp_schedule", vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule),
+                   (json_int_t)s->cp, "ep", (json_int_t)s->ep, "pp_schedule", vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule),
                    "sequence_parallel", e->sequence_parallel, "peak_rank", (json_int_t)e->pp_rank, "peak_rank_layers",
                    (json_int_t)e->pp_rank_layers, "micro_batches_in_flight", e->pp_in_flight);
 }
@@ -101,13 +103,15 @@ static json_t *layout_json(const struct vf_setup *s, const struct vf_estimate *e
 /* "tp 8 with sequence parallelism x pp 8 x dp 8 = 512 GPUs", and with a pipeline the rank
  * whose peak is shown. */
 static void layout_text(const struct vf_setup *s, const struct vf_estimate *e) {
-  if (s->tp == 1 && s->pp == 1 && s->cp == 1) return;
+  if (s->tp == 1 && s->pp == 1 && s->cp == 1 && s->ep == 1) return;
   typedef unsigned long long ull;
   printf("layout: ");
   if (s->tp > 1) printf("tp %llu%s x ", (ull)s->tp, e->sequence_parallel ? " with sequence parallelism" : "");
   if (s->pp > 1) printf("pp %llu x ", (ull)s->pp);
   if (s->cp > 1) printf("cp %llu x ", (ull)s->cp);
-  printf("dp %llu = %llu GPUs\n", (ull)(s->gpus / (s->tp * s->pp * s->cp)), (ull)s->gpus);
+  printf("dp %llu = %llu GPUs", (ull)(s->gpus / (s->tp * s->pp * s->cp)), (ull)s->gpus);
+  if (s->ep > 1) printf(", experts over ep %llu", (ull)s->ep);
+  printf("\n");
   if (s->pp == 1) return;
   const char *part = e->pp_rank == 0 ? "first stage: the embedding and " : e->pp_rank + 1 == s->pp ? "last stage: " : "";
   printf("pipeline: %s, %llu micro batch%s; the peak is rank %llu's (%s%llu blocks%s), %.3g micro batch%s in flight\n",

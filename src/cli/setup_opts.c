@@ -144,6 +144,7 @@ int setup_option(struct setup_request *r, int c, const char *arg) {
   case O_PP: return parse_count(r, "--pp", arg, &s->pp);
   case O_CP: return parse_count(r, "--cp", arg, &s->cp);
   case O_DP_REPLICATE: return parse_count(r, "--dp-replicate", arg, &s->dp_replicate);
+  case O_EP: return parse_count(r, "--ep", arg, &s->ep);
   case O_WEIGHTS: return parse_precision(r, "--weights", arg, &s->weights, false);
   case O_AMP: return parse_precision(r, "--amp", arg, &s->amp, true);
   case O_OFFLOAD: return parse_offload(r, arg, &s->offload);

@@ -680,6 +680,18 @@ static uint64_t mlp_bytes(const struct ctx *x) {
   return experts_uncast(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
 }
 
+/* Expert parallelism's all-to-all, once to send the routed tokens to their experts' GPUs
+ * and once to bring the outputs back (and the same for their gradients in the backward):
+ * the tokens to send and those received alive at once, padded to the capacity where the
+ * framework caps it (Megatron-Core token_dispatcher.py MoEAlltoAllTokenDispatcher). */
+static void token_exchange(struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  if (!a->experts || x->s->ep == 1) return;
+  double cf = x->p->moe_capacity_factor > 0 ? x->p->moe_capacity_factor : 1;
+  uint64_t routed = (uint64_t)((double)(x->d.T * a->experts_per_token) * cf);
+  transient(x, 2 * routed * x->d.h * mlp_bytes(x), VF_CAT_TEMPORARIES);
+}
+
 static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -688,6 +700,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
   }
+  token_exchange(x);
   quantized_input(x, sv, d->h, false);
   adapter_input(x, sv, d->h, BIT(VF_KIND_GATE) | BIT(VF_KIND_UP));
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
@@ -703,6 +716,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   quantized_input(x, sv, d->ffn, false);
   adapter_input(x, sv, d->ffn, BIT(VF_KIND_DOWN));
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
+  token_exchange(x);
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->Ts * d->h);
 }
 
@@ -843,14 +857,27 @@ static uint32_t gather(struct ctx *x, int32_t layer) {
   return 0;
 }
 
-static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
+/* What is sharded of parameters [begin, end): their elements (or bytes), of the trainable
+ * ones only where asked. An expert is sharded over its expert-data-parallel group of
+ * dsize / ep GPUs (Megatron-Core's expert data parallel group, torchtitan's dp_mod_ep
+ * mesh): counted ep times against the dsize every other parameter is divided by. */
+static uint64_t param_sum(const struct ctx *x, size_t begin, size_t end, bool trainable, bool bytes, bool sharded) {
   uint64_t n = 0;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (trainable && !p->trainable) continue;
+    n += (bytes ? p->bytes : p->numel) * (sharded && p->expert ? x->s->ep : 1);
+  }
   return n;
 }
+
+static uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bool bytes, bool sharded) {
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  return param_sum(x, begin, end, trainable, bytes, sharded);
+}
+
+static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, true, false, false); }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
  * gradient until the unit's last one arrives, then concatenates them into one whole flat
@@ -867,7 +894,7 @@ static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
 static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   uint32_t *held = &x->unsharded[layer + 1];
   if (!*held) return;
-  grad_push(x, g, take(x, layer_grad_elems(x, layer) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
+  grad_push(x, g, take(x, layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
   give(x, *held);
   *held = 0;
 }
@@ -910,7 +937,8 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
-  grad_push(x, g, take_on(x, full / x->d.dsize, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
+  uint64_t shard = layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize;
+  grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
@@ -987,6 +1015,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
   transient(x, largest_quantized(x, layer) * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
+  token_exchange(x);
   give(x, mlp);
   give(x, whole);
   uint32_t attn;
@@ -1295,13 +1324,10 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   return root_grads;
 }
 
-static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
-  uint64_t n = 0;
+static uint64_t trainable_elems(const struct ctx *x, uint64_t layers, bool sharded) {
   size_t end, unused;
   vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
-  for (size_t i = 0; i < end; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
-  return n;
+  return param_sum(x, 0, end, true, false, sharded);
 }
 
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
@@ -1386,7 +1412,7 @@ static void create_states(struct ctx *x) {
       for (int j = 0; j < k; j++) {
         if (st[j].paged) continue;
         if (x->s->shard == VF_SHARD_NONE) take(x, st[j].bytes, VF_CAT_OPTIMIZER);
-        else shard += st[j].bytes;
+        else shard += st[j].bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
       }
     }
     take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
@@ -1412,8 +1438,9 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
-  uint64_t elems = trainable_elems(x, x->layers);
-  if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
+  bool sharded = x->s->shard != VF_SHARD_NONE;
+  uint64_t elems = trainable_elems(x, x->layers, sharded);
+  if (sharded) elems /= x->d.dsize;
   /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
@@ -1422,13 +1449,7 @@ static void optimizer_step(struct ctx *x, bool first) {
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
-  uint64_t bytes = 0;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++) bytes += x->ps->v[i].bytes;
-  return bytes;
-}
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
 
 /* Loading a full state dict into a model FSDP has already sharded gathers every unit at
  * once: Lightning's FSDPStrategy loads it under FSDP's FULL_STATE_DICT context
@@ -1472,7 +1493,7 @@ static void persistent(struct ctx *x) {
   bool sharded_w = vf_shard_weights(x->s->shard);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
-    else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
+    else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
     take(x, rope_tables(x, l), VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
@@ -1482,9 +1503,9 @@ static void persistent(struct ctx *x) {
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over; a
    * framework with a gradient buffer of its own keeps every gradient there. */
   const struct vf_setup *s = x->s;
-  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers) * 4, VF_CAT_GRADIENTS);
+  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers, false) * 4, VF_CAT_GRADIENTS);
   else if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
-    take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
+    take(x, trainable_elems(x, x->layers, false) * x->d.g, VF_CAT_GRADIENTS);
 }
 
 /* torch.distributed.pipelining makes a stage's receive buffers for every micro batch when

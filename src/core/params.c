@@ -167,6 +167,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
     /* A checkpoint may name layers its config does not have: count them outside the blocks. */
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
+    /* Under expert parallelism a GPU holds its share of each layer's experts. */
+    bool held = t->expert < 0 || (uint64_t)t->expert < m->arch.experts / s->ep;
     struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
                          .expert = t->expert >= 0};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
@@ -185,6 +187,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     }
     ps->total += n;
     if (full) ps->trainable += n;
+    if (!held) continue;
     rc = push(ps, &p);
     if (rc || full || !lora_like(s->method) || !p.linear) continue;
     uint64_t out = targeted_out(&m->arch, t->kind, p.out, s->lora_targets);

@@ -72,7 +72,7 @@ void vf_setup_default(struct vf_setup *s) {
   s->quant = VF_QUANT_DEFAULT;
   s->grad_ckpt = VF_CKPT_NONE;
   s->attention = VF_ATTN_DEFAULT;
-  s->gpus = s->tp = s->pp = s->cp = 1;
+  s->gpus = s->tp = s->pp = s->cp = s->ep = 1;
   s->shard = VF_SHARD_NONE;
   s->dp_replicate = 1;
 }
@@ -133,6 +133,26 @@ static int bad(struct vf_diag *d, const char *why) {
   return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
+/* Expert parallelism splits each MoE layer's experts over ep of the data- and
+ * context-parallel GPUs (Megatron's expert model parallel group, torchtitan's ep mesh
+ * borrowed from dp_shard x cp). */
+static int check_experts(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
+  char msg[256];
+  typedef unsigned long long ull;
+  uint64_t dp_cp = s->gpus / (s->tp * s->pp);
+  if (!s->ep) return bad(d, "--ep must be at least 1");
+  if (s->ep == 1) return 0;
+  if (!m->arch.experts) return bad(d, "--ep needs a mixture-of-experts model");
+  if (m->arch.experts % s->ep) {
+    snprintf(msg, sizeof msg, "--ep %llu does not divide the %llu experts", (ull)s->ep, (ull)m->arch.experts);
+    return bad(d, msg);
+  }
+  if (dp_cp % s->ep == 0) return 0;
+  snprintf(msg, sizeof msg, "--ep %llu does not divide the %llu data- and context-parallel GPUs (--gpus / (tp x pp))",
+           (ull)s->ep, (ull)dp_cp);
+  return bad(d, msg);
+}
+
 /* HSDP: replicas that each shard over a whole group of the data-parallel GPUs. */
 static int check_replicas(const struct vf_setup *s, struct vf_diag *d) {
   char msg[256];
@@ -169,7 +189,8 @@ static int check_parallel(const struct vf_setup *s, const struct vf_model *m, st
   }
   if (m->has_arch && s->pp > m->arch.layers) return bad(d, "--pp is larger than the number of layers");
   if (s->seq % s->cp) return bad(d, "--seq must be a multiple of --cp");
-  return check_replicas(s, d);
+  int rc = check_experts(s, m, d);
+  return rc ? rc : check_replicas(s, d);
 }
 
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {

@@ -110,6 +110,7 @@ static const struct field fields[] = {
     FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
     FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
     FIELD("cp_kv_all_gather", F_BOOL, cp_kv_all_gather),
+    FIELD("moe_capacity_factor", F_DOUBLE, moe_capacity_factor),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -113,6 +113,10 @@ fails 2 '^vramfit estimate: --pp-schedule gpipe: megatron runs 1f1b, interleaved
 fails 2 '^vramfit estimate: --pp-schedule needs --pp 2 or more$' estimate llama-2-7b --framework torchtitan --pp-schedule 1f1b
 fails 2 "^vramfit estimate: --pp-schedule: 'zb' is not one of gpipe, 1f1b, interleaved-1f1b$" estimate llama-2-7b --pp-schedule zb
 fails 2 "^vramfit estimate: --sequence-parallel: 'maybe' is not one of no, yes$" estimate llama-2-7b --sequence-parallel maybe
+fails 2 '^vramfit estimate: --ep 3 does not divide the 8 experts$' estimate mixtral-8x7b --gpus 8 --ep 3
+fails 2 '^vramfit estimate: --ep needs a mixture-of-experts model$' estimate llama-2-7b --gpus 8 --ep 2
+succeeds '^layout: tp 2 with sequence parallelism x pp 2 x dp 2 = 8 GPUs, experts over ep 2$' estimate mixtral-8x7b --framework megatron --weights bf16 \
+  --gpus 8 --tp 2 --pp 2 --ep 2 --sequence-parallel yes
 
 # ---- bad flags and values -----------------------------------------------------------------
 fails 2 "^vramfit estimate: --batch expects a whole number, got 'x'$" estimate gpt2 --batch x

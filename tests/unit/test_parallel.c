@@ -18,14 +18,23 @@ static const char toy8_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
+/* The same with 4 experts in each MLP, 2 of them per token. */
+static const char toy_moe_config[] =
+    "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 8,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
 /* One micro batch of 1 x 1024 tokens through the 64-wide residual stream in fp32. */
 #define STREAM (1024ull * 64 * 4)
 
 static void load(struct vf_model *m, const char *name) {
   struct vf_diag d;
   vf_model_init(m);
-  int rc = name ? vf_model_load(m, name, &d)
-                : vf_model_from_config_json(m, toy8_config, strlen(toy8_config), "toy8.json", &d);
+  const char *config = name && !strcmp(name, "toy-moe") ? toy_moe_config : toy8_config;
+  int rc = name && strcmp(name, "toy-moe") ? vf_model_load(m, name, &d)
+                                           : vf_model_from_config_json(m, config, strlen(config), "toy.json", &d);
   assert_int_equal(rc, 0);
 }
 
@@ -167,11 +176,11 @@ static void find_forward_temporary(void *arg, const struct vf_timeline_event *e)
              e->bytes == z->bytes;
 }
 
-static bool forward_temporary(const char *framework, const struct vf_setup *s, uint64_t bytes) {
+static bool forward_temporary(const char *model, const char *framework, const struct vf_setup *s, uint64_t bytes) {
   struct sized z = {bytes, false};
   struct vf_estimate e;
   struct vf_diag d;
-  if (estimate(NULL, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
+  if (estimate(model, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
   return z.seen;
 }
 
@@ -185,11 +194,34 @@ static void test_ring_attention_buffers(void **state) {
   struct vf_setup s;
   pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
   s.cp = s.gpus = 2;
-  assert_true(forward_temporary("torchtitan", &s, 1024 * 1024));
-  assert_false(forward_temporary("torchtitan", &s, 768 * 1024));
-  assert_true(forward_temporary("megatron", &s, 768 * 1024));
+  assert_true(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
+  assert_false(forward_temporary(NULL, "torchtitan", &s, 768 * 1024));
+  assert_true(forward_temporary(NULL, "megatron", &s, 768 * 1024));
   s.cp = 1;
-  assert_false(forward_temporary("torchtitan", &s, 1024 * 1024));
+  assert_false(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
+}
+
+/* Expert parallelism over 2 of the toy MoE's 4 experts: without sharding each GPU loads 2
+ * experts of 3 x 64 x 128 fp32 weights in each of 8 layers fewer (1.5 MiB), and Megatron's
+ * fp32 gradient buffer made at load is as much smaller (3 MiB in all); sharded over
+ * 4 GPUs, each expert over the 2 of its expert-data-parallel group, the shards weigh the
+ * same. The all-to-all sends the 1024 tokens x 2 experts x 64 channels x 4 bytes (512 KiB)
+ * next to those it receives: 1 MiB. */
+static void test_expert_parallelism(void **state) {
+  (void)state;
+  struct vf_setup s;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.gpus = 4;
+  uint64_t whole = run("toy-moe", &s, "megatron").phase_allocated[VF_PHASE_LOAD];
+  assert_false(forward_temporary("toy-moe", "megatron", &s, 1024 * 1024));
+  s.ep = 2;
+  uint64_t half = run("toy-moe", &s, "megatron").phase_allocated[VF_PHASE_LOAD];
+  assert_int_equal(whole - half, 2 * 8ull * 2 * 3 * 64 * 128 * 4);
+  assert_true(forward_temporary("toy-moe", "megatron", &s, 1024 * 1024));
+  s.shard = VF_SHARD_FSDP;
+  uint64_t sharded_ep = run("toy-moe", &s, "torchtitan").phase_allocated[VF_PHASE_LOAD];
+  s.ep = 1;
+  assert_int_equal(run("toy-moe", &s, "torchtitan").phase_allocated[VF_PHASE_LOAD], sharded_ep);
 }
 
 /* Llama 3.1 8B under torchtitan, FSDP over 2 replicas, 8 micro batches of 1 x 4096. */
@@ -377,6 +409,14 @@ static void test_bad_layouts(void **state) {
   expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate 3 does not split the 8 data-parallel GPUs");
   s.shard = VF_SHARD_FSDP;
   expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate needs --shard hsdp");
+  vf_setup_default(&s);
+  s.gpus = 8;
+  s.ep = 2;
+  expect_refused("llama-2-7b", &s, "megatron", "--ep needs a mixture-of-experts model");
+  s.ep = 3;
+  expect_refused("mixtral-8x7b", &s, "megatron", "--ep 3 does not divide the 8 experts");
+  s.ep = 4, s.tp = 2, s.pp = 2;
+  expect_refused("mixtral-8x7b", &s, "megatron", "--ep 4 does not divide the 2 data- and context-parallel GPUs");
 }
 
 int main(void) {
@@ -389,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_published_layouts_fit),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_ring_attention_buffers),
+      cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
