@@ -51,9 +51,9 @@ struct vf_plan_request {
   /* The framework's measured spread; NULL: every tier judges the point estimate. */
   const struct vf_uncertainty_table *uncertainty;
   /* >0: base.gpus is the world size, in nodes of this many GPUs, and the layout (tp, pp,
-   * cp, the pipeline schedule) is searched too: tp a divisor of the heads within a node,
-   * pp and cp dividing what is left, each schedule the framework runs. 0: the given
-   * layout, in nodes of 8. */
+   * cp, ep, the pipeline schedule) is searched too: tp a divisor of the heads within a node,
+   * pp and cp dividing what is left, ep dividing the experts and dp x cp, each schedule the
+   * framework runs. 0: the given layout, in nodes of 8. */
   uint64_t gpus_per_node;
   double network_gbps; /* GB/s per GPU between nodes, one direction; 0: 50 (400 Gb/s) */
 };

@@ -12,7 +12,7 @@
  * divisors finds the largest micro batch under each budget, the peak growing with the
  * micro batch. Ranking charges each changed knob 1% so that a change must buy speed.
  *
- * Layouts (gpus_per_node): every tp, pp, cp and schedule the framework can run on the
+ * Layouts (gpus_per_node): every tp, pp, cp, ep and schedule the framework can run on the
  * world is one more dimension of the combinations, with the shard; the other knobs stay
  * as given. Each layout has its own samples per replica, so its own divisors. */
 #include <stdlib.h>
@@ -67,7 +67,7 @@ struct config {
 
 /* A parallel layout of the world's GPUs. */
 struct layout {
-  uint64_t tp, pp, cp;
+  uint64_t tp, pp, cp, ep;
   enum vf_pp_schedule schedule;
 };
 
@@ -129,7 +129,7 @@ static int estimate(struct search *S, const struct vf_setup *s, struct vf_estima
 }
 
 static int changes_from_base(const struct vf_setup *base, const struct vf_setup *s) {
-  bool layout = s->tp != base->tp || s->pp != base->pp || s->cp != base->cp ||
+  bool layout = s->tp != base->tp || s->pp != base->pp || s->cp != base->cp || s->ep != base->ep ||
                 (s->pp > 1 && s->pp_schedule != base->pp_schedule);
   return (s->seq != base->seq) + (s->method != base->method) + (s->amp != base->amp) +
          (s->optimizer != base->optimizer) + (s->grad_ckpt != base->grad_ckpt) +
@@ -307,7 +307,7 @@ static size_t build_configs(struct search *S, const struct vf_setup *level, uint
               struct config *k = &S->configs[n];
               const struct layout *L = &S->layouts[l];
               k->s = *level;
-              k->s.tp = L->tp, k->s.pp = L->pp, k->s.cp = L->cp, k->s.pp_schedule = L->schedule;
+              k->s.tp = L->tp, k->s.pp = L->pp, k->s.cp = L->cp, k->s.ep = L->ep, k->s.pp_schedule = L->schedule;
               k->s.amp = amp[a], k->s.optimizer = opt[o], k->s.grad_ckpt = ck[c];
               k->s.shard = sh[h], k->s.offload = off[f];
               if (state_floor(&k->s, (double)params, (double)trainable) > budget) continue;
@@ -429,11 +429,16 @@ static void add_layout(struct search *S, const struct vf_setup *s) {
   if (S->n_layouts == MAX_LAYOUTS || vf_setup_validate(&resolved, S->r->model, &d) ||
       vf_layout_validate(&resolved, S->r->model, S->r->profile, &d))
     return;
-  S->layouts[S->n_layouts++] = (struct layout){s->tp, s->pp, s->cp, resolved.pp_schedule};
+  S->layouts[S->n_layouts++] = (struct layout){s->tp, s->pp, s->cp, s->ep, resolved.pp_schedule};
 }
 
 /* Each pipeline schedule the framework runs for s's pp (none without a pipeline). */
 static void add_schedules(struct search *S, struct vf_setup *s) {
+  /* Expert parallelism over each divisor of the experts that divides dp x cp. */
+  uint64_t experts = S->r->model->arch.experts, ep = s->ep;
+  for (s->ep = 2; ep == 1 && experts && s->ep <= experts; s->ep++)
+    if (experts % s->ep == 0 && (s->gpus / (s->tp * s->pp)) % s->ep == 0) add_schedules(S, s);
+  s->ep = ep;
   if (s->pp == 1) {
     s->pp_schedule = VF_PP_DEFAULT;
     add_layout(S, s);
@@ -455,6 +460,7 @@ static void find_layouts(struct search *S) {
     return;
   }
   uint64_t world = r->base.gpus;
+  s.ep = 1;
   for (s.tp = 1; s.tp <= r->gpus_per_node && s.tp <= world; s.tp++) {
     if (world % s.tp) continue;
     for (s.pp = 1; s.pp <= world / s.tp; s.pp++) {

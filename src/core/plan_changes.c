@@ -27,7 +27,8 @@ static bool differs(const struct vf_setup *a, const struct vf_setup *b, enum mov
   case M_CKPT: return a->grad_ckpt != b->grad_ckpt;
   case M_SHARD: return a->shard != b->shard;
   case M_LAYOUT:
-    return a->tp != b->tp || a->pp != b->pp || a->cp != b->cp || (b->pp > 1 && a->pp_schedule != b->pp_schedule);
+    return a->tp != b->tp || a->pp != b->pp || a->cp != b->cp || a->ep != b->ep ||
+           (b->pp > 1 && a->pp_schedule != b->pp_schedule);
   default: return a->offload != b->offload;
   }
 }
@@ -40,7 +41,9 @@ static void take(struct vf_setup *cur, const struct vf_setup *to, enum move m) {
   case M_OPTIMIZER: cur->optimizer = to->optimizer; break;
   case M_CKPT: cur->grad_ckpt = to->grad_ckpt; break;
   case M_SHARD: cur->shard = to->shard; break;
-  case M_LAYOUT: cur->tp = to->tp, cur->pp = to->pp, cur->cp = to->cp, cur->pp_schedule = to->pp_schedule; break;
+  case M_LAYOUT:
+    cur->tp = to->tp, cur->pp = to->pp, cur->cp = to->cp, cur->ep = to->ep, cur->pp_schedule = to->pp_schedule;
+    break;
   default: cur->offload = to->offload; break;
   }
 }
@@ -62,7 +65,8 @@ void vf_layout_format(const struct vf_setup *s, char *buf, size_t size) {
   if (s->pp > 1 && (size_t)n < size)
     n += snprintf(buf + n, size - (size_t)n, " (%s)", vf_enum_name(VF_ENUM_PP_SCHEDULE, s->pp_schedule));
   if (s->cp > 1 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, " x cp %llu", (ull)s->cp);
-  if ((size_t)n < size) snprintf(buf + n, size - (size_t)n, " x dp %llu", (ull)plan_data_parallel(s));
+  if ((size_t)n < size) n += snprintf(buf + n, size - (size_t)n, " x dp %llu", (ull)plan_data_parallel(s));
+  if (s->ep > 1 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ", ep %llu", (ull)s->ep);
 }
 
 static int describe(char *buf, size_t size, enum move m, const struct vf_setup *from, const struct vf_setup *to) {

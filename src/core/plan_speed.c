@@ -104,6 +104,17 @@ static double cp_seconds(const struct vf_model *m, const struct vf_setup *s, con
   return (double)s->tp * (double)m->arch.layers * bytes / link_bytes_per_s(g, c, s->tp * s->cp);
 }
 
+/* Expert parallelism: each MoE block sends a token's hidden state to each of its experts'
+ * GPUs and back (all-to-all), in the forward and again in the backward; (ep - 1) / ep of it
+ * leaves the GPU. */
+static double ep_seconds(const struct vf_model *m, const struct vf_setup *s, const struct vf_gpu_spec *g,
+                         const struct plan_cluster *c) {
+  if (s->ep < 2) return 0;
+  double bytes = 4.0 * (double)m->arch.experts_per_token * (double)m->arch.hidden *
+                 vf_precision_bytes(compute_dtype(s)) * (double)(s->ep - 1) / (double)s->ep;
+  return (double)m->arch.layers * bytes / link_bytes_per_s(g, c, s->tp * s->ep);
+}
+
 /* Pipeline stages send each token's hidden state forward and its gradient back. */
 static double pp_seconds(const struct vf_model *m, const struct vf_setup *s, const struct vf_gpu_spec *g,
                          const struct plan_cluster *c) {
@@ -145,7 +156,7 @@ double plan_rate(const struct vf_model *m, const struct vf_setup *s, uint64_t pa
   /* GPU-seconds per token, shared by every GPU: compute and the model-parallel traffic,
    * stretched by the pipeline's bubble, then the data-parallel traffic. Nothing overlaps. */
   double work = flops_per_token(m, s, p, t) / (peak_flops(gpu, compute_dtype(s)) * mfu) + tp_seconds(m, s, gpu, c) +
-                cp_seconds(m, s, gpu, c) + pp_seconds(m, s, gpu, c);
+                cp_seconds(m, s, gpu, c) + ep_seconds(m, s, gpu, c) + pp_seconds(m, s, gpu, c);
   double gpu_seconds = work * bubble_stretch(s, c) + dp_seconds(s, p, t, gpu, c);
   double seconds = gpu_seconds / (double)s->gpus +
                    offload_seconds_per_token(s, p, t, (double)activation_bytes) / (double)plan_data_parallel(s);

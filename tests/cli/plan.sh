@@ -116,6 +116,10 @@ ok = r["tp"] * r["pp"] * r["cp"] * r["dp"] == r["gpus"] == 32 and r["tp"] <= 8 a
 print("ok" if ok else r)' "$TMP/out")
 [ "$rc" -eq 0 ] && [ "$layout" = ok ] && ok || bad "plan --gpus-per-node: exit $rc, layout $layout"
 succeeds '^ +layout: tp [0-9]+ x pp [0-9]+' plan llama-3.1-8b --framework torchtitan --gpus 16 --gpus-per-node 8 --gpu a100-40gb
+run plan mixtral-8x7b --framework megatron --weights bf16 --amp bf16 --seq 4096 --accumulation 8 --grad-ckpt full --gpus 64 \
+  --gpus-per-node 8 --gpu h100-80gb --json
+ep=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["recommended"]; print(8 % r["ep"] == 0 and (r["dp"] * r["cp"]) % r["ep"] == 0)' "$TMP/out")
+[ "$rc" -eq 0 ] && [ "$ep" = True ] && ok || bad "plan --gpus-per-node on a mixture of experts: exit $rc, ep fits: $ep"
 fails 2 "^vramfit plan: --gpus-per-node must be at least 1$" plan gpt2 --gpu rtx-4090 --gpus-per-node 0
 fails 2 "^vramfit plan: --network-gbps expects GB/s above 0, got 'fast'$" plan gpt2 --gpu rtx-4090 --network-gbps fast
 

@@ -231,6 +231,14 @@ static void test_parallel_costs(void **state) {
   s.accumulation = 4, s.pp_schedule = VF_PP_INTERLEAVED;
   assert_true(vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu) > pp4);
   done(f);
+  /* Expert parallelism's all-to-all costs time too. */
+  f = setup_for("mixtral-8x7b", "h100-80gb");
+  s = f->r.base;
+  s.weights = VF_PREC_BF16, s.gpus = 16, s.seq = 4096, s.accumulation = 4;
+  double no_ep = vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu);
+  s.ep = 8;
+  assert_true(vf_plan_tokens_per_second(&f->m, &s, &e, &f->gpu) < no_ep);
+  done(f);
 }
 
 static void test_keep_parse(void **state) {
