@@ -61,6 +61,7 @@ int vf_keep_parse(const char *list, uint32_t *bits) {
 
 struct config {
   struct vf_setup s; /* batch and accumulation set per micro batch tried */
+  size_t layout;     /* its index in search.layouts */
   uint64_t per_gpu;  /* samples each data-parallel replica takes per step in its layout */
   double bound;      /* ranking score at the largest micro batch */
 };
@@ -69,6 +70,7 @@ struct config {
 struct layout {
   uint64_t tp, pp, cp, ep;
   enum vf_pp_schedule schedule;
+  bool fits; /* a setting of it fits at micro batch 1 (in the level searched) */
 };
 
 struct search {
@@ -308,6 +310,7 @@ static size_t build_configs(struct search *S, const struct vf_setup *level, uint
               const struct layout *L = &S->layouts[l];
               k->s = *level;
               k->s.tp = L->tp, k->s.pp = L->pp, k->s.cp = L->cp, k->s.ep = L->ep, k->s.pp_schedule = L->schedule;
+              k->layout = l;
               k->s.amp = amp[a], k->s.optimizer = opt[o], k->s.grad_ckpt = ck[c];
               k->s.shard = sh[h], k->s.offload = off[f];
               if (state_floor(&k->s, (double)params, (double)trainable) > budget) continue;
@@ -369,16 +372,30 @@ static void consider(struct search *S, enum vf_tier t, struct config *c, size_t 
 
 /* Tries c for every tier it could improve; false when it can improve none (nor can any
  * configuration ranked after it). Tighter budgets are tried only where looser ones fit. */
+/* Whether the layout of c with half its context-parallel size fits: splitting the tokens
+ * further then only adds traffic, the same tokens per GPU running at twice the micro batch. */
+static bool half_cp_fits(const struct search *S, const struct config *c) {
+  const struct layout *L = &S->layouts[c->layout];
+  for (size_t i = 0; i < S->n_layouts && L->cp > 1; i++) {
+    const struct layout *H = &S->layouts[i];
+    if (H->fits && H->cp * 2 == L->cp && H->tp == L->tp && H->pp == L->pp && H->ep == L->ep && H->schedule == L->schedule)
+      return true;
+  }
+  return false;
+}
+
 static bool try_config(struct search *S, struct config *c) {
   bool open[VF_TIER_COUNT], any = false;
   for (int t = 0; t < VF_TIER_COUNT; t++) any |= open[t] = !S->settled[t] && c->bound > S->score[t];
   if (!any) return false;
+  if (half_cp_fits(S, c)) return true;
   if (divisors(S, c->per_gpu)) return false;
   memset(S->cached, 0, S->n_div * sizeof *S->cached);
   for (int t = VF_TIER_AGGRESSIVE; t >= 0; t--) {
     if (!open[t]) continue;
     long i = largest_fitting(S, c, (enum vf_tier)t);
     if (i < 0) break;
+    S->layouts[c->layout].fits = true;
     consider(S, (enum vf_tier)t, c, (size_t)i);
   }
   return true;
@@ -389,6 +406,7 @@ static void search_level(struct search *S, const struct vf_setup *level) {
   struct vf_estimate ref;
   probe.accumulation = samples_per_replica(S, &probe); /* batch 1 */
   if (estimate(S, &probe, &ref)) return;
+  for (size_t l = 0; l < S->n_layouts; l++) S->layouts[l].fits = false;
   size_t n = build_configs(S, level, ref.params, ref.trainable_params);
   qsort(S->configs, n, sizeof *S->configs, by_bound);
   for (size_t i = 0; i < n;)
@@ -429,7 +447,7 @@ static void add_layout(struct search *S, const struct vf_setup *s) {
   if (S->n_layouts == MAX_LAYOUTS || vf_setup_validate(&resolved, S->r->model, &d) ||
       vf_layout_validate(&resolved, S->r->model, S->r->profile, &d))
     return;
-  S->layouts[S->n_layouts++] = (struct layout){s->tp, s->pp, s->cp, s->ep, resolved.pp_schedule};
+  S->layouts[S->n_layouts++] = (struct layout){s->tp, s->pp, s->cp, s->ep, resolved.pp_schedule, false};
 }
 
 /* Each pipeline schedule the framework runs for s's pp (none without a pipeline). */
