@@ -157,6 +157,7 @@ static int check_experts(const struct vf_setup *s, const struct vf_model *m, str
 static int check_replicas(const struct vf_setup *s, struct vf_diag *d) {
   char msg[256];
   uint64_t dp = s->gpus / (s->tp * s->pp * s->cp);
+  if (!s->dp_replicate) return bad(d, "--dp-replicate must be at least 1");
   if (s->shard != VF_SHARD_HSDP) return s->dp_replicate > 1 ? bad(d, "--dp-replicate needs --shard hsdp") : 0;
   if (s->dp_replicate < 2) return bad(d, "--shard hsdp needs --dp-replicate N, its replicas (2 or more)");
   if (dp % s->dp_replicate == 0 && dp > s->dp_replicate) return 0;
