@@ -37,7 +37,7 @@ static const char usage[] =
     "  --quant Q            none | nf4 | nf4-dq | int8 (qlora implies nf4-dq)\n"
     "  --grad-ckpt G        none | full | selective (none)\n"
     "  --attention A        eager | sdpa | flash (the framework's default)\n"
-    "  --gpus N             data-parallel GPUs (1)\n"
+    "  --gpus N             GPUs in all (1): the data-parallel ones, times tp x pp x cp\n"
     "  --shard S            none | zero1 | zero2 | zero3 | fsdp | hsdp (none)\n"
     "  --dp-replicate N     hsdp: replicas, each sharding over its share of the data-parallel GPUs\n"
     "  --offload O          none | optimizer | params | activations (comma list)\n"
