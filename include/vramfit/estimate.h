@@ -176,6 +176,10 @@ struct vf_profile {
   /* Expert parallelism: each expert takes at most this factor of its even share of the
    * routed tokens, padded up to it (0: dropless, every token, no padding). */
   double moe_capacity_factor;
+  /* ZeRO-1/2 gradient reduction: the reduce buckets each backward allocates (0: none; 2
+   * with overlap_comm) and their elements (0: hidden x hidden, the HF integration's
+   * "auto"). */
+  uint32_t zero_reduce_buckets, zero_reduce_bucket_elems;
 };
 
 struct vf_setup {

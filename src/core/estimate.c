@@ -101,6 +101,7 @@ struct ctx {
   int stage;             /* the pipeline rank replayed */
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
+  uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
 };
@@ -1541,6 +1542,18 @@ static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
   x->d.in_flight = in_flight;
 }
 
+/* ZeRO-1/2 with contiguous gradients: each backward replaces the reduce buckets, one or two
+ * (overlap_comm) of reduce_bucket_size elements in the weights' dtype, kept until the next
+ * (deepspeed/runtime/zero/stage_1_and_2.py backward: self.ipg_buffer = [] then torch.empty
+ * for each). */
+static void zero_reduce_buckets(struct ctx *x) {
+  const struct vf_profile *p = x->p;
+  if (!p->zero_reduce_buckets || (x->s->shard != VF_SHARD_ZERO1 && x->s->shard != VF_SHARD_ZERO2)) return;
+  uint64_t elems = p->zero_reduce_bucket_elems ? p->zero_reduce_bucket_elems : x->d.h * x->d.h;
+  give(x, x->reduce_buckets);
+  x->reduce_buckets = take(x, p->zero_reduce_buckets * elems * x->d.w, VF_CAT_GRADIENTS);
+}
+
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
 static void one_step(struct ctx *x, bool last_micro) {
@@ -1591,6 +1604,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   give(x, input);
   give_all(x, &x->stale);
   mark(x, ST_HEAD_BACKWARD);
+  zero_reduce_buckets(x);
   cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
@@ -1788,7 +1802,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.rc = 0;
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
-  x->forward_workspace = x->backward_workspace = 0;
+  x->forward_workspace = x->backward_workspace = x->reduce_buckets = 0;
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
    * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole

@@ -201,6 +201,32 @@ static void test_ring_attention_buffers(void **state) {
   assert_false(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
 }
 
+/* Finds a backward gradient block of exactly `bytes`. */
+static void find_backward_gradient(void *arg, const struct vf_timeline_event *e) {
+  struct sized *z = arg;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_BACKWARD && e->category == VF_CAT_GRADIENTS &&
+             e->bytes == z->bytes;
+}
+
+/* DeepSpeed's ZeRO-2 backward makes two reduce buckets of hidden x hidden bf16 elements
+ * (the HF integration's "auto", overlap_comm): 2 x 4096 x 4096 x 2 bytes = 64 MiB for
+ * Llama 2 7B, in one block; FSDP has none. */
+static void test_zero_reduce_buckets(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 128, s.weights = VF_PREC_BF16, s.gpus = 2, s.shard = VF_SHARD_ZERO2, s.optimizer = VF_OPT_SGD;
+  struct sized z = {64ull << 20, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
+  assert_true(z.seen);
+  z.seen = false;
+  s.shard = VF_SHARD_FSDP;
+  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
+  assert_false(z.seen);
+}
+
 /* Expert parallelism over 2 of the toy MoE's 4 experts: without sharding each GPU loads 2
  * experts of 3 x 64 x 128 fp32 weights in each of 8 layers fewer (1.5 MiB), and Megatron's
  * fp32 gradient buffer made at load is as much smaller (3 MiB in all); sharded over
@@ -430,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_ring_attention_buffers),
       cmocka_unit_test(test_expert_parallelism),
+      cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
