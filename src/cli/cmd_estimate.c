@@ -95,7 +95,8 @@ static json_t *layout_json(const struct vf_setup *s, const struct vf_estimate *e
   uint64_t model_parallel = s->tp * s->pp * s->cp;
   return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:f}", "gpus", (json_int_t)s->gpus, "dp",
                    (json_int_t)(s->gpus / model_parallel), "tp", (json_int_t)s->tp, "pp", (json_int_t)s->pp, "cp",
-                   (json_int_t)s->cp, "ep", (json_int_t)s->ep, "pp_schedule", vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule),
+                   (json_int_t)s->cp, "ep", (json_int_t)s->ep, "pp_schedule",
+                   vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule),
                    "sequence_parallel", e->sequence_parallel, "peak_rank", (json_int_t)e->pp_rank, "peak_rank_layers",
                    (json_int_t)e->pp_rank_layers, "micro_batches_in_flight", e->pp_in_flight);
 }
@@ -113,10 +114,11 @@ static void layout_text(const struct vf_setup *s, const struct vf_estimate *e) {
   if (s->ep > 1) printf(", experts over ep %llu", (ull)s->ep);
   printf("\n");
   if (s->pp == 1) return;
-  const char *part = e->pp_rank == 0 ? "first stage: the embedding and " : e->pp_rank + 1 == s->pp ? "last stage: " : "";
+  bool last = e->pp_rank + 1 == s->pp;
+  const char *part = e->pp_rank == 0 ? "first stage: the embedding and " : last ? "last stage: " : "";
   printf("pipeline: %s, %llu micro batch%s; the peak is rank %llu's (%s%llu blocks%s), %.3g micro batch%s in flight\n",
          vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule), (ull)e->accumulation, e->accumulation == 1 ? "" : "es",
-         (ull)e->pp_rank, part, (ull)e->pp_rank_layers, e->pp_rank + 1 == s->pp ? ", the head and the loss" : "",
+         (ull)e->pp_rank, part, (ull)e->pp_rank_layers, last ? ", the head and the loss" : "",
          e->pp_in_flight, e->pp_in_flight == 1.0 ? "" : "es");
 }
 

@@ -112,7 +112,8 @@ static void layout_json(json_t *o, const struct vf_setup *s) {
   json_object_set_new(o, "pp", json_integer((json_int_t)s->pp));
   json_object_set_new(o, "cp", json_integer((json_int_t)s->cp));
   json_object_set_new(o, "ep", json_integer((json_int_t)s->ep));
-  json_object_set_new(o, "pp_schedule", json_string(vf_enum_name(VF_ENUM_PP_SCHEDULE, s->pp > 1 ? s->pp_schedule : VF_PP_NONE)));
+  enum vf_pp_schedule schedule = s->pp > 1 ? s->pp_schedule : VF_PP_NONE;
+  json_object_set_new(o, "pp_schedule", json_string(vf_enum_name(VF_ENUM_PP_SCHEDULE, schedule)));
   json_object_set_new(o, "dp", json_integer((json_int_t)(s->gpus / group)));
 }
 

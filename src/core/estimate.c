@@ -1494,7 +1494,8 @@ static void persistent(struct ctx *x) {
   bool sharded_w = vf_shard_weights(x->s->shard);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
-    else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
+    else if (!(x->s->offload & VF_OFFLOAD_PARAMS))
+      take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
     take(x, rope_tables(x, l), VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);

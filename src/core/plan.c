@@ -260,7 +260,8 @@ static double state_floor(const struct vf_setup *s, double params, double traina
                                                                                       : 0;
   double weights = (s->offload & VF_OFFLOAD_PARAMS) ? 0 : params * weight / (vf_shard_weights(s->shard) ? shards : 1);
   double grads = trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
-  double states = (s->offload & VF_OFFLOAD_OPTIMIZER) ? 0 : trainable * state / (s->shard >= VF_SHARD_ZERO1 ? shards : 1);
+  double states =
+      (s->offload & VF_OFFLOAD_OPTIMIZER) ? 0 : trainable * state / (s->shard >= VF_SHARD_ZERO1 ? shards : 1);
   return (weights + grads + states) / split;
 }
 
@@ -378,8 +379,8 @@ static bool half_cp_fits(const struct search *S, const struct config *c) {
   const struct layout *L = &S->layouts[c->layout];
   for (size_t i = 0; i < S->n_layouts && L->cp > 1; i++) {
     const struct layout *H = &S->layouts[i];
-    if (H->fits && H->cp * 2 == L->cp && H->tp == L->tp && H->pp == L->pp && H->ep == L->ep && H->schedule == L->schedule)
-      return true;
+    bool same_rest = H->tp == L->tp && H->pp == L->pp && H->ep == L->ep && H->schedule == L->schedule;
+    if (H->fits && H->cp * 2 == L->cp && same_rest) return true;
   }
   return false;
 }
@@ -579,7 +580,8 @@ int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, 
   /* A layout search changes the layout, the shard and the micro batch; the other knobs
    * stay as given, which keeps it to a few hundred estimates. */
   struct vf_plan_request layout_request = *r;
-  if (r->gpus_per_node) layout_request.keep |= VF_KEEP_PRECISION | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_OFFLOAD;
+  if (r->gpus_per_node)
+    layout_request.keep |= VF_KEEP_PRECISION | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_OFFLOAD;
   S->r = &layout_request;
   S->out = out;
   int rc = start(S, d);
