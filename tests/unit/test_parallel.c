@@ -304,22 +304,24 @@ struct published {
   enum vf_precision weights;
   enum vf_pp_schedule schedule;
   enum vf_ckpt ckpt;
-  double gib; /* the GPU's memory */
+  const char *gpu; /* catalogue name */
 };
 
 static const struct published published[] = {
-    /* pytorch/torchtitan docs/performance.md@0413364: Llama 3.1 405B on 128 H100s of 94 GB,
-     * FSDP 16 x TP 8, local batch 2 of 8192 tokens, full activation checkpointing. */
+    /* pytorch/torchtitan docs/performance.md, its 2024 version (before eaea6f6 rewrote it):
+     * Llama 3.1 405B on 128 H100s of 95 GB, FSDP 16 x TP 8, local batch 2 of 8192 tokens,
+     * full activation checkpointing. */
     {"torchtitan 405B", "llama-3.1-405b", "torchtitan", 2, 8192, 1, 128, 8, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
-     VF_PP_DEFAULT, VF_CKPT_FULL, 94e9 / 1073741824.0},
-    /* The same page: Llama 3 70B with FSDP over 64 A100s of 80 GB, local batch 1. */
+     VF_PP_DEFAULT, VF_CKPT_FULL, "h100-96gb"},
+    /* The same page (and at 0413364): Llama 3 70B with FSDP over 64 A100s of 80 GB, local
+     * batch 1. */
     {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
-     VF_PP_DEFAULT, VF_CKPT_FULL, 80},
+     VF_PP_DEFAULT, VF_CKPT_FULL, "a100-80gb"},
     /* NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py:
      * LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16, 64 H100s of 80 GB, TP 4 x PP 4 (interleaved) x CP 2,
      * micro batch 1, global batch 128 (64 micro batches per replica), distributed optimizer. */
     {"Megatron 70B", "llama-3.1-70b", "megatron", 1, 8192, 64, 64, 4, 4, 2, VF_SHARD_ZERO1, VF_PREC_BF16,
-     VF_PP_INTERLEAVED, VF_CKPT_NONE, 80},
+     VF_PP_INTERLEAVED, VF_CKPT_NONE, "h100-80gb"},
 };
 
 static void test_published_layouts_fit(void **state) {
@@ -332,9 +334,12 @@ static void test_published_layouts_fit(void **state) {
     s.gpus = c->gpus, s.tp = c->tp, s.pp = c->pp, s.cp = c->cp, s.shard = c->shard;
     s.weights = c->weights, s.amp = VF_PREC_BF16, s.pp_schedule = c->schedule, s.grad_ckpt = c->ckpt;
     s.sequence_parallel = VF_SP_YES;
+    struct vf_gpu_spec gpu;
+    assert_int_equal(vf_gpu_lookup(c->gpu, &gpu), 0);
     uint64_t peak = run(c->model, &s, c->framework).device_peak;
-    if ((double)peak > c->gib * 1073741824.0)
-      fail_msg("%s: %.2f GiB, more than the GPU's %.2f GiB", c->what, (double)peak / 1073741824.0, c->gib);
+    if (peak > gpu.capacity_bytes)
+      fail_msg("%s: %.2f GiB, more than %s's %.2f GiB", c->what, (double)peak / 1073741824.0, c->gpu,
+               (double)gpu.capacity_bytes / 1073741824.0);
   }
 }
 
