@@ -83,6 +83,7 @@ struct ctx {
   bool grads_kept; /* gradients of the previous micro batch are still there */
   struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
   struct grads cast_cache; /* autocast's cached weight casts, until the autocast region ends */
+  struct grads foreach_tmp; /* foreach AdamW's per-tensor temporaries, for one step */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -1325,10 +1326,10 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   return root_grads;
 }
 
-static uint64_t trainable_elems(const struct ctx *x, uint64_t layers, bool sharded) {
+static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
   size_t end, unused;
   vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
-  return param_sum(x, 0, end, true, false, sharded);
+  return param_sum(x, 0, end, true, false, false);
 }
 
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
@@ -1436,15 +1437,33 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
   return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
+/* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) takes sqrt(exp_avg_sq) of every
+ * tensor of the group at once (torch._foreach_sqrt): a list of tensors, one per trainable
+ * tensor and each of its size, made in parameter order and freed after the update. Made
+ * apart, they fit into cached blocks one block of their sum could not. Sharded states are
+ * flat: one per unit. */
+static void foreach_temporaries(struct ctx *x) {
+  uint64_t bytes = state_elem_bytes(x);
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    uint64_t shard = 0;
+    for (size_t i = begin; i < end; i++) {
+      const struct vf_param *p = &x->ps->v[i];
+      if (!p->trainable) continue;
+      if (x->s->shard == VF_SHARD_NONE) grad_push(x, &x->foreach_tmp, take(x, p->numel * bytes, WEIGHT_TEMPORARIES));
+      else shard += p->numel * bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
+    }
+    if (shard) grad_push(x, &x->foreach_tmp, take(x, shard / x->d.dsize, WEIGHT_TEMPORARIES));
+  }
+  give_all(x, &x->foreach_tmp);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
-  bool sharded = x->s->shard != VF_SHARD_NONE;
-  uint64_t elems = trainable_elems(x, x->layers, sharded);
-  if (sharded) elems /= x->d.dsize;
-  /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
-    transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
+    foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
     transient(x, largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
 }
@@ -1505,9 +1524,9 @@ static void persistent(struct ctx *x) {
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over; a
    * framework with a gradient buffer of its own keeps every gradient there. */
   const struct vf_setup *s = x->s;
-  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers, false) * 4, VF_CAT_GRADIENTS);
+  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers) * 4, VF_CAT_GRADIENTS);
   else if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
-    take(x, trainable_elems(x, x->layers, false) * x->d.g, VF_CAT_GRADIENTS);
+    take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
 }
 
 /* torch.distributed.pipelining makes a stage's receive buffers for every micro batch when
@@ -2059,6 +2078,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.stale.id);
   free(x.outputs.id);
   free(x.cast_cache.id);
+  free(x.foreach_tmp.id);
   if (!rc) {
     fill(out, &best->r, s);
     describe_layout(out, &x, best);

@@ -1260,6 +1260,16 @@ static void test_final_softcap(void **state) {
 }
 
 
+static void foreach_flag(struct vf_profile *p, bool on) { p->foreach_optimizer = on; }
+
+/* foreach AdamW's sqrt(exp_avg_sq) list: one temporary per trainable tensor, each rounded
+ * to its own 512-byte blocks like the weights (461,312 bytes for the fp32 toy), not one
+ * block of their sum (460,032 rounded to 460,288). */
+static void test_foreach_temporaries(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", foreach_flag, full_ft, VF_PHASE_OPTIMIZER), TOY_WEIGHT_BLOCKS);
+}
+
 static void gqa_expand(struct vf_profile *p, bool on) { p->gqa_expand = on; }
 static void interleaved(struct vf_profile *p, bool on) { p->kv_repeat_interleave = on; }
 
@@ -1351,7 +1361,7 @@ int main(void) {
       cmocka_unit_test(test_adafactor_largest_tensor),
       cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
-      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_accumulating_tied_grads),
+      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries),     cmocka_unit_test(test_accumulating_tied_grads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
