@@ -86,7 +86,7 @@ grep -q '"lengths": "varied"' "$TMP/out" && ok || bad "no assumed lengths in --j
 run estimate llama-3.2-1b --weights bf16 --lengths fixed --json
 fixed=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
 [ "$varied" -gt "$fixed" ] && ok || bad "varied lengths ($varied) not above fixed ($fixed)"
-succeeds '^torchtune 0.1 \(torch 2.2\): sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
+succeeds '^torchtune 0.6 \(torch 2.13\): sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
 
 # ---- impossible or contradictory setups: exit 2 with the reason ---------------------------
 fails 2 'contradicts --quant none' estimate llama-2-7b --method qlora --quant none
