@@ -127,6 +127,7 @@ struct vf_profile {
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
+  bool generates;          /* validation is followed by generating a sample (a KV cache) */
   bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
   /* 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the HF Trainer
    * registers them so), and one fp32 absmax per block of this many elements of an 8-bit

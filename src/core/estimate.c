@@ -1668,6 +1668,23 @@ static void one_step(struct ctx *x, bool last_micro) {
  * eval mode under no_grad, so each layer's tensors go as soon as the layer is done, and the
  * loss over the whole logits at once (litgpt calls chunked_cross_entropy with chunk_size 0);
  * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
+/* A sample generated after validation (litgpt's generate_example, profile field
+ * generates): a KV cache of batch 1 over the training's longest sequence, K and V of every
+ * layer (model.py set_kv_cache, build_kv_cache), and the causal mask it needs, made as ones
+ * and kept as their lower triangle (build_mask_cache: bool, positions squared). The prompt's
+ * forward is the dataset's; one position's logits stand for the tokens made one by one. */
+static void generate_sample(struct ctx *x) {
+  if (!x->p->generates || x->task != VF_TASK_CAUSAL_LM || !x->has_head) return;
+  const struct dims *d = &x->d;
+  uint32_t cache = take(x, 2 * x->layers * d->kv * d->s_kv * d->c, VF_CAT_ACTIVATIONS);
+  uint32_t ones = take(x, d->s_kv * d->s_kv, VF_CAT_TEMPORARIES);
+  uint32_t mask = take(x, d->s_kv * d->s_kv, VF_CAT_ACTIVATIONS);
+  give(x, ones);
+  transient(x, d->vocab * 4, VF_CAT_TEMPORARIES);
+  give(x, mask);
+  give(x, cache);
+}
+
 static void eval_pass(struct ctx *x) {
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_EVAL);
   x->d.in_flight = 1;
@@ -1689,6 +1706,7 @@ static void eval_pass(struct ctx *x) {
   drop_graph(x);
   give(x, input);
   give(x, root);
+  generate_sample(x);
 }
 
 /* Saving a checkpoint reads the weights where they are; only sharded weights are gathered

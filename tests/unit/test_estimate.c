@@ -1165,10 +1165,11 @@ static void test_embedding_gradient_last(void **state) {
 }
 
 /* The toy model's shape with another model type, K/V head count, vocabulary, tying and
- * dtype, and further config.json keys (extra: "" or ", \"key\": value"). */
+ * dtype, and further config.json keys (extra: "" or ", \"key\": value"); layers 0 is the
+ * toy's 2. */
 struct toy_shape {
   const char *type;
-  int kv_heads, vocab;
+  int kv_heads, vocab, layers;
   bool tied;
   const char *dtype, *extra;
   char json[512];
@@ -1176,10 +1177,10 @@ struct toy_shape {
 
 static const char *toy_json(struct toy_shape *t) {
   snprintf(t->json, sizeof t->json,
-           "{\"model_type\": \"%s\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+           "{\"model_type\": \"%s\", \"hidden_size\": 64, \"num_hidden_layers\": %d, \"num_attention_heads\": 4,"
            " \"num_key_value_heads\": %d, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": %d,"
            " \"max_position_embeddings\": 128, \"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\"%s}",
-           t->type, t->kv_heads, t->vocab, t->tied ? "true" : "false", t->dtype, t->extra);
+           t->type, t->layers ? t->layers : 2, t->kv_heads, t->vocab, t->tied ? "true" : "false", t->dtype, t->extra);
   return t->json;
 }
 
@@ -1259,6 +1260,22 @@ static void test_final_softcap(void **state) {
                    2 * n - (4 - 2) * n / 8 - 8 * 64 * 2);
 }
 
+
+static void generates_flag(struct vf_profile *p, bool on) { p->generates = on; }
+static void lora_seq64(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->seq = 64; }
+
+/* litgpt generates a sample after validating: a KV cache of batch 1 over the 64 positions,
+ * K and V of each of the 64 layers (64 x 64 x 4 bytes each: 2 MiB in all), next to the
+ * causal mask (64 x 64 bools). A deep model with a small vocabulary, so that the cache
+ * outgrows what validation adds (about 0.3 MiB here) by far. */
+static void test_generated_sample(void **state) {
+  (void)state;
+  struct toy_shape deep = {.type = "llama", .kv_heads = 4, .vocab = 64, .layers = 64, .tied = false,
+                           .dtype = "float32", .extra = ""};
+  int64_t kv = 2 * 64 * 64 * 64 * 4, mask = 64 * 64;
+  int64_t gain = config_gain(toy_json(&deep), "litgpt", generates_flag, lora_seq64, VF_PHASE_EVAL);
+  assert_in_range(gain, kv - kv / 5, kv + 2 * mask + 512);
+}
 
 static void foreach_flag(struct vf_profile *p, bool on) { p->foreach_optimizer = on; }
 
@@ -1361,7 +1378,7 @@ int main(void) {
       cmocka_unit_test(test_adafactor_largest_tensor),
       cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
-      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries),     cmocka_unit_test(test_accumulating_tied_grads),
+      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample),     cmocka_unit_test(test_accumulating_tied_grads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
