@@ -1400,26 +1400,48 @@ static bool states_on_gpu(const struct vf_setup *s) {
   return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER);
 }
 
-/* Created once, in the first step, and kept: per tensor, or per layer's shard when the
- * states are partitioned (ZeRO, FSDP flat parameters). */
-static void create_states(struct ctx *x) {
+/* The bytes of what a trainable tensor gets, one tensor each; returns how many. */
+typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct vf_param *p, uint64_t out[5]);
+
+/* Takes what bytes_of gives every trainable tensor, unit by unit: a tensor each, or when
+ * partitioned (ZeRO, FSDP flat parameters) one flat shard of the unit's sum, experts
+ * counted once per expert-parallel group as param_sum counts them. The ids go to ids when
+ * given. */
+static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_category cat, struct grads *ids) {
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     size_t begin, end;
     vf_params_layer(x->ps, l, &begin, &end);
     uint64_t shard = 0;
     for (size_t i = begin; i < end; i++) {
       const struct vf_param *p = &x->ps->v[i];
-      struct state st[5];
-      int k = p->trainable ? tensor_states(x, p, st) : 0;
+      uint64_t bytes[5];
+      int k = p->trainable ? bytes_of(x, p, bytes) : 0;
       for (int j = 0; j < k; j++) {
-        if (st[j].paged) continue;
-        if (x->s->shard == VF_SHARD_NONE) take(x, st[j].bytes, VF_CAT_OPTIMIZER);
-        else shard += st[j].bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
+        if (x->s->shard != VF_SHARD_NONE) {
+          shard += bytes[j] * (p->expert ? x->s->ep : 1);
+          continue;
+        }
+        uint32_t id = take(x, bytes[j], cat);
+        if (ids) grad_push(x, ids, id);
       }
     }
-    take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
+    if (!shard) continue;
+    uint32_t id = take(x, shard / x->d.dsize, cat);
+    if (ids) grad_push(x, ids, id);
   }
 }
+
+/* A tensor's optimizer states on the GPU (paged ones live in host memory until used). */
+static int gpu_state_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+  struct state st[5];
+  int k = tensor_states(x, p, st), n = 0;
+  for (int j = 0; j < k; j++)
+    if (!st[j].paged) out[n++] = st[j].bytes;
+  return n;
+}
+
+/* Created once, in the first step, and kept. */
+static void create_states(struct ctx *x) { take_per_tensor(x, gpu_state_bytes, VF_CAT_OPTIMIZER, NULL); }
 
 /* Adafactor updates one tensor at a time: the largest trainable tensor sets the step's
  * peak (the embedding's, often). */
@@ -1437,25 +1459,18 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
   return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
+static int sqrt_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+  out[0] = p->numel * state_elem_bytes(x);
+  return 1;
+}
+
 /* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) takes sqrt(exp_avg_sq) of every
  * tensor of the group at once (torch._foreach_sqrt): a list of tensors, one per trainable
  * tensor and each of its size, made in parameter order and freed after the update. Made
  * apart, they fit into cached blocks one block of their sum could not. Sharded states are
  * flat: one per unit. */
 static void foreach_temporaries(struct ctx *x) {
-  uint64_t bytes = state_elem_bytes(x);
-  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
-    size_t begin, end;
-    vf_params_layer(x->ps, l, &begin, &end);
-    uint64_t shard = 0;
-    for (size_t i = begin; i < end; i++) {
-      const struct vf_param *p = &x->ps->v[i];
-      if (!p->trainable) continue;
-      if (x->s->shard == VF_SHARD_NONE) grad_push(x, &x->foreach_tmp, take(x, p->numel * bytes, WEIGHT_TEMPORARIES));
-      else shard += p->numel * bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
-    }
-    if (shard) grad_push(x, &x->foreach_tmp, take(x, shard / x->d.dsize, WEIGHT_TEMPORARIES));
-  }
+  take_per_tensor(x, sqrt_bytes, WEIGHT_TEMPORARIES, &x->foreach_tmp);
   give_all(x, &x->foreach_tmp);
 }
 
