@@ -5,9 +5,11 @@
 
 #include "cli/history_cli.h"
 #include "cli/setup_opts.h"
+#include "cli/workload_cli.h"
 
 static const char usage[] =
-    "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n\n"
+    "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n"
+    "       vramfit plan --workload FILE --gpu G [--safety F] [--target-effective-batch N] [--json]\n\n"
     "The fastest training setting that fits the GPU, within the changes allowed: micro batch\n"
     "and accumulation (keeping the effective batch), gradient checkpointing, optimizer,\n"
     "autocast precision, ZeRO sharding and CPU offload; method (LoRA, QLoRA) and, as a last\n"
@@ -26,7 +28,10 @@ static const char usage[] =
     "                               lora-r, quant and the model), none (capacity)\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
     "  --calibrate                  scale every estimate's batch-dependent part by what a run\n"
-    "                               of the given setup measured here ('vramfit history')\n\n"
+    "                               of the given setup measured here ('vramfit history')\n"
+    "  --workload FILE              plan every stage of a workload.yaml instead of MODEL: the\n"
+    "                               shared micro batch and accumulation and each stage's knobs\n"
+    "                               (--safety 0.85 unless the workload says otherwise)\n\n"
     "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
     "--lengths, --accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt,\n"
     "--gpus, ...).\n\n"
@@ -36,7 +41,7 @@ static const char usage[] =
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 
-enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE };
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_WORKLOAD };
 
 static const struct option opts[] = {
     SETUP_OPTIONS,
@@ -46,6 +51,7 @@ static const struct option opts[] = {
     {"json", no_argument, NULL, O_JSON},
     {"help", no_argument, NULL, O_HELP},
     {"calibrate", no_argument, NULL, O_CALIBRATE},
+    {"workload", required_argument, NULL, O_WORKLOAD},
     {NULL, 0, NULL, 0}};
 
 struct plan_args {
@@ -53,7 +59,8 @@ struct plan_args {
   double safety;
   uint64_t target;
   uint32_t keep;
-  bool json, calibrate;
+  bool json, calibrate, safety_given;
+  const char *workload;
 };
 
 static int parse_safety(const char *arg, double *out) {
@@ -66,7 +73,8 @@ static int parse_safety(const char *arg, double *out) {
 
 static int plan_option(struct plan_args *a, int c, const char *arg) {
   switch (c) {
-  case O_SAFETY: return parse_safety(arg, &a->safety);
+  case O_SAFETY: return a->safety_given = true, parse_safety(arg, &a->safety);
+  case O_WORKLOAD: a->workload = arg; return 0;
   case O_TARGET:
     if (cli_parse_u64("plan", "--target-effective-batch", arg, &a->target)) return VF_EINVAL;
     if (a->target) return 0;
@@ -192,6 +200,9 @@ int cmd_plan(int argc, char **argv) {
     if (c == ':' || c == '?') return cli_option_error("plan", c, argv);
     if (plan_option(&a, c, optarg)) return EXIT_BAD_INPUT;
   }
+  if (a.workload && optind != argc)
+    return cli_usage_error("plan", "--workload: the workload names its model; give no MODEL");
+  if (a.workload) return plan_workload(&a.setup, a.workload, a.safety_given ? a.safety : 0, a.target, a.json);
   if (optind != argc - 1)
     return cli_usage_error("plan", optind == argc ? "MODEL is missing; see 'vramfit plan --help'"
                                                   : "expects exactly one MODEL");

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Workloads: `plan --workload` on the example (every stage within the budget, a larger GPU
+# never less work per step, the contract's JSON, exit 1 when nothing fits) and bad specs
+# (one line naming file:line, exit 2).
+NAME=workload
+source "$(dirname "$0")/lib/harness.sh"
+
+EX=$SRC/examples/contrastive-embedder
+cp -r "$EX" "$TMP/ex"
+W=$TMP/ex/workload.yaml
+GIB=$((1 << 30))
+
+# ---- a 24 GiB plan keeps every stage within 85% of it ----------------------------------
+run plan --workload "$W" --gpu 24GiB --json
+cp "$TMP/out" "$TMP/plan24.json"
+check=$(python3 - "$TMP/out" <<'PY' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["workload"] == "contrastive-embedder" and d["found"] is True
+cap = d["capacity_bytes"]
+assert cap == 24 * 2**30, cap
+assert len(d["stages"]) == 5
+for s in d["stages"]:
+    for k, t in {"name": str, "file": str, "batch": int, "accumulation": int, "effective_batch": int,
+                 "knobs": dict, "peak_device_bytes": int, "budget_bytes": int}.items():
+        assert isinstance(s[k], t), (k, s)
+    assert s["peak_device_bytes"] <= 0.85 * cap, s
+    assert s["budget_bytes"] <= 0.85 * cap
+    assert s["effective_batch"] == s["batch"] * s["accumulation"] == 256, s
+    assert set(s["knobs"]) == {"n_positives", "n_negatives"}
+    assert s["set"] == {"n_positives": s["knobs"]["n_positives"], "n_negatives": s["knobs"]["n_negatives"]}
+    assert sum(s["breakdown"].values()) == s["peak_device_bytes"], s["breakdown"]
+    lo = (16, 16) if s["name"] == "01" else (8, 4)
+    hi = (32, 32) if s["name"] == "01" else (16, 16)
+    assert lo[0] <= s["knobs"]["n_positives"] <= hi[0] and lo[1] <= s["knobs"]["n_negatives"] <= hi[1], s
+assert d["recommended"] == d["stages"][0]
+assert d["shared"]["set"] == {"data_loader.batch_size": d["stages"][0]["batch"],
+                              "training.trainer.accumulate_grad_batches": d["stages"][0]["accumulation"]}
+assert d["changes"] and all(isinstance(c, str) for c in d["changes"])
+print("ok")
+PY
+)
+[ "$rc" -eq 0 ] && [ "$check" = ok ] && ok || bad "plan --workload 24GiB: $check"
+
+# ---- a larger GPU never gets less work per step ------------------------------------------
+prev=""
+for g in 8 12 16 24 32 40 48 64 80 96 141; do
+  run plan --workload "$W" --gpu "${g}GiB" --json
+  [ "$rc" -eq 0 ] || { bad "plan --workload ${g}GiB: exit $rc"; continue; }
+  work=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join(str(s["batch"] * s["sequences"]) for s in d["stages"]))' "$TMP/out")
+  if [ -n "$prev" ]; then
+    less=$(python3 -c 'import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(sum(int(y) < int(x) for x, y in zip(a, b)))' "$prev" "$work")
+    [ "$less" -eq 0 ] && ok || bad "${g}GiB does less work per step than the GPU before it: $prev -> $work"
+  fi
+  prev=$work
+done
+
+# ---- text output, the target, --safety ------------------------------------------------------
+succeeds '^micro batch [0-9]+, accumulation [0-9]+: effective batch 256 \(target 256\)$' plan --workload "$W" --gpu 24GiB
+grep -q '^  01 ' "$TMP/out" && grep -q '^  activations ' "$TMP/out" && ok || bad "no stage table or breakdown: $(cat "$TMP/out")"
+succeeds 'effective batch 512 \(target 512\)' plan --workload "$W" --gpu 80GiB --target-effective-batch 512
+run plan --workload "$W" --gpu 24GiB --safety 0.6 --json
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(s["peak_device_bytes"] <= 0.6 * 24 * 2**30 for s in d["stages"])' "$TMP/out" && ok || bad "--safety 0.6 not held"
+
+# ---- nothing fits: exit 1 with the stage that does not ------------------------------------
+run plan --workload "$W" --gpu 1GiB
+[ "$rc" -eq 1 ] && grep -q '^nothing fits: stage 01 needs' "$TMP/out" && ok || bad "1GiB: exit $rc: $(tail -2 "$TMP/out")"
+
+# ---- bad specs: one line naming file:line, exit 2 ------------------------------------------
+bad_spec() { # NAME SED-EXPRESSION PATTERN
+  sed "$2" "$W" >"$TMP/ex/$1.yaml"
+  fails 2 "$3" plan --workload "$TMP/ex/$1.yaml" --gpu 24GiB
+}
+bad_spec unknown 's/1 + n_positives + n_negatives/1 + n_positives + n_negative/' \
+  "^vramfit plan: .*/unknown\.yaml:[0-9]+:[0-9]+: sequences: unknown knob 'n_negative'"
+bad_spec cycle 's/^  candidates: n_positives + n_negatives$/  candidates: n_positives + more\n  more: candidates - 1/' \
+  "cycle\.yaml:[0-9]+:[0-9]+: defines refer to each other in a cycle: candidates -> more -> candidates$"
+bad_spec nofile 's/03_stage.yaml/33_stage.yaml/' \
+  "nofile\.yaml:[0-9]+:[0-9]+: stage '03': its file .*33_stage\.yaml does not exist$"
+bad_spec range 's/n_negatives: {min: 16, max: 32}/n_negatives: {min: 16, max: 99}/' \
+  "range\.yaml:[0-9]+:[0-9]+: stage '01': n_negatives range 16\.\.99 cannot be met within the knob's 1\.\.64$"
+bad_spec empty 's/min: 1, max: 64, priority: 1/min: 65, max: 64, priority: 1/' \
+  "empty\.yaml:[0-9]+:[0-9]+: knob 'n_negatives': min 65 is above max 64$"
+bad_spec encoder 's|encoders/config.json, method: lora, lora_r: 8, lora_targets: "q,v", grad_ckpt: full, tokens: 128|nope.json, tokens: 128|' \
+  "encoder\.yaml:[0-9]+:[0-9]+: encoder 'description': unknown model 'nope\.json'"
+fails 2 "no-such\.yaml: cannot open" plan --workload "$TMP/no-such.yaml" --gpu 24GiB
+fails 2 "give no MODEL" plan gpt2 --workload "$W" --gpu 24GiB
+fails 2 "--gpu is required" plan --workload "$W"
+
+finish
