@@ -123,6 +123,33 @@ struct vf_wl_point {
   int64_t values[VF_WL_MAX_KNOBS];
 };
 
+/* What one micro batch is at a point. */
+struct vf_wl_shape {
+  uint64_t sequences;  /* per micro batch, through each encoder: batch x sequences per anchor */
+  uint64_t loss_elems; /* elements of the loss's extra tensors, one copy each */
+};
+
+/* What `vramfit trace --workload` measured of the user's factory, as linear terms of the
+ * micro batch's shape: term[0] bytes, + term[1] per sequence through the encoders, + term[2]
+ * per element of the loss's extra tensors (struct vf_wl_shape). */
+enum { VF_WL_TERMS = 3 };
+
+struct vf_wl_measure { /* one traced point */
+  struct vf_wl_shape shape;
+  uint64_t allocated, reserved;       /* max_memory_allocated / reserved, replayed */
+  uint64_t by_category[VF_CAT_COUNT]; /* at the allocated peak */
+  enum vf_phase phase;                /* of the allocated peak */
+};
+
+struct vf_wl_fit {
+  size_t n_points; /* 0: nothing measured */
+  double allocated[VF_WL_TERMS], reserved[VF_WL_TERMS];
+  double by_category[VF_CAT_COUNT][VF_WL_TERMS];
+  enum vf_phase phase; /* of the largest point's peak */
+  double r2;           /* of the allocated fit over the points (1 when it is exact) */
+  double max_error;    /* largest |fit - measured| / measured over the points */
+};
+
 struct vf_workload {
   char file[VF_WL_PATH]; /* as given, for messages */
   char dir[VF_WL_PATH];  /* the folder relative paths start from */
@@ -154,6 +181,7 @@ struct vf_workload {
   double safety;                   /* 0: not given */
   struct vf_wl_point points[VF_WL_MAX_POINTS]; /* the settings `trace --workload` runs */
   size_t n_points;
+  struct vf_wl_fit fit; /* from the file `trace --workload` wrote beside it, when there is one */
 };
 
 void vf_workload_init(struct vf_workload *w);
@@ -190,20 +218,30 @@ struct vf_wl_env {
   uint64_t context_bytes;              /* CUDA context outside the allocator */
 };
 
-/* What one micro batch is at a point. */
-struct vf_wl_shape {
-  uint64_t sequences;  /* per micro batch, through each encoder: batch x sequences per anchor */
-  uint64_t loss_elems; /* elements of the loss's extra tensors, one copy each */
-};
 int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt, struct vf_wl_shape *out,
                       struct vf_diag *d);
 
 /* Peak memory of a training step of the workload's parts at pt: every encoder's step as
  * the estimator writes it, run one after another in the forward and in reverse in the
  * backward, with the fusion, heads and loss between, replayed together through the
- * caching-allocator model. VF_EUNSUPPORTED for a factory workload (trace measures those). */
+ * caching-allocator model. A workload given by its factory only is estimated from what
+ * `trace --workload` measured (w->fit); VF_EUNSUPPORTED before it has been traced. */
 int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
                          struct vf_estimate *out, struct vf_diag *d);
+
+/* The settings `trace --workload` runs: the workload's trace.points, else one around the
+ * first stage's minimums (a micro batch of at least 4) with the micro batch doubled and
+ * quadrupled and each knob of the run's own doubled, within the ranges. Returns how many. */
+size_t vf_workload_trace_points(const struct vf_workload *w, struct vf_wl_point out[VF_WL_MAX_POINTS]);
+
+/* Least-squares fit of the measured points (at least VF_WL_TERMS of them, differing in
+ * shape): terms that come out negative are dropped and the rest fitted again, so the fit
+ * never shrinks as the batch grows. VF_EINVAL when the points cannot determine it (the
+ * per-sequence term above all). */
+int vf_workload_fit(const struct vf_wl_measure *m, size_t n, struct vf_wl_fit *out);
+/* The fit at a shape, as an estimate (the CUDA context of env added). */
+void vf_workload_fit_eval(const struct vf_wl_fit *f, const struct vf_wl_shape *s, const struct vf_wl_env *env,
+                          struct vf_estimate *out);
 
 /* ---- planning every stage (pure) ----
  * The micro batch and accumulation are shared by every stage (they live in the main

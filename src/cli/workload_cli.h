@@ -20,4 +20,8 @@ void workload_context_cleanup(struct workload_context *c);
 /* `vramfit plan --workload FILE`: safety 0 and target 0 take the workload's. */
 int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, bool json);
 
+/* `vramfit trace --workload FILE`: traces the factory at the workload's points and writes
+ * the fit beside it (src/cli/trace_workload.c). */
+int trace_workload(struct setup_request *r, const char *file, bool json, double timeout_s);
+
 #endif

@@ -444,13 +444,16 @@ static int run_all(struct compose *c, const struct vf_workload *w, const struct 
 
 int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
                          struct vf_estimate *out, struct vf_diag *d) {
-  if (!w->n_encoders)
+  if (!w->n_encoders && !w->fit.n_points)
     return vf_diag_line(d, VF_EUNSUPPORTED, w->file, w->factory_line, 1,
-                        "the model is a factory: 'vramfit trace --workload' measures it");
-  if (!w->models_loaded) return vf_diag_line(d, VF_EINVAL, w->file, 0, 0, "the encoders' models are not loaded");
+                        "the model is a factory that has not been measured: run 'vramfit trace --workload %s'",
+                        w->file);
+  if (w->n_encoders && !w->models_loaded)
+    return vf_diag_line(d, VF_EINVAL, w->file, 0, 0, "the encoders' models are not loaded");
   struct vf_wl_shape shape;
   int rc = vf_workload_shape(w, pt, &shape, d);
   if (rc) return rc;
+  if (!w->n_encoders) return vf_workload_fit_eval(&w->fit, &shape, env, out), 0;
   if (!shape.sequences) return vf_diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "no sequences");
   struct compose *c = calloc(1, sizeof *c);
   if (!c) return VF_ENOMEM;

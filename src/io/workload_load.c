@@ -8,6 +8,8 @@
 #include "core/diag.h"
 #include "io/edit_internal.h"
 #include "io/fileio.h"
+#include "io/json_util.h"
+#include "io/workload_json.h"
 #include "vramfit/workload.h"
 
 #define MAX_WORKLOAD_BYTES (1u << 20)
@@ -54,6 +56,25 @@ static int load_encoder(struct vf_workload *w, size_t i, struct vf_diag *d) {
   return vf_diag_line(d, rc, w->file, w->encoders[i].line, 1, "encoder '%s': %s", w->encoders[i].name, why);
 }
 
+/* What `trace --workload` measured of the factory, from the file it wrote beside the
+ * workload, when there is one. */
+static int load_fit(struct vf_workload *w, const char *path, struct vf_diag *d) {
+  char file[VF_WL_PATH + 16], *text;
+  size_t len;
+  vf_workload_trace_path(path, file, sizeof file);
+  if (!vf_is_file(file)) return 0;
+  int rc = vf_read_file(file, MAX_WORKLOAD_BYTES, &text, &len, d);
+  if (rc) return rc;
+  json_t *o = NULL;
+  rc = vf_json_parse(text, len, file, &o, d);
+  free(text);
+  if (!rc && vf_workload_fit_from_json(json_object_get(o, "fit"), &w->fit))
+    rc = vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "no usable \"fit\": run 'vramfit trace --workload %s' again",
+                    path);
+  json_decref(o);
+  return rc;
+}
+
 int vf_workload_load(struct vf_workload *w, const char *path, struct vf_diag *d) {
   char *text, copy[VF_WL_PATH];
   size_t len;
@@ -65,6 +86,7 @@ int vf_workload_load(struct vf_workload *w, const char *path, struct vf_diag *d)
   if (!rc) rc = check_files(w, d);
   for (size_t i = 0; !rc && i < w->n_encoders; i++) rc = load_encoder(w, i, d);
   w->models_loaded = !rc;
+  if (!rc) rc = load_fit(w, path, d);
   return rc;
 }
 

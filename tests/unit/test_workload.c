@@ -1,6 +1,7 @@
 /* Workload specs: the reader on specs written inline (every error names file:line:col),
  * expressions (precedence, min/max, rounding, overflow), the example's spec loaded from
  * disk, and the estimate of a workload against its encoders estimated alone. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -213,11 +214,75 @@ static void test_example_loads(void **state) {
   release(w);
 }
 
+static struct vf_wl_measure measured(uint64_t seqs, uint64_t loss, double fixed, double per_seq, double per_loss) {
+  struct vf_wl_measure m = {.shape = {seqs, loss}, .phase = VF_PHASE_BACKWARD};
+  m.allocated = (uint64_t)(fixed + per_seq * (double)seqs + per_loss * (double)loss);
+  m.reserved = m.allocated + (1u << 20);
+  m.by_category[VF_CAT_WEIGHTS] = (uint64_t)fixed;
+  m.by_category[VF_CAT_ACTIVATIONS] = m.allocated - (uint64_t)fixed;
+  return m;
+}
+
+/* Points that lie on a line give its terms back; the fit evaluates to the measured peak,
+ * its categories summing to it; a term that would shrink the peak is dropped. */
+static void test_fit(void **state) {
+  (void)state;
+  struct vf_wl_measure m[4] = {measured(36, 128, 1e9, 7e6, 16), measured(72, 512, 1e9, 7e6, 16),
+                               measured(144, 2048, 1e9, 7e6, 16), measured(68, 256, 1e9, 7e6, 16)};
+  struct vf_wl_fit f;
+  assert_int_equal(vf_workload_fit(m, 4, &f), 0);
+  assert_true(fabs(f.allocated[0] - 1e9) < 1e3 && fabs(f.allocated[1] - 7e6) < 10 && fabs(f.allocated[2] - 16) < 0.1);
+  assert_true(f.r2 > 0.999999 && f.max_error < 1e-6);
+  assert_int_equal(f.n_points, 4);
+  struct vf_wl_env env = {.context_bytes = 500u << 20};
+  struct vf_estimate e;
+  vf_workload_fit_eval(&f, &m[2].shape, &env, &e);
+  assert_true(llabs((long long)e.allocated_peak - (long long)m[2].allocated) < 16);
+  assert_int_equal(e.by_category[VF_CAT_WEIGHTS] + e.by_category[VF_CAT_ACTIVATIONS], e.allocated_peak);
+  assert_int_equal(e.device_peak, e.reserved_peak + env.context_bytes);
+  assert_int_equal(e.allocator_slack + e.allocated_peak, e.reserved_peak);
+  assert_int_equal(e.peak_phase, VF_PHASE_BACKWARD);
+  /* A loss term that comes out negative goes; the rest still fit the points closely. */
+  for (int i = 0; i < 4; i++) m[i] = measured(m[i].shape.sequences, m[i].shape.loss_elems, 1e9, 7e6, -8);
+  assert_int_equal(vf_workload_fit(m, 4, &f), 0);
+  assert_true(f.allocated[2] == 0 && f.allocated[1] > 0);
+  /* Too few points, or points alike in shape, cannot determine the fit. */
+  assert_int_equal(vf_workload_fit(m, 2, &f), VF_EINVAL);
+  struct vf_wl_measure same[3] = {m[0], m[0], m[0]};
+  assert_int_equal(vf_workload_fit(same, 3, &f), VF_EINVAL);
+}
+
+/* Without trace.points: one around the first stage's minimums, the micro batch doubled and
+ * quadrupled, each knob doubled. */
+static void test_default_trace_points(void **state) {
+  (void)state;
+  const char *src = getenv("VF_SOURCE_DIR");
+  if (!src) skip();
+  char path[1024];
+  snprintf(path, sizeof path, "%s/examples/contrastive-embedder/workload.yaml", src);
+  struct vf_workload *w = test_malloc(sizeof *w);
+  vf_workload_init(w);
+  struct vf_diag d;
+  if (vf_workload_load(w, path, &d)) fail_msg("%s:%d:%d: %s", d.file, d.line, d.col, d.msg);
+  struct vf_wl_point pts[VF_WL_MAX_POINTS];
+  size_t n = vf_workload_trace_points(w, pts);
+  int b = w->batch, neg = vf_workload_knob(w, "n_negatives"), pos = vf_workload_knob(w, "n_positives");
+  assert_int_equal(n, 5);
+  int64_t want[5][3] = {{4, 16, 16}, {8, 16, 16}, {16, 16, 16}, {4, 32, 16}, {4, 16, 32}};
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(pts[i].values[b], want[i][0]);
+    assert_int_equal(pts[i].values[neg], want[i][1]);
+    assert_int_equal(pts[i].values[pos], want[i][2]);
+  }
+  release(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_base_parses),        cmocka_unit_test(test_expressions),
       cmocka_unit_test(test_errors_name_the_line), cmocka_unit_test(test_stage_file_needs_config),
-      cmocka_unit_test(test_example_loads),
+      cmocka_unit_test(test_example_loads),      cmocka_unit_test(test_fit),
+      cmocka_unit_test(test_default_trace_points),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
