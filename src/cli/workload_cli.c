@@ -103,6 +103,7 @@ static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu
     return;
   }
   printf("\n");
+  if (!p->n_changes) printf("  the configs hold this plan already\n");
   for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
 }
 

@@ -72,6 +72,35 @@ assert all(s["peak_device_bytes"] <= 0.6 * 24 * 2**30 for s in d["stages"])' "$T
 run plan --workload "$W" --gpu 1GiB
 [ "$rc" -eq 1 ] && grep -q '^nothing fits: stage 01 needs' "$TMP/out" && ok || bad "1GiB: exit $rc: $(tail -2 "$TMP/out")"
 
+# ---- apply: the shared values into config.yaml, each stage's into its file, only values --
+(cd "$TMP/ex" && "$VRAMFIT" apply conf/config.yaml conf/text_curriculum/*.yaml --plan "$TMP/plan24.json" \
+  >"$TMP/out" 2>"$TMP/err")
+rc=$?
+check=$(python3 - "$TMP/plan24.json" "$TMP/ex" <<'PY' 2>&1
+import json, os, re, sys
+d, ex = json.load(open(sys.argv[1])), sys.argv[2]
+files = ["conf/config.yaml"] + [s["file"] for s in d["stages"]]
+for f in files:
+    new, old = open(os.path.join(ex, f)).read().splitlines(), open(os.path.join(ex, f + ".backup")).read().splitlines()
+    assert len(new) == len(old), f
+    for a, b in zip(old, new):  # a changed line differs in its number only
+        assert a == b or re.sub(r"\d+ *", "N", a) == re.sub(r"\d+ *", "N", b), (f, a, b)
+def at(f, key):
+    m = re.search(r"^ *" + key + r": (\d+)", open(os.path.join(ex, f)).read(), re.M)
+    return int(m.group(1))
+assert at("conf/config.yaml", "batch_size") == d["stages"][0]["batch"]
+assert at("conf/config.yaml", "accumulate_grad_batches") == d["stages"][0]["accumulation"]
+for s in d["stages"]:
+    for k, v in s["knobs"].items():
+        assert at(s["file"], k) == v, (s["file"], k)
+print("ok")
+PY
+)
+[ "$rc" -eq 0 ] && [ "$check" = ok ] && ok || bad "apply --plan of a workload plan: exit $rc: $check $(cat "$TMP/err")"
+# Applied, the configs hold the plan: planning again changes nothing.
+run plan --workload "$W" --gpu 24GiB
+grep -q '^  the configs hold this plan already$' "$TMP/out" && ok || bad "a second plan still changes: $(grep -- '  - ' "$TMP/out")"
+
 # ---- bad specs: one line naming file:line, exit 2 ------------------------------------------
 bad_spec() { # NAME SED-EXPRESSION PATTERN
   sed "$2" "$W" >"$TMP/ex/$1.yaml"
