@@ -101,6 +101,49 @@ PY
 run plan --workload "$W" --gpu 24GiB
 grep -q '^  the configs hold this plan already$' "$TMP/out" && ok || bad "a second plan still changes: $(grep -- '  - ' "$TMP/out")"
 
+# ---- probe --stage: the stage's knobs in the command, confirmed at the planned batch ------
+cat >"$TMP/train.sh" <<'EOF'
+#!/bin/sh
+# train.sh --batch=B --negatives=N: fits up to $T anchors per micro batch.
+b=${1#--batch=}
+echo "$b ${2#--negatives=} $VRAMFIT_N_NEGATIVES $VRAMFIT_N_POSITIVES $VRAMFIT_BATCH" >>"$TMP/launches"
+if [ "$b" -gt "$T" ]; then
+  echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." >&2
+  exit 1
+fi
+EOF
+chmod +x "$TMP/train.sh"
+export TMP
+probe_stage() { # T ARGS...
+  : >"$TMP/launches"
+  T=$1 VRAMFIT_NVML=/nonexistent/libnvidia-ml.so.1 "$VRAMFIT" probe --workload "$W" --gpu 24GiB "${@:2}" \
+    -- "$TMP/train.sh" --batch={batch} --negatives={n_negatives} >"$TMP/out" 2>"$TMP/err" </dev/null
+  rc=$?
+}
+probe_stage 400 --stage 02 --json
+check=$(python3 - "$TMP/out" "$TMP/launches" "$TMP/plan24.json" <<'PY' 2>&1
+import json, sys
+d, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[3]))
+stage = next(s for s in plan["stages"] if s["name"] == "02")
+assert d["stage"] == {"name": "02", "knobs": stage["knobs"], "planned_batch": stage["batch"], "confirmed": True}, d["stage"]
+assert d["max_batch"] == 400 and d["estimate_batch"] > 0, d
+for line in open(sys.argv[2]).read().splitlines():
+    b, neg, env_neg, env_pos, env_b = map(int, line.split())
+    assert neg == env_neg == stage["knobs"]["n_negatives"] and env_pos == stage["knobs"]["n_positives"] and b == env_b, line
+print("ok")
+PY
+)
+[ "$rc" -eq 0 ] && [ "$check" = ok ] && ok || bad "probe --stage 02: exit $rc: $check $(cat "$TMP/err")"
+# The real GPU holds less than planned: exit 1, not confirmed.
+probe_stage 20 --stage 02
+[ "$rc" -eq 1 ] && grep -q '^stage 02 not confirmed: the planned micro batch [0-9]* does not fit' "$TMP/out" && ok ||
+  bad "probe --stage short of the plan: exit $rc: $(cat "$TMP/out" "$TMP/err")"
+grep -q '^stage 02 of .*workload.yaml: n_negatives [0-9]*, n_positives [0-9]*; planned micro batch [0-9]*$' "$TMP/out" && ok ||
+  bad "probe --stage text: $(head -2 "$TMP/out")"
+fails 2 "--stage 09: .*workload.yaml has no such stage \(01, 02, 03, 04, 05\)" probe --workload "$W" --gpu 24GiB --stage 09 -- true
+fails 2 "--workload and --stage go together" probe --workload "$W" --gpu 24GiB -- true
+fails 2 "--gpu needs --model or --workload" probe --gpu 24GiB -- true
+
 # ---- bad specs: one line naming file:line, exit 2 ------------------------------------------
 bad_spec() { # NAME SED-EXPRESSION PATTERN
   sed "$2" "$W" >"$TMP/ex/$1.yaml"
