@@ -7,11 +7,12 @@ usage (on a machine with a GPU, from the repository root):
     PYTHONPATH=python python3 bench/measured/hf_gpu.py OUT.jsonl [TEXT]
 (TEXT: only the setups whose JSON contains it)
 The setups are the list below; each is a tracer setup (python/vramfit/trace/spec.py)."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gpu_common  # noqa: E402
 
 SETUPS = [
     dict(model="llama-3.2-1b", weights="bf16", batch=1, seq=512),
@@ -46,20 +47,7 @@ def one(setup: dict) -> dict:
     from vramfit.trace.spec import Spec
 
     spec = Spec(**setup)
-    config = tf.AutoConfig.from_pretrained(spec.config)
-    if spec.task == "seq-classification":
-        config.num_labels = 2
-        if getattr(config, "pad_token_id", None) is None:
-            config.pad_token_id = getattr(config, "eos_token_id", None) or 0
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
-    with torch.device("cuda"):
-        model = hf._model_class(spec).from_config(config, dtype=dtype, **hf._attention(spec))
-    if spec.lora:
-        import peft
-        model = peft.get_peft_model(model, peft.LoraConfig(
-            r=spec.lora_r, lora_alpha=2 * spec.lora_r, lora_dropout=hf.LORA_DROPOUT,
-            use_dora=spec.method == "dora", target_modules=hf._lora_targets(spec, config.model_type),
-            task_type={"causal-lm": "CAUSAL_LM", "seq-classification": "SEQ_CLS", "masked-lm": None}[spec.task]))
+    model = gpu_common.model_on_gpu(spec)
     with tempfile.TemporaryDirectory() as out:
         trainer = tf.Trainer(model=model, args=hf._training_args(spec, out),
                              train_dataset=hf.Batches(spec), data_collator=hf._collate(spec))
@@ -70,24 +58,5 @@ def one(setup: dict) -> dict:
             "gpu": torch.cuda.get_device_name()}
 
 
-def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--one":
-        print("RESULT " + json.dumps(one(json.loads(sys.argv[2]))), flush=True)
-        return
-    out = open(sys.argv[1], "w")
-    for setup in SETUPS:
-        if len(sys.argv) > 2 and sys.argv[2] not in json.dumps(setup):
-            continue
-        full = dict(setup, config=f"data/models/{setup['model']}.json", framework="hf")
-        p = subprocess.run([sys.executable, __file__, "--one", json.dumps(full)],
-                           capture_output=True, text=True, timeout=300)
-        line = next((l[7:] for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
-        row = dict(setup=setup, **(json.loads(line) if line else
-                                   {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}))
-        print(json.dumps(row), flush=True)
-        out.write(json.dumps(row) + "\n")
-        out.flush()
-
-
 if __name__ == "__main__":
-    main()
+    gpu_common.main(__file__, "hf", SETUPS, one)

@@ -8,9 +8,11 @@ usage (on a machine with a GPU, from the repository root):
     PYTHONPATH=python python3 bench/measured/lightning_gpu.py OUT.jsonl [TEXT]
 (TEXT: only the setups whose JSON contains it). Each setup is a row of the traced corpus
 (bench/traced/lightning.tsv)."""
-import json
-import subprocess
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gpu_common  # noqa: E402
 
 SETUPS = [
     dict(model="llama-3.2-1b", weights="bf16", batch=2, seq=512),
@@ -30,25 +32,12 @@ def one(setup: dict) -> dict:
     import torch
     import transformers as tf
 
-    from vramfit.trace.drivers import hf, lightning as driver
+    from vramfit.trace.drivers import lightning as driver
     from vramfit.trace.spec import Spec
 
     spec = Spec(**setup)
     lightning.seed_everything(0, verbose=False)
-    config = tf.AutoConfig.from_pretrained(spec.config)
-    if spec.task == "seq-classification":
-        config.num_labels = 2
-        if getattr(config, "pad_token_id", None) is None:
-            config.pad_token_id = getattr(config, "eos_token_id", None) or 0
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
-    with torch.device("cuda"):
-        model = hf._model_class(spec).from_config(config, dtype=dtype, **hf._attention(spec))
-    if spec.lora:
-        import peft
-        model = peft.get_peft_model(model, peft.LoraConfig(
-            r=spec.lora_r, lora_alpha=2 * spec.lora_r, lora_dropout=hf.LORA_DROPOUT,
-            use_dora=spec.method == "dora", target_modules=hf._lora_targets(spec, config.model_type),
-            task_type={"causal-lm": "CAUSAL_LM", "seq-classification": "SEQ_CLS", "masked-lm": None}[spec.task]))
+    model = gpu_common.model_on_gpu(spec)
     if spec.grad_ckpt == "full":
         driver._checkpoint_layers(model)
     trainer = lightning.Trainer(
@@ -64,24 +53,5 @@ def one(setup: dict) -> dict:
             "lightning": lightning.__version__, "gpu": torch.cuda.get_device_name()}
 
 
-def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--one":
-        print("RESULT " + json.dumps(one(json.loads(sys.argv[2]))), flush=True)
-        return
-    out = open(sys.argv[1], "w")
-    for setup in SETUPS:
-        if len(sys.argv) > 2 and sys.argv[2] not in json.dumps(setup):
-            continue
-        full = dict(setup, config=f"data/models/{setup['model']}.json", framework="lightning")
-        p = subprocess.run([sys.executable, __file__, "--one", json.dumps(full)],
-                           capture_output=True, text=True, timeout=300)
-        line = next((l[7:] for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
-        row = dict(setup=setup, **(json.loads(line) if line else
-                                   {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}))
-        print(json.dumps(row), flush=True)
-        out.write(json.dumps(row) + "\n")
-        out.flush()
-
-
 if __name__ == "__main__":
-    main()
+    gpu_common.main(__file__, "lightning", SETUPS, one)

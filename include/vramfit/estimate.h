@@ -66,7 +66,13 @@ struct vf_profile {
   /* The training loop holds each micro batch's autograd graph (in litgpt, through its loss
    * and logits variables) until the next micro batch's loss is computed. */
   bool graph_held;
-  uint32_t dequant_extra_bytes; /* per element, beyond the weight, while dequantizing one */
+  /* Per element, beyond the weight, while a 4-bit weight is dequantized: for the backward's
+   * input gradient, and for the forward's matmul. */
+  uint32_t dequant_extra_bytes, dequant_forward_extra_bytes;
+  /* A quantized model's token embedding is swapped, after the optimizer is made, for one
+   * normalizing its output (bitsandbytes' StableEmbedding): the old one stays allocated,
+   * and the new one trains outside the optimizer, so its gradient is never freed. */
+  bool stable_embedding;
   bool rope_copies;         /* q and k rotated into new tensors */
   uint32_t gelu_new_saves;  /* tensors of the MLP's width the gelu_new activation keeps */
   bool eager_softmax_fp32;  /* softmax computed in fp32 then cast */
@@ -80,6 +86,9 @@ struct vf_profile {
    * variable until the next micro batch's forward has made its own (0: none held). */
   uint32_t logits_held_bytes;
   uint32_t loss_chunk_tokens; /* >0: the head and loss run over chunks of this many positions */
+  /* With chunks, full fine-tuning runs the head over the whole sequence and only the loss
+   * over slices of its converted logits, whose gradients the backward assembles whole. */
+  bool full_head_whole;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;
@@ -97,7 +106,32 @@ struct vf_profile {
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
-  bool moe_grouped_mm;     /* experts run as grouped matmuls in their weights' dtype, uncast */
+  bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
+  /* 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the HF Trainer
+   * registers them so), and one fp32 absmax per block of this many elements of an 8-bit
+   * state (0: none). */
+  bool embedding_states_fp32;
+  uint32_t optim8bit_block;
+  /* Model types (config.json model_type) whose modeling code differs from the framework's
+   * usual path: eager attention taking the softmax in the scores' own dtype, without
+   * eager_softmax_fp32's up-cast; and attention passing one multi-query K/V head to SDPA
+   * as it is, without enable_gqa. */
+  char eager_softmax_in_dtype[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_eager_softmax_in_dtype;
+  char sdpa_mqa_unexpanded[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_mqa_unexpanded;
+  /* Model types whose rotary embedding concatenates q into a new tensor laid out [batch,
+   * heads, positions, dim], so that SDPA's output is laid out so too and the attention
+   * output's transpose(1, 2).contiguous() copies it; and those whose V stays a view of the
+   * fused q,k,v output while q and k are rotated into new tensors (qkv_view_kept for them). */
+  char sdpa_out_copied[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_out_copied;
+  char qkv_view_models[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_qkv_view_models;
+  bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
+  bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
+  bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */
+  bool padding_mask;          /* padded batches come with an attention mask */
 };
 
 struct vf_setup {

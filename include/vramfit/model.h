@@ -8,6 +8,7 @@
 #include "vramfit/error.h"
 
 #define VF_MAX_DIMS 4
+#define VF_MODEL_TYPE_LEN 32 /* a config.json model_type, with its terminator */
 
 /* Storage types: safetensors dtypes and ggml's block-quantized types. */
 enum vf_dtype {
@@ -62,7 +63,7 @@ const char *vf_kind_name(enum vf_kind k);
 
 /* Dimensions and layout switches of a transformer, as a Hugging Face config.json gives them. */
 struct vf_arch {
-  char model_type[32];
+  char model_type[VF_MODEL_TYPE_LEN];
   enum vf_family family;
   uint64_t hidden, layers, heads, kv_heads, head_dim, intermediate, vocab;
   uint64_t max_positions;

@@ -105,6 +105,13 @@ def test_lora_trains_less_than_full(tmp_path):
     assert any(e[0] == "c" and e[2] == "optimizer" for e in lora)  # AdamW states of the adapters
 
 
+def test_all_linear_adapts_every_projection_but_the_head(tmp_path):
+    from vramfit.trace.drivers.litgpt import _method_fields, litgpt_config
+    fields = _method_fields(spec(method="lora", lora_targets=["all-linear"]), litgpt_config(spec()))
+    assert [k for k, v in fields.items() if v is True] == ["lora_query", "lora_key", "lora_value",
+                                                          "lora_projection", "lora_mlp"]
+
+
 def test_the_optimizer_is_litgpts_choice(tmp_path):
     # --optimizer SGD: a torch.optim class name that instantiate_torch_optimizer resolves;
     # plain SGD keeps no state, AdamW two per parameter.

@@ -58,6 +58,8 @@ struct grads {
 
 struct saved;
 
+enum sdpa_backend { SDPA_FLASH, SDPA_EFFICIENT, SDPA_MATH };
+
 struct ctx {
   const struct vf_model *m;
   const struct vf_setup *s;
@@ -65,6 +67,9 @@ struct ctx {
   const struct vf_params *ps;
   enum vf_task task;
   enum vf_attention attn;
+  enum sdpa_backend sdpa; /* the kernel SDPA runs, when attn is VF_ATTN_SDPA */
+  bool padded;            /* batches padded to their longest sample bring attention a mask */
+  bool kv_repeated;       /* K/V repeated to every query head before SDPA */
   struct dims d;
   uint64_t layers; /* layers replayed */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
@@ -74,6 +79,7 @@ struct ctx {
   struct grads grads;
   bool grads_kept; /* gradients of the previous micro batch are still there */
   struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
+  struct grads cast_cache; /* autocast's cached weight casts, until the autocast region ends */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -82,6 +88,7 @@ struct ctx {
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
+  uint32_t stable_grad;  /* the swapped-in embedding's gradient, made once and never freed */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
   int stage;             /* the pipeline stage replayed: 0 first, 1 last */
   bool eval;             /* the run validates after its steps */
@@ -244,9 +251,17 @@ static bool autocast_casts(const struct ctx *x) {
   return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
+/* Whether a profile's list of model types (config.json model_type) names the model's. */
+static bool model_listed(const char (*names)[VF_MODEL_TYPE_LEN], uint32_t n, const char *model_type) {
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(names[i], model_type) == 0) return true;
+  return false;
+}
+
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
 static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
+/* 0 stands for the compute dtype's size. */
 static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
 }
@@ -263,23 +278,34 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
   for (uint32_t i = 0; i < n; i++) keep(x, sv, elems * (bytes[i] ? bytes[i] : stream_bytes(x)));
 }
 
-/* A norm keeps what its backward needs; a trainable weight needs more, and a trainable
- * projection after it keeps the norm's output as its own input. */
+/* Trainable projections reading a norm's output keep it as their input. Autocast casts it
+ * for each of them apart (a cast is cached only for leaf weights, autocast_mode.cpp
+ * cached_cast), so each keeps a copy of its own. */
+static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+  if (!x->base_trainable) return;
+  uint32_t copies = autocast_casts(x) ? readers : readers > 0;
+  for (uint32_t i = 0; i < copies; i++) keep(x, sv, x->d.T * x->d.h * x->d.c);
+}
+
+/* The norms' weights train: in full fine-tuning, and under litgpt's adapter v2
+ * (adapter_v2.py adapter_filter: norm_1, norm_2, ln_f). */
+static bool norm_weights_train(const struct ctx *x) {
+  return x->base_trainable || x->s->method == VF_METHOD_ADAPTER_V2;
+}
+
+/* A norm keeps what its backward needs; a trainable weight needs more, and trainable
+ * projections after it keep its output. */
 static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   const struct vf_profile *p = x->p;
   uint64_t elems = x->d.T * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
-    if (x->base_trainable) keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+    if (norm_weights_train(x))
+      keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
-    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
+    keep_stream_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
-  if (!x->base_trainable) return;
-  /* The projections reading the output keep it as their input. Autocast casts it for each
-   * of them apart (a cast is cached only for leaf weights, autocast_mode.cpp cached_cast),
-   * so each keeps a copy of its own. */
-  uint32_t copies = autocast_casts(x) ? readers : readers > 0;
-  for (uint32_t i = 0; i < copies; i++) keep(x, sv, elems * x->d.c);
+  norm_output_saves(x, sv, readers);
 }
 
 /* Projections reading a block's attention input, and its MLP input. */
@@ -296,9 +322,30 @@ static bool lora_method(enum vf_method m) {
 
 static bool quantized(const struct vf_setup *s) { return vf_setup_quant(s) != VF_QUANT_NONE; }
 
+static bool adapter_method(enum vf_method m) { return m == VF_METHOD_ADAPTER || m == VF_METHOD_ADAPTER_V2; }
+
+/* A layer litgpt's adapters prompt (adapter.py Block: adapter_wte and gating_factor). */
+static bool prompted(const struct ctx *x, int32_t layer) {
+  return adapter_method(x->s->method) && layer >= VF_ADAPTER_START_LAYER;
+}
+
+/* Adapter v1 trains nothing below its first prompted layer, whose input needs no gradient:
+ * autograd records none of those layers' ops, which keep nothing and have no backward. */
+static bool outside_graph(const struct ctx *x, int32_t layer) {
+  return x->s->method == VF_METHOD_ADAPTER && layer < VF_ADAPTER_START_LAYER;
+}
+
+/* The quantized model's embedding is swapped for a normalizing one that trains. */
+static bool stable_embedding(const struct ctx *x) {
+  return x->p->stable_embedding && quantized(x->s) && x->task == VF_TASK_CAUSAL_LM;
+}
+
 /* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the
- * compute-dtype weight, and what the dequantizer allocates on the way. */
-static uint64_t dequant_bytes(const struct ctx *x) { return x->d.c + x->p->dequant_extra_bytes; }
+ * compute-dtype weight, and what the dequantizer allocates on the way, which may differ
+ * between the forward's matmul and the backward's input gradient. */
+static uint64_t dequant_bytes(const struct ctx *x, bool forward) {
+  return x->d.c + (forward ? x->p->dequant_forward_extra_bytes : x->p->dequant_extra_bytes);
+}
 
 /* The weight of a projection (or of the output head) is stored in 4 bits. */
 static bool quantized_weight(const struct ctx *x, bool head) {
@@ -349,7 +396,11 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   const struct vf_setup *s = x->s;
   const struct dims *d = &x->d;
   if (quantized_weight(x, kind_bits == BIT(VF_KIND_HEAD)))
-    transient(x, in * out * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, in * out * dequant_bytes(x, true), WEIGHT_TEMPORARIES);
+  /* litgpt's adapter v2 scales and shifts every linear's output (adapter_v2.py
+   * AdapterV2Linear: adapter_scale * (linear(x) + adapter_bias)): the product keeps the
+   * shifted output for the scale's gradient. */
+  if (s->method == VF_METHOD_ADAPTER_V2) keep(x, sv, d->T * out * d->c);
   uint32_t hit = s->lora_targets & kind_bits;
   if (!lora_method(s->method) || !hit) return;
   uint64_t a = adapter_bytes(x);
@@ -381,7 +432,9 @@ static void qkv_projections(struct ctx *x, struct saved *sv) {
 static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   const struct dims *d = &x->d;
   if (!fused_qkv(x)) return;
-  if (x->p->qkv_view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
+  bool view_kept = x->p->qkv_view_kept ||
+                   model_listed(x->p->qkv_view_models, x->p->n_qkv_view_models, x->m->arch.model_type);
+  if (view_kept && !expand) keep(x, sv, d->T * (d->q + d->kv) * d->c);
   uint32_t qkv = BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V), hit = x->s->lora_targets & qkv;
   if (!x->p->lora_zero_pad || !lora_method(x->s->method) || !hit || hit == qkv) return;
   uint64_t width = (hit & BIT(VF_KIND_Q) ? d->q : 0) + (hit & BIT(VF_KIND_K) ? d->kv : 0) +
@@ -389,19 +442,118 @@ static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   keep(x, sv, d->T * width * d->c);
 }
 
-static void attention_forward(struct ctx *x, struct saved *sv) {
+/* The kernel PyTorch's SDPA picks (sdp_utils.cpp select_sdp_backend, as of 2.13): flash for
+ * fp16/bf16 from sm80 on, without a mask, head dims up to 256, and K/V of fewer heads only
+ * under enable_gqa; else memory-efficient (sm50 on) for head dims a multiple of 8 (16-bit)
+ * or 4 (fp32) and K/V of every head (no grouped-query attention through 2.13); else math.
+ * What reaches it is the framework's: padded batches bring a mask; grouped K/V heads come
+ * with enable_gqa when there is no mask and head dims fit (transformers' use_gqa_in_sdpa),
+ * else repeated to every head first, unless the model passes its one multi-query head as
+ * it is (sdpa_mqa_unexpanded). */
+static bool raw_mqa(const struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  return a->kv_heads == 1 && a->heads > 1 &&
+         model_listed(x->p->sdpa_mqa_unexpanded, x->p->n_sdpa_mqa_unexpanded, a->model_type);
+}
+
+/* Grouped K/V heads reach SDPA as they are, with enable_gqa. */
+static bool sdpa_grouped(const struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  return a->kv_heads < a->heads && !raw_mqa(x) && !x->p->gqa_expand && !x->padded && a->head_dim <= 256;
+}
+
+static enum sdpa_backend sdpa_backend(const struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  bool half = x->d.c < 4, fits = a->head_dim <= 256, grouped = sdpa_grouped(x);
+  bool every_head = a->kv_heads == a->heads || (!raw_mqa(x) && !grouped);
+  uint32_t cc = x->s->gpu_cc_major ? x->s->gpu_cc_major : 9; /* unnamed: a current GPU */
+  if (cc >= 8 && half && !x->padded && fits && (every_head || grouped)) return SDPA_FLASH;
+  if (cc >= 5 && a->head_dim % (half ? 8 : 4) == 0 && every_head) return SDPA_EFFICIENT;
+  return SDPA_MATH;
+}
+
+/* Bytes per element the math backend computes in: fp32 for 16-bit inputs from the PyTorch
+ * release that up-casts them (sdpa_math_fp32), else the inputs' own. */
+static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 4 : x->d.c; }
+
+/* SDPA's math backend (attention.cpp _scaled_dot_product_attention_math): q, k and v
+ * up-cast, q and k scaled into new tensors, K and V expanded to every query head (the
+ * broadcasting matmul's copy, or repeat_interleave under enable_gqa), the scores (the
+ * causal mask added in place), their softmax, kept, and the output; the probabilities are
+ * also cast back for a second result SDPA drops. The matmuls keep q, k and v as their
+ * reshaped copies (q, k, v are transposed views of the projections' outputs). The output
+ * is laid out [batch, heads, positions, dim], so transformers' transpose(1, 2).contiguous()
+ * copies it for o_proj. */
+static void math_attention_forward(struct ctx *x, struct saved *sv) {
+  const struct dims *d = &x->d;
+  uint64_t T = d->T, c = d->c, a = math_bytes(x), scores = T * d->heads * d->s_kv;
+  uint64_t kv_width = x->kv_repeated ? d->q : d->kv;
+  uint32_t q = take(x, T * d->q * c, VF_CAT_ACTIVATIONS), kv = take(x, 2 * T * kv_width * c, VF_CAT_ACTIVATIONS);
+  uint32_t mask = take(x, (x->padded ? x->s->batch : 1) * d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
+  uint32_t up = a > c ? take(x, T * (d->q + 2 * kv_width) * a, VF_CAT_TEMPORARIES) : 0;
+  uint32_t scaled = take(x, T * d->q * a, VF_CAT_TEMPORARIES), scaled_k = take(x, T * d->kv * a, VF_CAT_TEMPORARIES);
+  keep(x, sv, T * d->q * a);
+  keep(x, sv, T * d->q * a);
+  uint32_t raw = take(x, scores * a, VF_CAT_TEMPORARIES);
+  give(x, scaled_k);
+  keep(x, sv, scores * a);
+  give(x, raw);
+  uint32_t probs = a > c ? take(x, scores * c, VF_CAT_TEMPORARIES) : 0;
+  keep(x, sv, T * d->q * a);
+  uint32_t out = take(x, T * d->q * a, VF_CAT_TEMPORARIES);
+  if (a > c) {
+    uint32_t cast = take(x, T * d->q * c, VF_CAT_TEMPORARIES);
+    give(x, out);
+    out = cast;
+  }
+  give(x, scaled);
+  give(x, up);
+  give(x, probs);
+  give(x, mask);
+  give(x, q);
+  give(x, kv);
+  if (x->base_trainable) keep(x, sv, T * d->q * c);
+  else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
+  give(x, out);
+}
+
+/* The output projection, and the dropout after it (BERT, GPT-2). */
+static void attention_output(struct ctx *x, struct saved *sv) {
+  enum vf_family f = x->m->arch.family;
+  quantized_input(x, sv, x->d.q, false);
+  projection(x, sv, x->d.q, x->d.h, BIT(VF_KIND_O));
+  if (f == VF_FAMILY_BERT || f == VF_FAMILY_GPT2) keep(x, sv, x->d.T * x->d.h);
+}
+
+/* Whether eager attention's softmax runs in fp32 with 16-bit scores: the modeling code asks
+ * for it (softmax(..., dtype=torch.float32)) unless the model type takes it in the scores'
+ * dtype; autocast runs softmax in fp32 either way (autocast_mode.cpp: softmax is on its fp32
+ * list, when no dtype is given). */
+static bool eager_softmax_fp32(const struct ctx *x) {
+  const struct vf_profile *p = x->p;
+  if (x->d.c >= 4) return false;
+  if (x->s->amp != VF_PREC_NONE) return true;
+  return p->eager_softmax_fp32 && !model_listed(p->eager_softmax_in_dtype, p->n_eager_softmax_in_dtype,
+                                                x->m->arch.model_type);
+}
+
+static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   qkv_projections(x, sv);
-  bool expand = x->p->gqa_expand && d->kv < d->q;
-  fused_qkv_extras(x, sv, expand);
-  if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
-  keep(x, sv, T * d->q * c);
-  uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
   /* Eager attention multiplies whole heads: K and V are repeated to every query head
    * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
-  if (x->attn == VF_ATTN_EAGER && d->kv < d->q) expand = true;
+  bool expand = x->kv_repeated || (x->attn == VF_ATTN_EAGER && d->kv < d->q);
+  fused_qkv_extras(x, sv, expand);
+  if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
+  if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH) {
+    math_attention_forward(x, sv);
+    attention_output(x, sv);
+    return;
+  }
+  keep(x, sv, T * d->q * c);
+  uint32_t k = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS), v = take(x, T * d->kv * c, VF_CAT_ACTIVATIONS);
   if (expand) {
     keep(x, sv, T * d->q * c);
     keep(x, sv, T * d->q * c);
@@ -415,11 +567,15 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
   uint32_t out_copies = x->base_trainable ? x->p->attn_out_copies : 1;
   if (x->attn == VF_ATTN_EAGER) {
     uint64_t scores = T * d->heads * d->s_kv;
-    bool fp32 = x->p->eager_softmax_fp32 && c < 4;
+    bool fp32 = eager_softmax_fp32(x);
     uint64_t raw_bytes = scores * (fp32 ? 4 : c);
     uint32_t raw = take(x, raw_bytes, VF_CAT_TEMPORARIES);
+    /* The softmax's output, kept by its backward, and the next matmul's input: that same
+     * output, or its cast to the compute dtype (which dropout, when active, replaces). */
     if (fp32) keep(x, sv, scores * 4);
-    keep(x, sv, scores * c);
+    uint32_t cast = 0;
+    if (!fp32 || !dropout) keep(x, sv, scores * c);
+    else cast = take(x, scores * c, VF_CAT_TEMPORARIES);
     /* Soft-capping the scores (Gemma-2: tanh(s / cap) * cap, modeling_gemma2.py
      * eager_attention_forward) keeps the tanh's output. */
     if (a->attn_logit_softcap > 0) keep(x, sv, scores * c);
@@ -430,15 +586,29 @@ static void attention_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, scores);
       keep(x, sv, scores * c);
     }
+    give(x, cast);
     transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
     if (x->base_trainable) keep(x, sv, T * d->q * c);
   } else {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
+    /* The padding mask made additive in the query's dtype (attention.cpp
+     * convert_boolean_attn_mask), which the memory-efficient kernel keeps. */
+    if (x->padded && x->sdpa == SDPA_EFFICIENT) keep(x, sv, x->s->batch * d->s_kv * d->s_kv * c);
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
+    /* The output's contiguous copy, o_proj's input. */
+    if (model_listed(x->p->sdpa_out_copied, x->p->n_sdpa_out_copied, a->model_type)) {
+      if (x->base_trainable) keep(x, sv, T * d->q * c);
+      else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
+    }
   }
-  quantized_input(x, sv, d->q, false);
-  projection(x, sv, d->q, d->h, BIT(VF_KIND_O));
-  if (dropout) keep(x, sv, T * d->h);
+  /* A prompted layer also attends to its adapter prompt (adapter.py
+   * CausalSelfAttention.scaled_dot_product_attention: q over the prompt's keys, masked),
+   * which keeps its output, the gate's product keeping it too, and its log-sum-exp. */
+  if (prompted(x, layer)) {
+    keep(x, sv, T * d->q * c);
+    keep(x, sv, T * d->heads * 4);
+  }
+  attention_output(x, sv);
 }
 
 /* Tensors of the MLP's width the activation keeps for its backward: its input for a fused
@@ -448,13 +618,22 @@ static uint32_t activation_saves(const struct ctx *x) {
   return strcmp(x->m->arch.activation, "gelu_new") == 0 ? x->p->gelu_new_saves : 1;
 }
 
+/* Whether autocast leaves the experts alone: they run in their weights' dtype, with no cast
+ * copies of those weights (experts_in_weight_dtype). */
+static bool experts_uncast(const struct ctx *x) {
+  return x->m->arch.experts && x->p->experts_in_weight_dtype && autocast_casts(x);
+}
+
+/* Bytes per element of what the MLP computes: the compute dtype, or for experts autocast
+ * leaves alone their weights' dtype. */
+static uint64_t mlp_bytes(const struct ctx *x) {
+  return experts_uncast(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
+}
+
 static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
-  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = d->c;
-  /* transformers casts the experts' input to their weights' dtype for the grouped matmul
-   * (integrations/moe.py _grouped_mm): under autocast with fp32 weights they compute in fp32. */
-  if (a->experts && x->p->moe_grouped_mm && autocast_casts(x)) c = vf_precision_bytes(x->s->weights);
+  uint64_t routed = a->experts_per_token ? a->experts_per_token : 1, T = d->T * routed, c = mlp_bytes(x);
   if (a->experts) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
@@ -462,26 +641,40 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   quantized_input(x, sv, d->h, false);
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
-  /* What the activation keeps, and for a gated MLP its output and the up projection. */
+  /* What the activation keeps, and for a gated MLP its output and the up projection.
+   * Under autocast gelu_new's x ** 3 runs in fp32 (torch.pow is on autocast's fp32 list),
+   * so pow keeps an fp32 copy of x, and the tanh and 1 + tanh after it are fp32: of its
+   * tensors only 0.5 x stays in the compute dtype. */
   uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
-  for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * c);
+  bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && x->s->amp != VF_PREC_NONE;
+  for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
 
-/* One block's forward; returns in sv what it keeps for backward. */
-static void layer_forward(struct ctx *x, struct saved *sv) {
+/* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
+ * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
+ * both keeping that input. */
+static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.T * x->d.h * x->d.c;
-  norm_saves(x, sv, attention_readers(x) + (a->parallel_residual ? mlp_readers(x) : 0));
-  attention_forward(x, sv);
+  bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
+  norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
+  attention_forward(x, sv, layer);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
-  /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
-   * (read by no projection). */
-  for (uint32_t i = a->parallel_residual ? 1 : 2; i <= a->norms_per_layer; i++)
-    norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+  if (a->parallel_residual) {
+    /* A parallel block's second norm (GPT-NeoX's post_attention_layernorm, modeling_gpt_neox.py
+     * GPTNeoXLayer) reads the block input too: the input its LayerNorm keeps is the one the
+     * first keeps; only its output is its own. */
+    if (!one_norm) norm_output_saves(x, sv, mlp_readers(x));
+  } else {
+    /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
+     * (read by no projection). */
+    for (uint32_t i = 2; i <= a->norms_per_layer; i++)
+      norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+  }
   mlp_forward(x, sv);
   give(x, mid);
 }
@@ -501,13 +694,47 @@ static void load_weight(struct ctx *x, const struct vf_param *p) {
 }
 
 /* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
+static bool sharded_grads(const struct vf_setup *s) {
+  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
+}
+
+/* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
+ * gradients; the last one adds into them and reduce-scatters them to the shard. */
+static bool no_sync(const struct ctx *x) {
+  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
+}
+
+/* The output head is the input embedding's weight (tied). */
+static bool tied_head(const struct ctx *x) {
+  return x->m->arch.tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
+}
+
+/* Embedding weights the head does not share get their gradients from their own backward,
+ * the pass's last (embedding_dense_backward allocates the gradient), not with the head's
+ * gradients; where the root's gradients are whole tensors made fresh. */
+static bool embedding_grads_late(const struct ctx *x) {
+  return x->has_head && !tied_head(x) && !x->grads_kept && !no_sync(x) && !sharded_grads(x->s);
+}
+
 static void layer_params(struct ctx *x, int32_t layer, struct grads *g) {
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct vf_param *p = &x->ps->v[i];
+    bool late = layer < 0 && p->embedding && embedding_grads_late(x);
     if (!g) load_weight(x, p);
-    else if (p->trainable) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
+    else if (p->trainable && !late) grad_push(x, g, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
+  }
+}
+
+/* The gradients embedding_grads_late leaves to the embeddings' backward. */
+static void late_embedding_grads(struct ctx *x) {
+  if (!embedding_grads_late(x)) return;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (p->trainable && p->embedding) grad_push(x, &x->grads, take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
   }
 }
 
@@ -528,16 +755,6 @@ static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
   return n;
-}
-
-static bool sharded_grads(const struct vf_setup *s) {
-  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
-}
-
-/* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
- * gradients; the last one adds into them and reduce-scatters them to the shard. */
-static bool no_sync(const struct ctx *x) {
-  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
 }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
@@ -583,17 +800,39 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   return 0;
 }
 
+/* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
+ * kept for backward (the matmuls saved them) until the layer's backward is done. A fully
+ * checkpointed forward saves none: autocast's cache keeps the casts of trainable weights
+ * (autocast_mode.cpp cached_cast: leaf tensors that require grad) until the autocast region
+ * ends after the loss, the others go at once; the recomputation casts again for the
+ * layer's backward. */
+static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool recomputing) {
+  if (!autocast_casts(x)) return;
+  bool saved = x->s->grad_ckpt != VF_CKPT_FULL || recomputing;
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (!p->linear || (p->expert && experts_uncast(x))) continue;
+    uint32_t id = take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES);
+    if (saved) hold(x, sv, id, p->numel * x->d.c, WEIGHT_TEMPORARIES);
+    else if (p->trainable) grad_push(x, &x->cast_cache, id);
+    else give(x, id);
+  }
+}
+
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
-static void recompute(struct ctx *x, struct saved *sv) {
+static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
   double kept = x->keep_share;
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
-    layer_forward(x, sv);
+    autocast_copies(x, layer, sv, true);
+    layer_forward(x, sv, layer);
   } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
     x->keep_share = 1.0 - kept;
-    layer_forward(x, sv);
+    layer_forward(x, sv, layer);
   }
   x->keep_share = kept;
 }
@@ -607,21 +846,30 @@ static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
   return n;
 }
 
+/* The math backend's backward at its highest: the gradient of the scores and the
+ * softmax's backward (both in its dtype) next to the reduced gradient of the expanded K. */
+static uint64_t math_backward_bytes(const struct ctx *x) {
+  uint64_t a = math_bytes(x);
+  return 2 * x->d.T * x->d.heads * x->d.s_kv * a + x->d.T * x->d.kv * a;
+}
+
 static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct grads *g) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
   uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   reload(x, sv);
-  recompute(x, sv);
+  recompute(x, sv, layer);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
-  uint32_t mlp = take(x, T * routed * d->ffn * c * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
+  uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
-  transient(x, largest_quantized(x, layer) * dequant_bytes(x), WEIGHT_TEMPORARIES);
+  transient(x, largest_quantized(x, layer) * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   give(x, mlp);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
+  else if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH)
+    attn = take(x, math_backward_bytes(x), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
   uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
@@ -643,6 +891,12 @@ static uint64_t loss_chunks(const struct ctx *x) {
   return (len + per - 1) / per;
 }
 
+/* The head runs whole and only its loss in chunks, over slices of the logits the loop
+ * converted (litgpt's full.py). */
+static bool head_whole(const struct ctx *x) {
+  return x->base_trainable && x->p->full_head_whole && loss_chunks(x) > 1;
+}
+
 /* Logits the training loop holds past the backward: converted from the head's output, in
  * full, after the forward; the previous micro batch's are released only then. With batch
  * lengths that vary the previous batch may be shorter, but a long run also meets two of
@@ -659,28 +913,44 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
   return per;
 }
 
+/* What the loss keeps from its forward for its backward: the logits' up-cast and
+ * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
+struct loss_kept {
+  uint32_t loss, capped;
+};
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
- * stays. Gemma-2 soft-capping keeps one more copy (the tanh output). */
-static uint32_t head_forward(struct ctx *x, struct saved *sv) {
+ * stays. Gemma-2 soft-capping keeps one more copy (the tanh output), made with the logits,
+ * before the training loop converts them. */
+static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
-     * list), and the matmul keeps the copy for its backward. */
-    if (autocast_casts(x) && !quantized_weight(x, true)) keep(x, sv, d->vocab * d->h * d->c);
+     * list), and the matmul keeps the copy for its backward. It caches the cast only for a
+     * weight that trains (cached_cast: a leaf requiring grad): a frozen head run chunk by
+     * chunk is cast, and its copy kept, once per chunk. */
+    uint64_t casts = x->base_trainable ? 1 : loss_chunks(x);
+    for (uint64_t i = 0; autocast_casts(x) && !quantized_weight(x, true) && i < casts; i++)
+      keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) kept += d->c;
+  uint32_t cap = x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS ? d->c : 0;
+  struct loss_kept k = {.capped = take(x, n * cap, VF_CAT_TEMPORARIES)};
   uint32_t held = hold_logits(x, n);
-  uint32_t loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
-  if (peak > kept) transient(x, n * (peak - kept) / loss_chunks(x), VF_CAT_TEMPORARIES);
-  return loss;
+  /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
+   * copy before it can split the rows into chunks. */
+  uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
+  k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
+  give(x, sliced);
+  if (peak > kept + cap) transient(x, n * (peak - kept - cap) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  return k;
 }
 
 /* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
@@ -709,9 +979,9 @@ static uint64_t embedding_sort_bytes(const struct ctx *x) {
  * referenced). Returns what replaces first. */
 static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   if (!x->base_trainable) return first;
-  const struct vf_arch *a = &x->m->arch;
-  bool tied = a->tied_embeddings && !x->p->untie_embeddings && x->task == VF_TASK_CAUSAL_LM && x->has_head;
+  bool tied = tied_head(x);
   uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
+  late_embedding_grads(x);
   uint32_t second = tied ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
   transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
   if (!tied) return first;
@@ -719,6 +989,32 @@ static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   give(x, second);
   give(x, first);
   return sum;
+}
+
+/* Bytes of the token embedding's weight. */
+static uint64_t embedding_bytes(const struct ctx *x) {
+  uint64_t bytes = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].embedding) bytes += x->ps->v[i].bytes;
+  return bytes;
+}
+
+/* The swapped-in embedding's backward (bitsandbytes nn/modules.py StableEmbedding: a
+ * LayerNorm over the looked-up rows, which it keeps): the norm's input gradient, then the
+ * embedding's own, which the first backward leaves as the weight's gradient and every
+ * later one adds into it (the optimizer does not know the weight, so zero_grad never
+ * frees it). Ends what the forward kept and the gradient of the stream. */
+static void stable_embedding_backward(struct ctx *x, uint32_t grad_stream, uint32_t embedded) {
+  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t norm_grad = take(x, stream, VF_CAT_TEMPORARIES);
+  give(x, grad_stream);
+  give(x, embedded);
+  transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
+  if (!x->stable_grad) x->stable_grad = take(x, embedding_bytes(x), VF_CAT_GRADIENTS);
+  else transient(x, embedding_bytes(x), WEIGHT_TEMPORARIES);
+  give(x, norm_grad);
 }
 
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
@@ -732,33 +1028,59 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
   return whole;
 }
 
-/* The loss's backward: its gradients of the logits, next to what it kept. Unchunked, the
- * loss's nodes have run and let go of what they kept (autograd releases a node's saved
+/* A whole head's loss chunks each leave the gradient of their slice of the converted
+ * logits: the split's backward concatenates them into one (SplitBackward0's cat), and the
+ * slice's backward copies that into zeros of the whole logits (slice_backward), before
+ * the cast. Returns the whole gradient; frees the chunk's, chunk_grad. */
+static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
+  uint64_t bytes = loss_outputs(x) * x->p->logits_held_bytes;
+  uint32_t parts = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, chunk_grad);
+  uint32_t joined = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, parts);
+  uint32_t padded = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, joined);
+  return padded;
+}
+
+/* The loss's backward: its gradients of the logits, next to what it kept. The loss's
+ * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
- * (the up-cast's ToCopyBackward), and makes its weight and input gradients; a chunked
- * loss interleaves the two per chunk. Returns the gradient the head's matmul reads. */
-static uint32_t loss_backward(struct ctx *x, uint32_t *loss) {
+ * (the up-cast's ToCopyBackward), and makes its weight and input gradients. A chunked
+ * loss's nodes run one chunk at a time, but all of them before any chunk of the head's
+ * matmul: autograd's engine runs the most recently recorded ready node first
+ * (torch/csrc/autograd/engine.cpp CompareNodeTaskTime), and the head made every chunk
+ * before the loss began; so the cast gradients of all chunks wait for the head. A tanh
+ * output goes with its chunk's matmul: all at once unchunked, chunk by chunk from the
+ * head's first backward on, when chunked. Returns the gradient the head's matmul reads. */
+static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
   uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
-  if (chunks > 1 || x->task == VF_TASK_SEQ_CLS) return grad_logits;
-  give(x, *loss);
-  *loss = 0;
+  if (x->task == VF_TASK_SEQ_CLS) return grad_logits;
+  give(x, k->loss);
+  k->loss = 0;
+  if (chunks == 1) {
+    give(x, k->capped);
+    k->capped = 0;
+  }
+  if (head_whole(x)) grad_logits = assemble_grads(x, grad_logits);
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
   give(x, grad_logits);
   return cast;
 }
 
-static uint32_t head_backward(struct ctx *x, struct saved *sv, uint32_t loss, struct grads *g) {
+static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
-  uint32_t grad_logits = loss_backward(x, &loss);
+  uint32_t grad_logits = loss_backward(x, &k);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
-    transient(x, d->h * d->vocab * dequant_bytes(x), WEIGHT_TEMPORARIES);
+    transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
   give(x, grad_logits);
-  give(x, loss);
+  give(x, k.loss);
+  give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
   return root_grads;
@@ -778,44 +1100,67 @@ static uint32_t state_elem_bytes(const struct ctx *x) {
   return x->p->master_weights && x->d.w < 4 ? 4 : x->d.w;
 }
 
+/* One optimizer state tensor: its bytes, and whether bitsandbytes pages it into CUDA
+ * managed memory, outside PyTorch's allocator. */
+struct state {
+  uint64_t bytes;
+  bool paged;
+};
+
+/* bitsandbytes' 8-bit AdamW (optim/optimizer.py Optimizer2State.init_state): two uint8
+ * states, each with an fp32 absmax per block, or two fp32 states for tensors under
+ * min_8bit_size (4096 elements) and for those registered to 32 bits. A paged optimizer
+ * pages the states of tensors from 1e5 elements on (get_state_buffer), never the absmax. */
+static int bnb_adamw_states(const struct ctx *x, const struct vf_param *p, struct state *out) {
+  uint64_t n = p->numel, block = x->p->optim8bit_block;
+  bool wide = n < 4096 || (p->embedding && x->p->embedding_states_fp32);
+  bool paged = x->s->optimizer == VF_OPT_PAGED_ADAMW_8BIT && n >= 100000;
+  int k = 0;
+  for (int i = 0; i < 2; i++) out[k++] = (struct state){wide ? n * 4 : n, paged};
+  if (!wide && block)
+    for (int i = 0; i < 2; i++) out[k++] = (struct state){(n + block - 1) / block * 4, false};
+  return k;
+}
+
 /* The state tensors the optimizer creates for one trainable tensor, as PyTorch creates them
- * at the first step: zeros_like(param) per moment. bitsandbytes keeps tensors under 4096
- * elements in 32 bits and adds an fp32 absmax per 2048-element block. Returns the count
- * written to sizes (at most 3). */
-static int tensor_states(const struct ctx *x, const struct vf_param *p, uint64_t sizes[3]) {
+ * at the first step: zeros_like(param) per moment. Returns the count written to out (at
+ * most 5). */
+static int tensor_states(const struct ctx *x, const struct vf_param *p, struct state out[5]) {
   uint64_t n = p->numel, sb = state_elem_bytes(x);
   int k = 0;
   switch (x->s->optimizer) {
   case VF_OPT_ADAMW:
-    sizes[k++] = n * sb;
-    sizes[k++] = n * sb;
+    out[k++] = (struct state){n * sb, false};
+    out[k++] = out[0];
     break;
   case VF_OPT_ADAMW_8BIT:
-    sizes[k++] = n < 4096 ? n * 4 : n + (n + 2047) / 2048 * 4;
-    sizes[k++] = sizes[0];
+  case VF_OPT_PAGED_ADAMW_8BIT:
+    k = bnb_adamw_states(x, p, out);
     break;
   case VF_OPT_SGD_MOMENTUM:
-  case VF_OPT_LION:
-    sizes[k++] = n * sb;
+    out[k++] = (struct state){n * sb, false};
     break;
-  case VF_OPT_ADAFACTOR: /* factored second moment: a row and a column statistic */
-    if (p->linear && p->in && p->out) {
-      sizes[k++] = p->out * 4;
-      sizes[k++] = p->in * 4;
+  case VF_OPT_LION:
+    out[k++] = (struct state){n * (x->p->lion_fp32_states ? 4 : sb), false};
+    break;
+  case VF_OPT_ADAFACTOR: /* factored second moment of every matrix (torch.optim.Adafactor,
+                          * transformers' Adafactor): a row and a column statistic */
+    if (p->in && p->out) {
+      out[k++] = (struct state){p->out * 4, false};
+      out[k++] = (struct state){p->in * 4, false};
     } else {
-      sizes[k++] = n * 4;
+      out[k++] = (struct state){n * 4, false};
     }
     break;
   default:
     break;
   }
-  if (x->p->master_weights && x->d.w < 4) sizes[k++] = n * 4;
+  if (x->p->master_weights && x->d.w < 4) out[k++] = (struct state){n * 4, false};
   return k;
 }
 
 static bool states_on_gpu(const struct vf_setup *s) {
-  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER) &&
-         s->optimizer != VF_OPT_PAGED_ADAMW_8BIT;
+  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER);
 }
 
 /* Created once, in the first step, and kept: per tensor, or per layer's shard when the
@@ -827,15 +1172,32 @@ static void create_states(struct ctx *x) {
     uint64_t shard = 0;
     for (size_t i = begin; i < end; i++) {
       const struct vf_param *p = &x->ps->v[i];
-      uint64_t sizes[3];
-      int k = p->trainable ? tensor_states(x, p, sizes) : 0;
+      struct state st[5];
+      int k = p->trainable ? tensor_states(x, p, st) : 0;
       for (int j = 0; j < k; j++) {
-        if (x->s->shard == VF_SHARD_NONE) take(x, sizes[j], VF_CAT_OPTIMIZER);
-        else shard += sizes[j];
+        if (st[j].paged) continue;
+        if (x->s->shard == VF_SHARD_NONE) take(x, st[j].bytes, VF_CAT_OPTIMIZER);
+        else shard += st[j].bytes;
       }
     }
     take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
   }
+}
+
+/* Adafactor updates one tensor at a time: the largest trainable tensor sets the step's
+ * peak (the embedding's, often). */
+static uint64_t largest_trainable(const struct ctx *x) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
+  return n;
+}
+
+/* Bytes per element of one tensor that Adafactor's step holds at once: the squared gradient
+ * and the update in fp32, and with adafactor_fp32_copies the fp32 copies of a 16-bit
+ * gradient and parameter. */
+static uint64_t adafactor_step_bytes(const struct ctx *x) {
+  return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
 static void optimizer_step(struct ctx *x, bool first) {
@@ -847,7 +1209,7 @@ static void optimizer_step(struct ctx *x, bool first) {
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
-    transient(x, x->ps->max_linear_elems * 4 * 2, WEIGHT_TEMPORARIES);
+    transient(x, largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
@@ -884,6 +1246,9 @@ static void persistent(struct ctx *x) {
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
+  /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
+   * the optimizer holds its weight): a second embedding-sized weight. */
+  if (stable_embedding(x)) take(x, embedding_bytes(x), VF_CAT_WEIGHTS);
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
   const struct vf_setup *s = x->s;
   if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
@@ -900,19 +1265,14 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
   *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
-/* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
- * kept for backward (the matmuls saved them) until the layer's backward is done. Grouped
- * expert matmuls are not on autocast's list: they run in the weights' dtype, uncast. */
-static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv) {
-  if (!autocast_casts(x)) return;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
-    if (!p->linear || (p->expert && x->p->moe_grouped_mm)) continue;
-    hold(x, sv, take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES), p->numel * x->d.c, WEIGHT_TEMPORARIES);
-  }
+/* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
+ * no_grad, or outside autograd's graph. */
+static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
+  struct saved scratch = {0};
+  layer_forward(x, &scratch, layer);
+  release(x, &scratch);
 }
+
 
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
@@ -927,19 +1287,22 @@ static void one_step(struct ctx *x, bool last_micro) {
    * start of the forward to the end of the backward. */
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint64_t stream = x->d.T * x->d.h * x->d.c;
+  /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
+  uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    autocast_copies(x, (int32_t)l, &sv[l]);
-    if (x->s->grad_ckpt == VF_CKPT_FULL) {
+    if (outside_graph(x, (int32_t)l)) {
+      forward_keeping_nothing(x, (int32_t)l);
+    } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
+      autocast_copies(x, (int32_t)l, &sv[l], false);
       keep(x, &sv[l], stream);
-      struct saved scratch = {0};
-      layer_forward(x, &scratch);
-      release(x, &scratch);
+      forward_keeping_nothing(x, (int32_t)l);
     } else {
-      layer_forward(x, &sv[l]);
+      autocast_copies(x, (int32_t)l, &sv[l], false);
+      layer_forward(x, &sv[l], (int32_t)l);
     }
     give(x, gathered);
     offload(x, &sv[l]);
@@ -948,8 +1311,10 @@ static void one_step(struct ctx *x, bool last_micro) {
     input = out;
   }
   mark(x, ST_LOSS);
-  uint32_t loss = 0, root_grads = 0;
+  struct loss_kept loss = {0};
+  uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  give_all(x, &x->cast_cache);
   drop_graph(x);
   give(x, input);
   give_all(x, &x->stale);
@@ -959,10 +1324,11 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
-    layer_backward(x, (int32_t)l, &sv[l], g);
+    if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
   }
   mark(x, ST_ROOT_BACKWARD);
-  give(x, grad_stream);
+  if (embedded) stable_embedding_backward(x, grad_stream, embedded);
+  else give(x, grad_stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
@@ -999,9 +1365,7 @@ static void eval_pass(struct ctx *x) {
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
     uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-    struct saved scratch = {0};
-    layer_forward(x, &scratch);
-    release(x, &scratch);
+    forward_keeping_nothing(x, (int32_t)l);
     give(x, gathered);
     uint32_t out = take(x, stream, VF_CAT_ACTIVATIONS);
     give(x, input);
@@ -1131,8 +1495,8 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
                struct result *r) {
   x->layers = layers;
   x->grads_kept = x->states_made = false;
-  x->held_logits = 0;
-  x->graph.n = x->stale.n = 0;
+  x->held_logits = x->stable_grad = 0;
+  x->graph.n = x->stale.n = x->cast_cache.n = 0;
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1227,11 +1591,15 @@ static uint64_t reserved_of(const struct result *r) {
 /* Paged optimizers keep their states in CUDA unified memory: on the GPU when it has room,
  * so nvidia-smi counts them, but outside PyTorch's allocator and its counters. */
 static uint64_t paged_state_bytes(const struct ctx *x) {
-  if (x->s->optimizer != VF_OPT_PAGED_ADAMW_8BIT || (x->s->offload & VF_OFFLOAD_OPTIMIZER)) return 0;
+  if (!states_on_gpu(x->s)) return 0;
   uint64_t n = 0;
-  for (size_t i = 0; i < x->ps->n; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
-  return n * 2;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    struct state st[5];
+    int k = x->ps->v[i].trainable ? tensor_states(x, &x->ps->v[i], st) : 0;
+    for (int j = 0; j < k; j++)
+      if (st[j].paged) n += st[j].bytes;
+  }
+  return n;
 }
 
 /* The peak falls where live memory is highest: that is where an allocation fails. Reserved
@@ -1296,6 +1664,9 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   x.eval = resolved.eval == VF_EVAL_YES;
   if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
   dims_for(&x);
+  x.padded = lengths == VF_LENGTHS_VARIED && p->padding_mask;
+  x.sdpa = sdpa_backend(&x);
+  x.kv_repeated = m->arch.kv_heads < m->arch.heads && (p->gqa_expand || (!sdpa_grouped(&x) && !raw_mqa(&x)));
   uint64_t layers = m->arch.layers / s->pp;
   size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);
@@ -1322,6 +1693,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.grads.id);
   free(x.graph.id);
   free(x.stale.id);
+  free(x.cast_cache.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);

@@ -64,8 +64,8 @@ static void linear_shape(const struct vf_model *m, const struct vf_tensor *t, ui
 
 static int add_adapter(struct vf_params *ps, const struct vf_setup *s, int32_t layer,
                        uint64_t in, uint64_t out, uint32_t wb) {
-  struct vf_param a = {.layer = layer, .numel = s->lora_r * in, .trainable = true};
-  struct vf_param b = {.layer = layer, .numel = s->lora_r * out, .trainable = true};
+  struct vf_param a = {.layer = layer, .numel = s->lora_r * in, .trainable = true, .in = in, .out = s->lora_r};
+  struct vf_param b = {.layer = layer, .numel = s->lora_r * out, .trainable = true, .in = s->lora_r, .out = out};
   a.bytes = a.numel * wb;
   b.bytes = b.numel * wb;
   int rc = push(ps, &a);
@@ -90,6 +90,7 @@ static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf
   for (int i = 0; i < 4; i++) {
     if (!sizes[i]) continue;
     struct vf_param p = {.layer = -1, .numel = sizes[i], .bytes = sizes[i] * wb, .trainable = true};
+    if (i == 0) p.in = a->hidden, p.out = sizes[0] / a->hidden; /* the head's matrix */
     int rc = push(ps, &p);
     if (rc) return rc;
     ps->total += sizes[i];
@@ -163,9 +164,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
     /* A checkpoint may name layers its config does not have: count them outside the blocks. */
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
-    struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING};
-    p.expert = m->arch.experts && layer >= 0 && (t->kind == VF_KIND_GATE || t->kind == VF_KIND_UP ||
-                                                 t->kind == VF_KIND_DOWN || t->kind == VF_KIND_GATE_UP);
+    struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
+                         .expert = t->expert >= 0};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
     bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
                                   t->kind == VF_KIND_EMBEDDING);
@@ -176,7 +176,9 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD)) {
       p.linear = true;
       linear_shape(m, t, &p.in, &p.out);
-      if (p.numel > ps->max_linear_elems) ps->max_linear_elems = p.numel;
+    } else if (t->ndim == 2) {
+      p.out = t->shape[0] / (split ? s->tp : 1);
+      p.in = t->shape[1];
     }
     ps->total += n;
     if (full) ps->trainable += n;
@@ -189,10 +191,12 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
   if (!rc && pr->untie_embeddings && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
     rc = add_untied_head(ps, m, s, pr, q, adapter_wb);
   if (!rc && (s->method == VF_METHOD_ADAPTER || s->method == VF_METHOD_ADAPTER_V2)) {
-    /* Adapter prompts (10 tokens per layer) and, for v2, a bias and scale per projection. */
+    /* Adapter prompts (10 tokens and a gate per head) in the prompted layers and, for v2, a
+     * bias and scale per projection in every layer. */
     for (uint64_t l = 0; l < m->arch.layers && !rc; l++) {
-      uint64_t n = 10 * m->arch.hidden + 1;
+      uint64_t n = l >= VF_ADAPTER_START_LAYER ? 10 * m->arch.hidden + m->arch.heads : 0;
       if (s->method == VF_METHOD_ADAPTER_V2) n += 2 * (4 * m->arch.hidden + 3 * m->arch.intermediate);
+      if (!n) continue;
       struct vf_param p = {.layer = (int32_t)l, .numel = n, .bytes = n * adapter_wb, .trainable = true};
       rc = push(ps, &p);
       ps->trainable += n;

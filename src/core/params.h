@@ -8,6 +8,10 @@
 
 #include "vramfit.h"
 
+/* litgpt's adapters prompt the layers from this one on (litgpt/adapter.py Config
+ * adapter_start_layer, also adapter_v2's; 2 by default in 0.3 to 0.5.13). */
+#define VF_ADAPTER_START_LAYER 2
+
 struct vf_param {
   int32_t layer;       /* -1 outside the blocks */
   uint64_t numel;      /* elements on this GPU */
@@ -16,15 +20,14 @@ struct vf_param {
   bool linear;         /* a block's projection (quantizable, dequantized per matmul) */
   bool quantized;      /* stored in a 4- or 8-bit format */
   bool embedding;      /* the token embedding (its gradient comes last in backward) */
-  bool expert;         /* a mixture-of-experts expert's projection */
-  uint64_t in, out;    /* linear shape on this GPU */
+  bool expert;         /* a mixture-of-experts expert's weight */
+  uint64_t in, out;    /* a matrix's columns and rows on this GPU (a linear's in and out); 0 for others */
 };
 
 struct vf_params {
   struct vf_param *v;
   size_t n, cap;
   uint64_t total, trainable;          /* whole-model counts (before any split) */
-  uint64_t max_linear_elems;          /* largest dequantized weight */
 };
 
 /* Builds the per-GPU parameter list, ordered by layer (-1, the parts outside the blocks,

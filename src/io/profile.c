@@ -19,7 +19,7 @@
 #include "io/data.h"
 #include "io/json_util.h"
 
-enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_ATTENTION };
+enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION };
 
 struct field {
   const char *key;
@@ -31,6 +31,10 @@ struct field {
 #define FIELD(k, t, member) {k, t, offsetof(struct vf_profile, member), MEMBER_SIZE(member), 0}
 #define LIST(k, member, count)                                                                \
   {k, F_U32_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                   \
+   offsetof(struct vf_profile, count)}
+
+#define NAMES(k, member, count)                                                               \
+  {k, F_NAME_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                  \
    offsetof(struct vf_profile, count)}
 
 /* Every struct vf_profile member a profile sets. A new field is one line here, its member in
@@ -51,6 +55,7 @@ static const struct field fields[] = {
     FIELD("logits_backward_bytes", F_U32, logits_backward_bytes),
     FIELD("logits_held_bytes", F_U32, logits_held_bytes),
     FIELD("loss_chunk_tokens", F_U32, loss_chunk_tokens),
+    FIELD("full_head_whole", F_BOOL, full_head_whole),
     FIELD("quant_load_bytes", F_U32, quant_load_bytes),
     FIELD("adapter_fp32", F_BOOL, adapter_fp32),
     FIELD("lora_dropout", F_BOOL, lora_dropout),
@@ -65,6 +70,8 @@ static const struct field fields[] = {
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("graph_held", F_BOOL, graph_held),
     FIELD("dequant_extra_bytes", F_U32, dequant_extra_bytes),
+    FIELD("dequant_forward_extra_bytes", F_U32, dequant_forward_extra_bytes),
+    FIELD("stable_embedding", F_BOOL, stable_embedding),
     FIELD("quantize_head", F_BOOL, quantize_head),
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
@@ -74,7 +81,17 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
-    FIELD("moe_grouped_mm", F_BOOL, moe_grouped_mm),
+    FIELD("lion_fp32_states", F_BOOL, lion_fp32_states),
+    FIELD("embedding_states_fp32", F_BOOL, embedding_states_fp32),
+    FIELD("optim8bit_block", F_U32, optim8bit_block),
+    NAMES("eager_softmax_in_dtype", eager_softmax_in_dtype, n_eager_softmax_in_dtype),
+    NAMES("sdpa_mqa_unexpanded", sdpa_mqa_unexpanded, n_sdpa_mqa_unexpanded),
+    NAMES("sdpa_out_copied", sdpa_out_copied, n_sdpa_out_copied),
+    NAMES("qkv_view_models", qkv_view_models, n_qkv_view_models),
+    FIELD("sdpa_math_fp32", F_BOOL, sdpa_math_fp32),
+    FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
+    FIELD("adafactor_fp32_copies", F_BOOL, adafactor_fp32_copies),
+    FIELD("padding_mask", F_BOOL, padding_mask),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 
@@ -85,6 +102,21 @@ static const struct field *field_named(const char *key) {
   for (size_t i = 0; i < NFIELDS; i++)
     if (strcmp(fields[i].key, key) == 0) return &fields[i];
   return NULL;
+}
+
+/* A list of model types (config.json model_type names). */
+static bool set_names(char *base, const struct field *f, json_t *v) {
+  if (!json_is_array(v) || json_array_size(v) * VF_MODEL_TYPE_LEN > f->size) return false;
+  char(*names)[VF_MODEL_TYPE_LEN] = (char(*)[VF_MODEL_TYPE_LEN])(base + f->offset);
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    const char *name = json_string_value(e);
+    if (!name || !*name || strlen(name) >= VF_MODEL_TYPE_LEN) return false;
+    snprintf(names[i], VF_MODEL_TYPE_LEN, "%s", name);
+  }
+  *(uint32_t *)(base + f->count_offset) = (uint32_t)json_array_size(v);
+  return true;
 }
 
 static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
@@ -120,13 +152,15 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
     *(uint32_t *)(base + f->count_offset) = (uint32_t)json_array_size(v);
     return true;
   }
+  case F_NAME_LIST:
+    return set_names(base, f, v);
   }
   return false;
 }
 
 static void copy_value(struct vf_profile *to, const struct vf_profile *from, const struct field *f) {
   memcpy((char *)to + f->offset, (const char *)from + f->offset, f->size);
-  if (f->type == F_U32_LIST)
+  if (f->type == F_U32_LIST || f->type == F_NAME_LIST)
     memcpy((char *)to + f->count_offset, (const char *)from + f->count_offset, sizeof(uint32_t));
 }
 

@@ -90,15 +90,17 @@ run estimate gpt2 --seq 1024 --amp bf16 --gpu 24GiB --batch $((est + 1)) --json
 above=$(device)
 cap=$((24 * 1024 * 1024 * 1024))
 if [ "$at" -le "$cap" ] && [ "$above" -gt "$cap" ]; then ok; else bad "estimate_batch $est is not the estimate's largest fit"; fi
-# The real limit one above the estimate: 3 launches where doubling from 1 takes 10.
+# The real limit one above the estimate: a few launches (the estimate, then steps of an
+# eighth of it, growing, and a bisection), where doubling from 1 takes more.
 probe_with $((est + 1)) "${SETUP[@]}" --gpu 24GiB --json -- "$TRAINER" --batch-size={batch}
+from_estimate=$(python3 -c "import json; print(json.load(open('$TMP/out'))['launches'])")
 check "from the estimate" "
 assert j['max_batch'] == $est + 1 and j['trials'][0]['batch'] == $est, j
-assert j['launches'] == 3, j['launches']
+assert j['launches'] <= 4, j['launches']
 print('ok')"
 probe_with $((est + 1)) --json -- "$TRAINER" --batch-size={batch}
 check "without the estimate" "
-assert j['max_batch'] == $est + 1 and j['estimate_batch'] is None and j['launches'] == 10, j
+assert j['max_batch'] == $est + 1 and j['estimate_batch'] is None and j['launches'] > $from_estimate, j
 print('ok')"
 probe_with 4 "${SETUP[@]}" --gpu 24GiB -- "$TRAINER" --batch-size={batch}
 grep -qx "starting at batch $est, the estimate's largest on 24GiB (24.00 GiB)" "$TMP/out" && ok ||

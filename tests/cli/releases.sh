@@ -13,6 +13,11 @@ succeeds '^hf 4\.49 \(torch 2\.6\)' estimate gpt2 --framework hf@4.52.1
 succeeds '^hf 4\.54 \(torch 2\.8\)' estimate gpt2 --framework hf@5.22
 succeeds '^hf 4\.16 \(torch 1\.10\): eager attention' estimate gpt2 --framework hf@4.16
 succeeds '^litgpt 0\.4 \(torch 2\.2\)' estimate gpt2 --framework litgpt@2024-05
+succeeds '^litgpt 0\.4 \(torch 2\.2\)' estimate gpt2 --framework litgpt@0.4.5
+succeeds '^litgpt 0\.4\.6 \(torch 2\.2\)' estimate gpt2 --framework litgpt@0.4.13
+succeeds '^litgpt 0\.4\.6 \(torch 2\.2\)' estimate gpt2 --framework litgpt@2024-09
+succeeds '^litgpt 0\.5 \(torch 2\.13\)' estimate gpt2 --framework litgpt
+succeeds '^litgpt 0\.5 \(torch 2\.13\)' estimate gpt2 --framework litgpt@0.5.13
 succeeds '^hf 4\.36 \(torch 2\.1\)' estimate gpt2 --framework hf@2024-01
 succeeds '^hf 5\.23 \(torch 1\.13\)' estimate gpt2 --torch 1.13
 
@@ -59,7 +64,7 @@ del d["releases"][0]["sources"]["gqa_expand"]
 json.dump(d, open(sys.argv[1], "w"))
 PY
 VRAMFIT_DATA_DIR=$TMP/data fails 2 "^vramfit estimate: frameworks/hf\.json: release 5\.23: 'gqa_expand' has no source$" estimate gpt2
-VRAMFIT_DATA_DIR=$TMP/data succeeds '^litgpt 0\.4' estimate gpt2 --framework litgpt
+VRAMFIT_DATA_DIR=$TMP/data succeeds '^litgpt 0\.5' estimate gpt2 --framework litgpt
 printf '{"name": "torch", "releases": []}' >"$TMP/data/torch.json"
 VRAMFIT_DATA_DIR=$TMP/data fails 2 "^vramfit estimate: torch\.json: 'releases' must be a list" estimate gpt2 --framework litgpt
 rm "$TMP/data/torch.json"

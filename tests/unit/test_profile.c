@@ -25,8 +25,10 @@
 static const char torch_text[] =
     "{\"name\": \"torch\", \"releases\": ["
     " {\"release\": \"2.0\", \"date\": \"2023-03\", \"describes\": \"2.0 on\", \"zero_grad_frees\": true,"
-    "  \"eager_softmax_saves_input\": false, \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
-    "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\"}},"
+    "  \"eager_softmax_saves_input\": false, \"sdpa_math_fp32\": true,"
+    "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
+    "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\","
+    "  \"sdpa_math_fp32\": \"o/r:attention.cpp@v2.0.0: up-casts\"}},"
     " {\"release\": \"1.11\", \"date\": \"2022-03\", \"describes\": \"1.11 to 1.13\", \"zero_grad_frees\": false,"
     "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v1.13.1: zeroes in place\"}},"
     " {\"release\": \"1.10\", \"date\": \"2021-10\", \"describes\": \"1.10\", \"eager_softmax_saves_input\": true,"

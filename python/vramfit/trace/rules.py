@@ -275,7 +275,7 @@ def _bnb_gemm_4bit(args: tuple, kwargs: dict, _out: Any) -> list[int]:
     # gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, ...): with a
     # nested absmax, two fp32 [blocks] tensors (absmax_dq, absmax_dq + offset), then B_dq
     # [N, K] in A's dtype; all freed when the op returns.
-    A, shape, absmax, blocksize = args[0], args[2], args[3], args[4]
+    A, shape, blocksize = args[0], args[2], args[4]
     absmax_8bit = kwargs.get("absmax_8bit", args[7] if len(args) > 7 else None)
     K, (N, _) = A.shape[-1], shape
     M = A.numel() // K

@@ -8,7 +8,6 @@ markers (module hooks and a wrapper around the accelerator's backward).
 """
 from __future__ import annotations
 
-import re
 import tempfile
 from typing import Any
 
@@ -76,8 +75,8 @@ def _lora_targets(spec: Spec, model_type: str) -> Any:
     return r".*(" + "|".join(patterns) + r")$"
 
 
-def _build(spec: Spec, run: Run) -> Any:
-    import torch
+def model_config(spec: Spec) -> Any:
+    """The model's config as the setup trains it (two labels for classification)."""
     import transformers as tf
 
     config = tf.AutoConfig.from_pretrained(spec.config)
@@ -87,31 +86,48 @@ def _build(spec: Spec, run: Run) -> Any:
         # one (modeling_llama.py LlamaForSequenceClassification); recipes set it to eos.
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = getattr(config, "eos_token_id", None) or 0
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
-    # As from_pretrained does: the modules are made on the meta device, then every
-    # parameter is given its memory on the GPU once (loading writes into it) and the
-    # tied weights are tied again (modeling_utils.py, _load_pretrained_model).
-    with torch.device("meta"):
-        model = _model_class(spec).from_config(config, dtype=dtype, **_attention(spec))
-    materialize(model, "cuda")
-    model.tie_weights()
+    return config
+
+
+def weights_dtype(spec: Spec) -> Any:
+    import torch
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.weights]
+
+
+def adapted(spec: Spec, model: Any, model_type: str) -> Any:
+    """The model with the setup's PEFT adapters (LoRA, DoRA), or as it is."""
     if spec.quantized:
         raise Unsupported("--quant/--method qlora: bitsandbytes quantization is not traced "
                           "by the hf driver yet")
     if spec.method in ("adapter", "adapter-v2"):
         raise Unsupported(f"--method {spec.method}: LLaMA-Adapter is litgpt's; hf has no such method")
-    if spec.lora:
-        import peft
-        lora = peft.LoraConfig(r=spec.lora_r, lora_alpha=2 * spec.lora_r,
-                               lora_dropout=LORA_DROPOUT, use_dora=spec.method == "dora",
-                               target_modules=_lora_targets(spec, config.model_type),
-                               task_type={"causal-lm": "CAUSAL_LM",
-                                          "seq-classification": "SEQ_CLS",
-                                          "masked-lm": None}[spec.task])
-        try:
-            model = peft.get_peft_model(model, lora)
-        except ValueError as e:  # PEFT refuses the configuration (tuners/lora/layer.py)
-            raise Unsupported(f"PEFT {peft.__version__} refuses this LoRA: {e}") from e
+    if not spec.lora:
+        return model
+    import peft
+    lora = peft.LoraConfig(r=spec.lora_r, lora_alpha=2 * spec.lora_r,
+                           lora_dropout=LORA_DROPOUT, use_dora=spec.method == "dora",
+                           target_modules=_lora_targets(spec, model_type),
+                           task_type={"causal-lm": "CAUSAL_LM",
+                                      "seq-classification": "SEQ_CLS",
+                                      "masked-lm": None}[spec.task])
+    try:
+        return peft.get_peft_model(model, lora)
+    except ValueError as e:  # PEFT refuses the configuration (tuners/lora/layer.py)
+        raise Unsupported(f"PEFT {peft.__version__} refuses this LoRA: {e}") from e
+
+
+def _build(spec: Spec, run: Run) -> Any:
+    import torch
+
+    config = model_config(spec)
+    # As from_pretrained does: the modules are made on the meta device, then every
+    # parameter is given its memory on the GPU once (loading writes into it) and the
+    # tied weights are tied again (modeling_utils.py, _load_pretrained_model).
+    with torch.device("meta"):
+        model = _model_class(spec).from_config(config, dtype=weights_dtype(spec), **_attention(spec))
+    materialize(model, "cuda")
+    model.tie_weights()
+    model = adapted(spec, model, config.model_type)
     run.note(f"{model.__class__.__name__} {config.model_type}, "
              f"attention {model.config._attn_implementation}")
     return model

@@ -139,10 +139,14 @@ def _mlp_kinds(fields: dict[str, Any]) -> set[str]:
 
 
 def _method_fields(spec: Spec, fields: dict[str, Any]) -> dict[str, Any]:
-    """setup()'s lora_* arguments: one flag per projection, one for the whole MLP."""
+    """setup()'s lora_* arguments: one flag per projection, one for the whole MLP;
+    ``all-linear`` (vramfit's q, k, v, o and the MLP's projections, not the head) sets the
+    attention's four and the MLP's."""
     if not spec.lora:
         return {}
     targets = set(spec.lora_targets)
+    if targets == {"all-linear"}:
+        targets = {"q", "k", "v", "o"} | _mlp_kinds(fields)
     mlp = _mlp_kinds(fields) & targets
     if mlp and mlp != _mlp_kinds(fields):
         raise Unsupported(f"--lora-targets {','.join(spec.lora_targets)}: litgpt's lora_mlp adapts all of "
