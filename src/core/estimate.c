@@ -1298,7 +1298,10 @@ static void one_step(struct ctx *x, bool last_micro) {
       forward_keeping_nothing(x, (int32_t)l);
     } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
       autocast_copies(x, (int32_t)l, &sv[l], false);
-      keep(x, &sv[l], stream);
+      /* The checkpoint keeps the layer's input: the residual stream, in the weights' dtype
+       * under autocast (a residual add of the fp32 stream and a 16-bit output promotes to
+       * fp32; BERT's post-norm LayerNorm runs in fp32 under autocast). */
+      keep(x, &sv[l], x->d.T * x->d.h * stream_bytes(x));
       forward_keeping_nothing(x, (int32_t)l);
     } else {
       autocast_copies(x, (int32_t)l, &sv[l], false);
