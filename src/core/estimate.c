@@ -1299,8 +1299,10 @@ static void one_step(struct ctx *x, bool last_micro) {
     } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
       autocast_copies(x, (int32_t)l, &sv[l], false);
       /* The checkpoint keeps the layer's input: the residual stream, in the weights' dtype
-       * under autocast (a residual add of the fp32 stream and a 16-bit output promotes to
-       * fp32; BERT's post-norm LayerNorm runs in fp32 under autocast). */
+       * under autocast (transformers 5.23 modeling_llama.py `residual + hidden_states`
+       * promotes a 16-bit output to the fp32 stream; modeling_bert.py's post-norm
+       * LayerNorm(hidden_states + input_tensor) is on autocast's fp32 list,
+       * aten/src/ATen/autocast_mode.cpp in torch 2.13). */
       keep(x, &sv[l], x->d.T * x->d.h * stream_bytes(x));
       forward_keeping_nothing(x, (int32_t)l);
     } else {
