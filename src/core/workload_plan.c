@@ -157,7 +157,8 @@ static void shared_change(const struct vf_wl_plan_request *r, struct vf_wl_plan 
   if (p->target_effective_batch && p->effective_batch != p->target_effective_batch)
     snprintf(target, sizeof target, " (the nearest to %llu that a micro batch of %llu reaches)",
              (unsigned long long)p->target_effective_batch, (unsigned long long)p->batch);
-  if (gb == (int64_t)p->batch && ga == (int64_t)p->accumulation && !target[0]) return; /* nothing to change */
+  /* Nothing to change (the header line still reports the effective batch against the target). */
+  if (gb == (int64_t)p->batch && ga == (int64_t)p->accumulation) return;
   if (gb > 0 && ga > 0)
     note(p, "micro batch %lld -> %llu with accumulation %lld -> %llu: effective batch %lld -> %llu%s", (long long)gb,
          (unsigned long long)p->batch, (long long)ga, (unsigned long long)p->accumulation, (long long)(gb * ga),
