@@ -224,8 +224,9 @@ int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt,
 /* Peak memory of a training step of the workload's parts at pt: every encoder's step as
  * the estimator writes it, run one after another in the forward and in reverse in the
  * backward, with the fusion, heads and loss between, replayed together through the
- * caching-allocator model. A workload given by its factory only is estimated from what
- * `trace --workload` measured (w->fit); VF_EUNSUPPORTED before it has been traced. */
+ * caching-allocator model. Once `trace --workload` has measured the factory (w->fit), the
+ * estimate is that fit, parts or not; a workload given by its factory only is
+ * VF_EUNSUPPORTED before it has been traced. */
 int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
                          struct vf_estimate *out, struct vf_diag *d);
 

@@ -99,8 +99,10 @@ static int measure(const struct workload_context *c, struct wl_trace *t, size_t 
   return rc;
 }
 
-/* The spec's own estimate at each point, when the workload also gives its parts. */
-static int estimate_points(const struct workload_context *c, struct wl_trace *t, struct vf_diag *d) {
+/* The spec's own estimate at each point, when the workload also gives its parts (the fit
+ * of an earlier trace, which would stand in for them, is set aside). */
+static int estimate_points(struct workload_context *c, struct wl_trace *t, struct vf_diag *d) {
+  c->w.fit.n_points = 0;
   for (size_t i = 0; i < t->n && c->w.n_encoders; i++) {
     struct vf_estimate e;
     int rc = vf_workload_estimate(&c->w, &t->points[i], &c->wl_env, &e, d);
@@ -171,7 +173,7 @@ static void result_text(const struct workload_context *c, const struct wl_trace 
 }
 
 /* Runs the tracer and measures every point; the scratch folder is t->dir. */
-static int run_points(const struct workload_context *c, struct wl_trace *t, const struct trace_env *env,
+static int run_points(struct workload_context *c, struct wl_trace *t, const struct trace_env *env,
                       double timeout_s) {
   char setup[96], summary[96];
   snprintf(setup, sizeof setup, "%s/setup.json", t->dir);
@@ -203,7 +205,7 @@ static int save(const struct workload_context *c, const struct wl_trace *t, cons
   return rc;
 }
 
-static int trace_context(const struct workload_context *c, struct wl_trace *t, bool json, double timeout_s) {
+static int trace_context(struct workload_context *c, struct wl_trace *t, bool json, double timeout_s) {
   if (!c->w.factory[0])
     return cli_error("trace", EXIT_BAD_INPUT, "%s: the workload names no model.factory to trace", c->w.file);
   struct trace_env env;

@@ -86,6 +86,9 @@ static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu
   cli_format_bytes(p->budget_bytes, budget, sizeof budget);
   printf("%s on %s (%s): budget %.0f%%, %s\n", w->name[0] ? w->name : w->file, gpu->name[0] ? gpu->name : gpu_arg, cap,
          100 * p->safety, budget);
+  if (w->fit.n_points)
+    printf("estimated from the trace of %s (%zu points, largest error %.1f%%)\n", w->factory, w->fit.n_points,
+           100 * w->fit.max_error);
   if (p->found) {
     printf("micro batch %llu, accumulation %llu: effective batch %llu", (unsigned long long)p->batch,
            (unsigned long long)p->accumulation, (unsigned long long)p->effective_batch);

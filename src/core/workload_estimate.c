@@ -453,7 +453,8 @@ int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *
   struct vf_wl_shape shape;
   int rc = vf_workload_shape(w, pt, &shape, d);
   if (rc) return rc;
-  if (!w->n_encoders) return vf_workload_fit_eval(&w->fit, &shape, env, out), 0;
+  /* What the user's own code measured beats the parts' model of it. */
+  if (w->fit.n_points) return vf_workload_fit_eval(&w->fit, &shape, env, out), 0;
   if (!shape.sequences) return vf_diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "no sequences");
   struct compose *c = calloc(1, sizeof *c);
   if (!c) return VF_ENOMEM;

@@ -55,6 +55,7 @@ json_t *vf_workload_plan_json(const struct vf_workload *w, const struct vf_wl_pl
   json_object_set_new(o, "target_effective_batch",
                       p->target_effective_batch ? json_integer((json_int_t)p->target_effective_batch) : json_null());
   json_object_set_new(o, "config", w->config[0] ? json_string(w->config) : json_null());
+  json_object_set_new(o, "estimated_from", json_string(w->fit.n_points ? "trace" : "parts"));
   json_object_set_new(o, "stages", stages);
   json_object_set_new(o, "recommended", p->found ? json_deep_copy(json_array_get(stages, 0)) : json_null());
   json_object_set_new(o, "shared", json_pack("{s:o}", "set", set_json(w, &p->stages[0].point, false)));

@@ -7,6 +7,7 @@ source "$(dirname "$0")/lib/harness.sh"
 
 EX=$SRC/examples/contrastive-embedder
 cp -r "$EX" "$TMP/ex"
+rm -f "$TMP/ex/"*.trace.json # planned from the parts, not from a trace a developer left
 W=$TMP/ex/workload.yaml
 GIB=$((1 << 30))
 

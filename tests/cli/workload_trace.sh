@@ -79,6 +79,17 @@ PY
 )
 [ "$rc" -eq 0 ] && [ "$check" = ok ] && ok || bad "plan --workload of a traced factory: exit $rc: $check"
 
+# A workload that gives its parts too is planned from the trace once there is one.
+run plan --workload "$TMP/ex/workload.yaml" --gpu 24GiB --json
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["estimated_from"] == "parts"' "$TMP/out" && ok ||
+  bad "without a trace, the parts: $(head -c 300 "$TMP/out")"
+cp "$TMP/ex/factory.trace.json" "$TMP/ex/workload.trace.json"
+run plan --workload "$TMP/ex/workload.yaml" --gpu 24GiB --json
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["estimated_from"] == "trace"' "$TMP/out" && ok ||
+  bad "with a trace, the trace: $(head -c 300 "$TMP/out")"
+succeeds '^estimated from the trace of embedder/model.py:build \(4 points, largest error [0-9.]+%\)$' \
+  plan --workload "$TMP/ex/workload.yaml" --gpu 24GiB
+
 # Bad input.
 sed 's|^  factory: .*$||' "$TMP/ex/workload.yaml" >"$TMP/ex/nofactory.yaml"
 fails 2 "nofactory\.yaml: the workload names no model\.factory to trace" trace --workload "$TMP/ex/nofactory.yaml"

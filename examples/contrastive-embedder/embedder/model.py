@@ -54,7 +54,12 @@ def channel_encoder(settings: Settings) -> nn.Module:
     config = tf.AutoConfig.from_pretrained(settings.encoder_config)
     encoder = tf.BertModel(config)
     if settings.checkpointing:
-        encoder.activation_checkpointing_enable()
+        # transformers 5.2x names it activation_checkpointing_enable (non-reentrant by
+        # default); earlier releases have gradient_checkpointing_enable only.
+        if hasattr(encoder, "activation_checkpointing_enable"):
+            encoder.activation_checkpointing_enable()
+        else:
+            encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = peft.LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha,
                            lora_dropout=settings.lora_dropout, target_modules=["query", "value"])
     return peft.get_peft_model(encoder, lora)
