@@ -191,8 +191,9 @@ static void test_stage_file_needs_config(void **state) {
 }
 
 /* The example's workload: every file it names exists and its encoders load. */
-static void test_example_loads(void **state) {
-  (void)state;
+/* examples/contrastive-embedder/workload.yaml, loaded (release() frees it); the test is
+ * skipped outside CTest, which names the source folder. */
+static struct vf_workload *load_example(void) {
   const char *src = getenv("VF_SOURCE_DIR");
   if (!src) skip();
   char path[1024];
@@ -201,6 +202,12 @@ static void test_example_loads(void **state) {
   vf_workload_init(w);
   struct vf_diag d;
   if (vf_workload_load(w, path, &d)) fail_msg("%s:%d:%d: %s", d.file, d.line, d.col, d.msg);
+  return w;
+}
+
+static void test_example_loads(void **state) {
+  (void)state;
+  struct vf_workload *w = load_example();
   assert_true(w->models_loaded);
   assert_int_equal(w->n_encoders, 4);
   assert_int_equal(w->n_stages, 5);
@@ -256,14 +263,7 @@ static void test_fit(void **state) {
  * quadrupled, each knob doubled. */
 static void test_default_trace_points(void **state) {
   (void)state;
-  const char *src = getenv("VF_SOURCE_DIR");
-  if (!src) skip();
-  char path[1024];
-  snprintf(path, sizeof path, "%s/examples/contrastive-embedder/workload.yaml", src);
-  struct vf_workload *w = test_malloc(sizeof *w);
-  vf_workload_init(w);
-  struct vf_diag d;
-  if (vf_workload_load(w, path, &d)) fail_msg("%s:%d:%d: %s", d.file, d.line, d.col, d.msg);
+  struct vf_workload *w = load_example();
   struct vf_wl_point pts[VF_WL_MAX_POINTS];
   size_t n = vf_workload_trace_points(w, pts);
   int b = w->batch, neg = vf_workload_knob(w, "n_negatives"), pos = vf_workload_knob(w, "n_positives");

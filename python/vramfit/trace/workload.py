@@ -20,12 +20,11 @@ import json
 import os
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import fakecuda
-from .__main__ import EXIT_BAD_SETUP, EXIT_ENVIRONMENT, EXIT_INTERNAL, _progress, _quiet, write_events
+from .__main__ import _progress, _quiet, run_reporting, write_events
 from .spec import Gpu, Unsupported
 
 STEPS = 2  # the second step is the first with every optimizer state
@@ -188,28 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     _quiet()
-    try:
+
+    def work() -> dict[str, Any]:
         with open(args.setup) as f:
             spec = WorkloadSpec.from_json(f.read())
         fakecuda.load_shim()
-        summary = trace(spec, args.out)
-    except Unsupported as e:
-        print(f"vramfit trace: {e}", file=sys.stderr)
-        return EXIT_BAD_SETUP
-    except (fakecuda.ShimMissing, ModuleNotFoundError) as e:
-        print(f"vramfit trace: {e}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
-    except Exception as e:  # one line for the user; the traceback for us
-        log = os.environ.get("VRAMFIT_TRACE_LOG")
-        if log:
-            with open(log, "a") as f:
-                traceback.print_exc(file=f)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"vramfit trace: the workload's factory failed: {type(e).__name__}: {first}", file=sys.stderr)
-        return EXIT_INTERNAL
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f)
-    return 0
+        return trace(spec, args.out)
+
+    return run_reporting(work, os.path.join(args.out, "summary.json"), ModuleNotFoundError,
+                         "the workload's factory failed")
 
 
 if __name__ == "__main__":
