@@ -116,9 +116,13 @@ int vf_workload_fit(const struct vf_wl_measure *m, size_t n, struct vf_wl_fit *o
   return 0;
 }
 
+/* A petabyte is past any GPU: beyond it a fit (a file anyone may edit) is clamped, so that
+ * sums of its terms cannot overflow. */
+#define FIT_MAX_BYTES 1e15
+
 static uint64_t bytes_at(const double coef[VF_WL_TERMS], const struct vf_wl_shape *s) {
   double v = at(coef, s);
-  return v > 0 ? (uint64_t)llround(v) : 0;
+  return v > 0 ? (uint64_t)llround(fmin(v, FIT_MAX_BYTES)) : 0;
 }
 
 void vf_workload_fit_eval(const struct vf_wl_fit *f, const struct vf_wl_shape *s, const struct vf_wl_env *env,
