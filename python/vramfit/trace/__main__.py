@@ -94,18 +94,20 @@ def main(argv: list[str] | None = None) -> int:
         fakecuda.load_shim()
         return trace(spec, args.events)
 
-    return run_reporting(work, args.summary, _framework_missing(), "internal error in the tracer")
+    return run_reporting(work, args.summary, _framework_missing, "internal error in the tracer")
 
 
-def run_reporting(work: "callable", summary_path: str, missing: type, failure: str) -> int:
+def run_reporting(work: "callable", summary_path: str, missing: "callable", failure: str) -> int:
     """Runs work() and writes the summary it returns; a failure becomes one line on stderr
-    and the exit status vramfit reads (bad setup, environment, internal)."""
+    and the exit status vramfit reads (bad setup, environment, internal). missing() gives the
+    exception type of a missing package: called only once something failed, since importing
+    the drivers imports torch, which must come after the fake device's shim."""
     try:
         summary = work()
     except Unsupported as e:
         print(f"vramfit trace: {e}", file=sys.stderr)
         return EXIT_BAD_SETUP
-    except (fakecuda.ShimMissing, missing) as e:
+    except (fakecuda.ShimMissing, missing()) as e:
         print(f"vramfit trace: {e}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except Exception as e:  # one line for the user; the traceback for us

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         fakecuda.load_shim()
         return trace(spec, args.out)
 
-    return run_reporting(work, os.path.join(args.out, "summary.json"), ModuleNotFoundError,
+    return run_reporting(work, os.path.join(args.out, "summary.json"), lambda: ModuleNotFoundError,
                          "the workload's factory failed")
 
 
