@@ -50,7 +50,8 @@ static int write_setup(const struct workload_context *c, const struct wl_trace *
   const char *colon = strrchr(w->factory, ':');
   snprintf(module, sizeof module, "%.*s", (int)(colon - w->factory), w->factory);
   char rel[2 * VF_WL_PATH];
-  snprintf(rel, sizeof rel, "%s/%s", w->dir, module);
+  if (module[0] == '/') snprintf(rel, sizeof rel, "%s", module);
+  else snprintf(rel, sizeof rel, "%s/%s", w->dir, module);
   if (!realpath(rel, full) || !realpath(w->dir, root)) return VF_EIO;
   json_t *pts = json_array();
   for (size_t i = 0; i < t->n; i++) json_array_append_new(pts, knobs_json(w, &t->points[i]));
