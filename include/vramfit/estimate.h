@@ -38,6 +38,14 @@ int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
 void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size);
 
+/* A value per model type (config.json's model_type), "*" standing for every other type. */
+#define VF_TYPE_VALUES_MAX 8
+struct vf_type_values {
+  char type[VF_TYPE_VALUES_MAX][16];
+  uint32_t value[VF_TYPE_VALUES_MAX];
+  uint32_t n;
+};
+
 /* What a framework's modeling and training code does that changes memory, at one of its
  * releases. Read from data/frameworks/<name>.json, with the behaviours that follow the
  * PyTorch release from data/torch.json (src/io/profile.c). */
@@ -56,11 +64,13 @@ struct vf_profile {
   uint32_t rms_norm_weight_saves[4], n_rms_norm_weight_saves;
   uint32_t layer_norm_saves[4], n_layer_norm_saves;
   bool gqa_expand;          /* K/V repeated to all heads before attention */
+  bool kv_repeat_interleave; /* gqa_expand copies with repeat_interleave, even one head */
   uint32_t attn_out_copies; /* copies of the attention output kept when o_proj trains */
   bool fused_qkv;           /* one q,k,v projection (and one LoRA branch) per layer */
   bool qkv_view_kept;       /* unexpanded V stays a view of the fused q,k,v output, keeping all of it */
   bool lora_zero_pad;       /* a fused q,k,v LoRA adapting some of q, k, v keeps its zero-padded output */
   bool softcap_eager;       /* attention score soft-capping forces the eager path */
+  bool final_softcap_logits; /* final soft-capping caps the logits (else the final norm's output) */
   bool untie_embeddings;    /* a separate output head even where the config ties it */
   uint32_t quant_input_bytes; /* a quantized linear keeps its input at this size (0: not) */
   /* The training loop holds each micro batch's autograd graph (in litgpt, through its loss
@@ -89,6 +99,9 @@ struct vf_profile {
   /* With chunks, full fine-tuning runs the head over the whole sequence and only the loss
    * over slices of its converted logits, whose gradients the backward assembles whole. */
   bool full_head_whole;
+  /* >0: the model returns its logits as this many chunks of each sequence, all made (whole,
+   * in the compute dtype) before the loss up-casts them one chunk at a time. */
+  uint32_t output_chunks;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;
@@ -132,6 +145,10 @@ struct vf_profile {
   bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
   bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */
   bool padding_mask;          /* padded batches come with an attention mask */
+  /* The RoPE table of cosines and sines a model keeps on the GPU, in bytes per position and
+   * rotated dimension (0: none, they are computed each forward), and whether a LoRA model
+   * keeps one per layer (1) rather than one (0). */
+  struct vf_type_values rope_table_bytes, lora_rope_table_per_layer;
 };
 
 struct vf_setup {

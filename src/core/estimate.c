@@ -80,6 +80,7 @@ struct ctx {
   bool grads_kept; /* gradients of the previous micro batch are still there */
   struct grads stale; /* the last step's gradients, until a zero_grad before this backward */
   struct grads cast_cache; /* autocast's cached weight casts, until the autocast region ends */
+  struct grads foreach_tmp; /* foreach AdamW's per-tensor temporaries, for one step */
   bool last_micro; /* this micro batch ends an accumulation cycle */
   uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
   bool states_made; /* the optimizer has created its states */
@@ -378,12 +379,14 @@ static void dora_forward(struct ctx *x, struct saved *sv, uint64_t in, uint64_t 
   uint64_t a = adapter_bytes(x), T = x->d.T;
   uint32_t eye = take(x, in * in * a, WEIGHT_TEMPORARIES);
   uint32_t merged = take(x, in * out * a, WEIGHT_TEMPORARIES);
-  keep(x, sv, in * out * a); /* the base weight's copy */
+  /* Without dropout PEFT reuses the base layer's output (variants.py DoraLinearVariant),
+   * and torchtune's DoRALinear always does (torchtune/modules/peft/dora.py @ 0.6.1). */
+  if (x->p->lora_dropout) keep(x, sv, in * out * a); /* the base weight's copy */
   transient(x, 2 * in * out * a, WEIGHT_TEMPORARIES); /* scaling * lora weight, and the sum */
   give(x, merged);
   give(x, eye);
   keep(x, sv, T * out * a); /* lora_B's output */
-  keep(x, sv, T * out * a); /* the base output again */
+  keep(x, sv, T * out * a); /* the base output (computed again under dropout) */
   transient(x, 3 * T * out * a, VF_CAT_TEMPORARIES);
 }
 
@@ -413,9 +416,18 @@ static void projection(struct ctx *x, struct saved *sv, uint64_t in, uint64_t ou
   else transient(x, 2 * d->T * out * a, VF_CAT_TEMPORARIES); /* lora_B's output, scaled */
 }
 
+/* Without dropout a LoRA branch reads its projection's input as it is, and lora_A keeps
+ * it for its weight gradient: once per input tensor however many branches read it
+ * (torchtune/modules/peft/lora.py @ 0.6.1: nn.Identity in place of a 0.0 dropout). */
+static void adapter_input(struct ctx *x, struct saved *sv, uint64_t in, uint32_t kind_bits) {
+  if (x->p->lora_dropout || !lora_method(x->s->method) || !(x->s->lora_targets & kind_bits)) return;
+  keep(x, sv, x->d.T * in * x->d.c);
+}
+
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   quantized_input(x, sv, d->h, false);
+  adapter_input(x, sv, d->h, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
   if (fused_qkv(x)) {
     projection(x, sv, d->h, d->q + 2 * d->kv, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
     return;
@@ -521,6 +533,8 @@ static void math_attention_forward(struct ctx *x, struct saved *sv) {
 static void attention_output(struct ctx *x, struct saved *sv) {
   enum vf_family f = x->m->arch.family;
   quantized_input(x, sv, x->d.q, false);
+  /* Over SDPA, output_proj reads the attention's own saved output unless it is copied. */
+  if (x->attn == VF_ATTN_EAGER || x->p->attn_out_copies > 1) adapter_input(x, sv, x->d.q, BIT(VF_KIND_O));
   projection(x, sv, x->d.q, x->d.h, BIT(VF_KIND_O));
   if (f == VF_FAMILY_BERT || f == VF_FAMILY_GPT2) keep(x, sv, x->d.T * x->d.h);
 }
@@ -537,6 +551,13 @@ static bool eager_softmax_fp32(const struct ctx *x) {
                                                 x->m->arch.model_type);
 }
 
+/* A single K/V head (per GPU) expanded to every query head stays a view when flattened
+ * or reshaped (torchtune's expand().flatten(1, 2)): merging a dimension of size 1 needs no
+ * copy. repeat_interleave (litgpt) copies whatever the heads. */
+static bool single_head_view(const struct ctx *x) {
+  return x->p->gqa_expand && !x->p->kv_repeat_interleave && x->d.kv <= x->m->arch.head_dim;
+}
+
 static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -544,7 +565,7 @@ static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   qkv_projections(x, sv);
   /* Eager attention multiplies whole heads: K and V are repeated to every query head
    * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
-  bool expand = x->kv_repeated || (x->attn == VF_ATTN_EAGER && d->kv < d->q);
+  bool expand = (x->kv_repeated && !single_head_view(x)) || (x->attn == VF_ATTN_EAGER && d->kv < d->q);
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
   if (x->attn == VF_ATTN_SDPA && x->sdpa == SDPA_MATH) {
@@ -639,6 +660,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, T * d->h * c);
   }
   quantized_input(x, sv, d->h, false);
+  adapter_input(x, sv, d->h, BIT(VF_KIND_GATE) | BIT(VF_KIND_UP));
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
   /* What the activation keeps, and for a gated MLP its output and the up projection.
@@ -650,6 +672,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
+  adapter_input(x, sv, d->ffn, BIT(VF_KIND_DOWN));
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
   if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
 }
@@ -884,9 +907,11 @@ static uint64_t loss_outputs(const struct ctx *x) {
   return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
 }
 
-/* A chunked head splits each sequence into pieces of loss_chunk_tokens positions. */
+/* A chunked head splits each sequence into pieces of loss_chunk_tokens positions, or into
+ * output_chunks pieces as torch.chunk cuts them (ceil(len / n) positions each). */
 static uint64_t loss_chunks(const struct ctx *x) {
-  uint64_t len = x->d.s_kv, per = x->p->loss_chunk_tokens;
+  uint64_t len = x->d.s_kv, per = x->p->loss_chunk_tokens, pieces = x->p->output_chunks;
+  if (pieces) per = (len + pieces - 1) / pieces;
   if (!per || x->task == VF_TASK_SEQ_CLS || len <= per) return 1;
   return (len + per - 1) / per;
 }
@@ -895,6 +920,11 @@ static uint64_t loss_chunks(const struct ctx *x) {
  * converted (litgpt's full.py). */
 static bool head_whole(const struct ctx *x) {
   return x->base_trainable && x->p->full_head_whole && loss_chunks(x) > 1;
+}
+
+/* Bytes per logit of a chunked output the model makes whole before the loss (0: none). */
+static uint32_t whole_output_bytes(const struct ctx *x) {
+  return x->p->output_chunks && x->task == VF_TASK_CAUSAL_LM ? x->d.c : 0;
 }
 
 /* Logits the training loop holds past the backward: converted from the head's output, in
@@ -928,6 +958,7 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
+    adapter_input(x, sv, d->h, BIT(VF_KIND_HEAD));
     projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
      * list), and the matmul keeps the copy for its backward. It caches the cast only for a
@@ -941,15 +972,25 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-  uint32_t cap = x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS ? d->c : 0;
+  uint32_t cap = 0;
+  /* Final soft-capping keeps the tanh's output: of the logits, or of the final norm's. */
+  if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) {
+    if (x->p->final_softcap_logits) cap = d->c;
+    else keep(x, sv, d->T * d->h * d->c);
+  }
   struct loss_kept k = {.capped = take(x, n * cap, VF_CAT_TEMPORARIES)};
+  /* A chunked output is alive whole through the loss's forward, which up-casts one chunk at
+   * a time; the training loop lets go of it once the loss is computed. */
+  uint32_t whole_bytes = whole_output_bytes(x), whole = take(x, n * whole_bytes, VF_CAT_TEMPORARIES);
   uint32_t held = hold_logits(x, n);
   /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
    * copy before it can split the rows into chunks. */
   uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
   k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
   give(x, sliced);
-  if (peak > kept + cap) transient(x, n * (peak - kept - cap) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  uint32_t made = kept + cap + whole_bytes;
+  if (peak > made) transient(x, n * (peak - made) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  give(x, whole);
   return k;
 }
 
@@ -961,6 +1002,34 @@ static uint64_t root_grad_bytes(const struct ctx *x, bool embedding) {
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
   return n * x->d.g;
+}
+
+/* Accumulating into whole gradients kept from the last micro batch: each new gradient is
+ * made beside its kept one, which AccumulateGrad then adds it into in place
+ * (torch/csrc/autograd/functions/accumulate_grad.h). */
+static bool accumulating_in_place(const struct ctx *x) {
+  return x->grads_kept && !sharded_grads(x->s) && !flat_grads(x) && !no_sync(x);
+}
+
+/* Each chunk of a chunked output gives its own piece of the head weight's gradient, which
+ * autograd sums in the weight's input buffer out of place (torch/csrc/autograd/
+ * input_buffer.cpp accumulate, as traced under torch 2.13): the sum so far, the new piece
+ * and their sum at once. */
+static void chunked_head_grad(struct ctx *x) {
+  if (!whole_output_bytes(x) || loss_chunks(x) < 2 || !x->base_trainable) return;
+  transient(x, 2 * x->d.vocab * x->d.h * x->d.g, VF_CAT_TEMPORARIES);
+}
+
+/* The head weight's new gradient while accumulating: a tied head's waits in the embedding
+ * weight's input buffer for the embedding's own (returned, for embedding_backward); an
+ * untied one's is added in at once. */
+static uint32_t accumulating_head_grad(struct ctx *x) {
+  if (!accumulating_in_place(x) || !x->base_trainable || x->task != VF_TASK_CAUSAL_LM || !x->has_head) return 0;
+  uint32_t grad = take(x, x->d.vocab * x->d.h * x->d.g, VF_CAT_GRADIENTS);
+  chunked_head_grad(x);
+  if (tied_head(x)) return grad;
+  give(x, grad);
+  return 0;
 }
 
 /* The embedding's backward (embedding_dense_backward_cuda, EmbeddingBackwardKernel.cu)
@@ -982,9 +1051,13 @@ static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   bool tied = tied_head(x);
   uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
   late_embedding_grads(x);
-  uint32_t second = tied ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
+  /* Accumulating, an untied embedding's gradient too is made before it is added in. */
+  uint32_t second = tied || accumulating_in_place(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
   transient(x, embedding_sort_bytes(x), VF_CAT_TEMPORARIES);
-  if (!tied) return first;
+  if (!tied) {
+    give(x, second);
+    return first;
+  }
   uint32_t sum = take(x, bytes, VF_CAT_GRADIENTS);
   give(x, second);
   give(x, first);
@@ -1047,7 +1120,7 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
  * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
  * (the up-cast's ToCopyBackward), and makes its weight and input gradients. A chunked
- * loss's nodes run one chunk at a time, but all of them before any chunk of the head's
+ * loss's (or a chunked output's) nodes run one chunk at a time, but all of them before any chunk of the head's
  * matmul: autograd's engine runs the most recently recorded ready node first
  * (torch/csrc/autograd/engine.cpp CompareNodeTaskTime), and the head made every chunk
  * before the loss began; so the cast gradients of all chunks wait for the head. A tanh
@@ -1078,6 +1151,9 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
   uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
+  /* Accumulating, layer_grads made nothing: the head's new gradient comes beside the kept one. */
+  if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
+  else chunked_head_grad(x);
   give(x, grad_logits);
   give(x, k.loss);
   give(x, k.capped);
@@ -1200,14 +1276,33 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
   return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
+/* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) takes sqrt(exp_avg_sq) of every
+ * tensor of the group at once (torch._foreach_sqrt): a list of tensors, one per trainable
+ * tensor and each of its size, made in parameter order and freed after the update. Made
+ * apart, they fit into cached blocks one block of their sum could not. Sharded states are
+ * flat: one per unit. */
+static void foreach_temporaries(struct ctx *x) {
+  uint64_t bytes = state_elem_bytes(x);
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    uint64_t shard = 0;
+    for (size_t i = begin; i < end; i++) {
+      const struct vf_param *p = &x->ps->v[i];
+      if (!p->trainable) continue;
+      if (x->s->shard == VF_SHARD_NONE) grad_push(x, &x->foreach_tmp, take(x, p->numel * bytes, WEIGHT_TEMPORARIES));
+      else shard += p->numel * bytes;
+    }
+    if (shard) grad_push(x, &x->foreach_tmp, take(x, shard / x->d.dsize, WEIGHT_TEMPORARIES));
+  }
+  give_all(x, &x->foreach_tmp);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
-  uint64_t elems = trainable_elems(x, x->layers);
-  if (x->s->shard != VF_SHARD_NONE) elems /= x->d.dsize;
-  /* foreach AdamW: sqrt(exp_avg_sq) for every tensor of the group at once. */
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
-    transient(x, elems * state_elem_bytes(x), WEIGHT_TEMPORARIES);
+    foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
     transient(x, largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
 }
@@ -1239,11 +1334,32 @@ static void load_full_state_dict(struct ctx *x) {
   free(ids);
 }
 
+static uint32_t type_value(const struct vf_type_values *v, const char *type) {
+  uint32_t others = 0;
+  for (uint32_t i = 0; i < v->n; i++) {
+    if (strcmp(v->type[i], type) == 0) return v->value[i];
+    if (strcmp(v->type[i], "*") == 0) others = v->value[i];
+  }
+  return others;
+}
+
+/* The RoPE table (cosines and sines for every position the model takes) is a buffer made
+ * with the model: one for it, or one per layer where the LoRA builders make a rotary
+ * module per layer. The bytes to take with a layer's weights (-1: the root's). */
+static uint64_t rope_tables(const struct ctx *x, int32_t layer) {
+  const struct vf_arch *a = &x->m->arch;
+  uint64_t rotated = (uint64_t)((double)a->head_dim * a->rotary_fraction);
+  uint64_t bytes = type_value(&x->p->rope_table_bytes, a->model_type) * a->max_positions * rotated;
+  bool per_layer = lora_method(x->s->method) && type_value(&x->p->lora_rope_table_per_layer, a->model_type);
+  return (layer < 0) != per_layer ? bytes : 0;
+}
+
 static void persistent(struct ctx *x) {
   bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
+    take(x, rope_tables(x, l), VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
   /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
@@ -1699,6 +1815,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   free(x.graph.id);
   free(x.stale.id);
   free(x.cast_cache.id);
+  free(x.foreach_tmp.id);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   vf_params_cleanup(&ps);

@@ -19,7 +19,7 @@
 #include "io/data.h"
 #include "io/json_util.h"
 
-enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION };
+enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES };
 
 struct field {
   const char *key;
@@ -45,6 +45,7 @@ static const struct field fields[] = {
     LIST("rms_norm_weight_saves", rms_norm_weight_saves, n_rms_norm_weight_saves),
     LIST("layer_norm_saves", layer_norm_saves, n_layer_norm_saves),
     FIELD("gqa_expand", F_BOOL, gqa_expand),
+    FIELD("kv_repeat_interleave", F_BOOL, kv_repeat_interleave),
     FIELD("attn_out_copies", F_U32, attn_out_copies),
     FIELD("rope_copies", F_BOOL, rope_copies),
     FIELD("gelu_new_saves", F_U32, gelu_new_saves),
@@ -56,6 +57,7 @@ static const struct field fields[] = {
     FIELD("logits_held_bytes", F_U32, logits_held_bytes),
     FIELD("loss_chunk_tokens", F_U32, loss_chunk_tokens),
     FIELD("full_head_whole", F_BOOL, full_head_whole),
+    FIELD("output_chunks", F_U32, output_chunks),
     FIELD("quant_load_bytes", F_U32, quant_load_bytes),
     FIELD("adapter_fp32", F_BOOL, adapter_fp32),
     FIELD("lora_dropout", F_BOOL, lora_dropout),
@@ -66,6 +68,7 @@ static const struct field fields[] = {
     FIELD("qkv_view_kept", F_BOOL, qkv_view_kept),
     FIELD("lora_zero_pad", F_BOOL, lora_zero_pad),
     FIELD("softcap_eager", F_BOOL, softcap_eager),
+    FIELD("final_softcap_logits", F_BOOL, final_softcap_logits),
     FIELD("untie_embeddings", F_BOOL, untie_embeddings),
     FIELD("quant_input_bytes", F_U32, quant_input_bytes),
     FIELD("graph_held", F_BOOL, graph_held),
@@ -92,6 +95,8 @@ static const struct field fields[] = {
     FIELD("experts_in_weight_dtype", F_BOOL, experts_in_weight_dtype),
     FIELD("adafactor_fp32_copies", F_BOOL, adafactor_fp32_copies),
     FIELD("padding_mask", F_BOOL, padding_mask),
+    FIELD("rope_table_bytes", F_TYPE_VALUES, rope_table_bytes),
+    FIELD("lora_rope_table_per_layer", F_TYPE_VALUES, lora_rope_table_per_layer),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 
@@ -119,6 +124,25 @@ static bool set_names(char *base, const struct field *f, json_t *v) {
   return true;
 }
 
+static bool u32_of(json_t *v, uint32_t *out) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) return false;
+  *out = (uint32_t)json_integer_value(v);
+  return true;
+}
+
+/* {"qwen2": 8, "*": 4}: a value per model type. */
+static bool set_type_values(struct vf_type_values *m, json_t *v) {
+  if (!json_is_object(v) || json_object_size(v) > VF_TYPE_VALUES_MAX) return false;
+  memset(m, 0, sizeof *m);
+  const char *type;
+  json_t *e;
+  json_object_foreach(v, type, e) {
+    if (!*type || strlen(type) >= sizeof m->type[0] || !u32_of(e, &m->value[m->n])) return false;
+    snprintf(m->type[m->n++], sizeof m->type[0], "%s", type);
+  }
+  return true;
+}
+
 static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
   char *base = (char *)p;
   switch (f->type) {
@@ -127,9 +151,9 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
     *(bool *)(base + f->offset) = json_is_true(v);
     return true;
   case F_U32:
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) return false;
-    *(uint32_t *)(base + f->offset) = (uint32_t)json_integer_value(v);
-    return true;
+    return u32_of(v, (uint32_t *)(base + f->offset));
+  case F_TYPE_VALUES:
+    return set_type_values((struct vf_type_values *)(base + f->offset), v);
   case F_DOUBLE:
     if (!json_is_number(v)) return false;
     *(double *)(base + f->offset) = json_number_value(v);

@@ -3,8 +3,7 @@
  * when a kind's median |error| is above 5% or its 90th percentile above 12%, or any case is
  * underestimated by more than 10% (the estimator's targets, bench/README.md).
  * The traced corpus (bench/traced/NAME.tsv) is run when it exists and held to its own
- * targets (median 2%, 90th percentile 5%, no underestimate beyond 5%) when the CMake option
- * VF_GATE_TRACED_ACCURACY is ON; OFF, its figures are printed only.
+ * targets: median 2%, 90th percentile 5%, no underestimate beyond 5%.
  *
  * Needs VRAMFIT (the binary) and VF_SOURCE_DIR; the calibration file missing is a failure. */
 #include <stdarg.h>
@@ -76,11 +75,9 @@ static void traced_corpus_when_present(void **state) {
     return;
   }
   acc_estimate(env("VRAMFIT"), &s);
-  bool gate = strcmp(env("VF_GATE_TRACED"), "ON") == 0;
   int bad = check_kinds("traced", &s, &traced_limits);
   acc_free(&s);
-  if (!gate) printf("traced corpus: gate off (cmake -DVF_GATE_TRACED_ACCURACY=ON turns it on)\n");
-  else assert_int_equal(bad, 0);
+  assert_int_equal(bad, 0);
 }
 
 /* The checks themselves bite: figures just past each limit fail, figures within pass. */

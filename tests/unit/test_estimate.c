@@ -319,10 +319,10 @@ static const char toy_gqa_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
-/* A model (the toy or its grouped-query twin, by default) under a framework profile with
- * one behaviour switched by flip; setup by tweak. */
-static struct vf_estimate flipped_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
-                                      bool on, void (*tweak)(struct vf_setup *)) {
+/* A model of cfg under a framework profile with one behaviour switched by flip; setup by
+ * tweak. */
+static struct vf_estimate config_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
+                                     bool on, void (*tweak)(struct vf_setup *)) {
   struct vf_model m;
   struct vf_profile p;
   struct vf_alloc_conf c;
@@ -352,13 +352,14 @@ static void lora_qkv(struct vf_setup *s) {
 static void fsdp_synced(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 1; }
 static void fsdp_accumulating(struct vf_setup *s) { s->shard = VF_SHARD_FSDP, s->gpus = 2, s->accumulation = 2; }
 
-/* What switching the behaviour on adds to one phase's allocated peak. */
+/* What switching the behaviour on adds to one phase's allocated peak, for a model of cfg. */
 static int64_t config_gain(const char *cfg, const char *fw, void (*flip)(struct vf_profile *, bool),
                            void (*tweak)(struct vf_setup *), enum vf_phase ph) {
-  return (int64_t)flipped_run(cfg, fw, flip, true, tweak).phase_allocated[ph] -
-         (int64_t)flipped_run(cfg, fw, flip, false, tweak).phase_allocated[ph];
+  return (int64_t)config_run(cfg, fw, flip, true, tweak).phase_allocated[ph] -
+         (int64_t)config_run(cfg, fw, flip, false, tweak).phase_allocated[ph];
 }
 
+/* The same for the toy model (or its grouped-query twin). */
 static int64_t phase_gain(bool gqa, const char *fw, void (*flip)(struct vf_profile *, bool),
                           void (*tweak)(struct vf_setup *), enum vf_phase ph) {
   return config_gain(gqa ? toy_gqa_config : toy_config, fw, flip, tweak, ph);
@@ -535,8 +536,9 @@ static void qlora_nf4(struct vf_setup *s) {
   s->quant = VF_QUANT_NF4;
 }
 
-/* Quantizing at load: the last down projection (n = 4096 x 1024) is quantized next to
- * every other weight, as a bf16 copy (2n) plus 66n of search temporaries, before its nf4
+/* Quantizing at load (torchao 0.1, unchunked): the last down projection (n = 4096 x 1024)
+ * is quantized next to every other weight, as a bf16 copy (2n) plus 66n of search
+ * temporaries, before its nf4
  * form (n/2 + n/16 bytes) exists (the cuBLAS workspaces come with the first matmul). */
 static void test_quantize_at_load(void **state) {
   (void)state;
@@ -555,7 +557,7 @@ static void test_quantize_at_load(void **state) {
   struct vf_profile p;
   struct vf_alloc_conf c;
   struct vf_estimate with, without;
-  assert_int_equal(vf_profile_load("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(vf_profile_load("torchtune@0.1", NULL, &p, &d), 0);
   assert_int_equal(p.quant_load_bytes, 66);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
@@ -635,10 +637,7 @@ static void test_graph_held(void **state) {
  * for its backward, so it is there when litgpt's loop converts the logits to fp32 next to
  * the last micro batch's, which it still holds: holding them (8 x 256 x 4 bytes) adds the
  * tanh output (8 x 256 x 2) to the loss's peak, beyond what the loss would keep instead. */
-static void lora_bf16(struct vf_setup *s) {
-  s->weights = VF_PREC_BF16;
-  s->method = VF_METHOD_LORA;
-}
+static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
 
 static void test_softcap_before_conversion(void **state) {
   (void)state;
@@ -646,7 +645,7 @@ static void test_softcap_before_conversion(void **state) {
       "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
       " \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"max_position_embeddings\": 128,"
       " \"tie_word_embeddings\": false, \"final_logit_softcapping\": 30.0}";
-  assert_int_equal(config_gain(cfg, "litgpt", held_logits, lora_bf16, VF_PHASE_LOSS), 8 * 256 * 2);
+  assert_int_equal(config_gain(cfg, "litgpt", held_logits, bf16_lora, VF_PHASE_LOSS), 8 * 256 * 2);
 }
 
 /* GPT-NeoX's parallel block normalizes one input twice, for attention and for the MLP:
@@ -1167,6 +1166,146 @@ static void test_embedding_gradient_last(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* The toy model's shape with another model type, K/V head count, vocabulary, tying and
+ * dtype, and further config.json keys (extra: "" or ", \"key\": value"). */
+struct toy_shape {
+  const char *type;
+  int kv_heads, vocab;
+  bool tied;
+  const char *dtype, *extra;
+  char json[512];
+};
+
+static const char *toy_json(struct toy_shape *t) {
+  snprintf(t->json, sizeof t->json,
+           "{\"model_type\": \"%s\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+           " \"num_key_value_heads\": %d, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": %d,"
+           " \"max_position_embeddings\": 128, \"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\"%s}",
+           t->type, t->kv_heads, t->vocab, t->tied ? "true" : "false", t->dtype, t->extra);
+  return t->json;
+}
+
+static void output_chunked(struct vf_profile *p, bool on) { p->output_chunks = on ? 8 : 1; }
+static void bf16_full_one_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 1; }
+
+
+/* torchtune's chunked output: the model makes all 8 chunks of bf16 logits (2 bytes each of
+ * the 8 x 256 = 2048 logits) before the loss up-casts them one chunk at a time next to every
+ * chunk's fp32 log-softmax: 2 + 4 + 4 / 8 bytes per logit at the loss's peak instead of
+ * the unchunked 2 + 4 + 4. A trainable head gets its weight's gradient in 8 pieces, summed
+ * out of place: two more head-sized tensors (4096 x 64 x 2 bytes) at the head's backward,
+ * the backward's peak then; unchunked, the peak comes at the end of the backward, with the
+ * layers' gradients (2 x 40,960 x 2 bytes) and the untied embedding's, made last (as large
+ * as the head's), but without the layers' saved tensors and the logits' gradient. */
+static void test_chunked_output(void **state) {
+  (void)state;
+  uint64_t n = 8 * 256;
+  assert_int_equal(phase_gain(false, "torchtune", output_chunked, bf16_lora, VF_PHASE_LOSS),
+                   -(int64_t)(n * 4 - n * 4 / 8));
+  struct toy_shape wide = {.type = "llama", .kv_heads = 4, .vocab = 4096, .tied = false,
+                           .dtype = "bfloat16", .extra = ""};
+  int64_t gain = config_gain(toy_json(&wide), "torchtune", output_chunked, bf16_full_one_micro,
+                             VF_PHASE_BACKWARD);
+  int64_t head = 4096 * 64 * 2, layer_grads = 2 * 40960 * 2;
+  assert_in_range(gain, head - layer_grads, head);
+}
+
+static void dropout_flag(struct vf_profile *p, bool on) { p->lora_dropout = on; }
+static void dora(struct vf_setup *s) { s->method = VF_METHOD_DORA; }
+
+/* LoRA dropout gives each adapted projection (q and v) a mask (8 x 64 bytes) and a dropped
+ * copy of its input (8 x 64 x 4); without it the two branches keep their one shared input
+ * (8 x 64 x 4) per layer. DoRA under dropout also keeps each base weight's copy
+ * (64 x 64 x 4). */
+static void test_adapter_input(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "torchtune", dropout_flag, lora_qv, VF_PHASE_LOSS),
+                   2 * (2 * (512 + 2048) - 2048));
+  assert_int_equal(phase_gain(false, "torchtune", dropout_flag, dora, VF_PHASE_LOSS),
+                   2 * (2 * (512 + 2048 + 16384) - 2048));
+}
+
+
+static void rope_tables(struct vf_profile *p, bool on) {
+  if (!on) p->rope_table_bytes.n = 0;
+}
+static void full_ft(struct vf_setup *s) { s->method = VF_METHOD_FULL; }
+
+/* torchtune keeps RoPE tables of 128 positions x 16 head dimensions: 4 bytes each for
+ * llama's, one for the model, and 8 for qwen2's, one per layer under LoRA. */
+static void test_rope_tables(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 4 * 128 * 16);
+  assert_int_equal(phase_gain(false, "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD), 4 * 128 * 16);
+  struct toy_shape qwen2 = {.type = "qwen2", .kv_heads = 4, .vocab = 256, .tied = false,
+                            .dtype = "float32", .extra = ""};
+  assert_int_equal(config_gain(toy_json(&qwen2), "torchtune", rope_tables, full_ft, VF_PHASE_LOAD), 8 * 128 * 16);
+  assert_int_equal(config_gain(toy_json(&qwen2), "torchtune", rope_tables, lora_qv, VF_PHASE_LOAD),
+                   2 * 8 * 128 * 16);
+  assert_int_equal(phase_gain(false, "hf", rope_tables, full_ft, VF_PHASE_LOAD), 0);
+}
+
+
+static void softcap_logits(struct vf_profile *p, bool on) { p->final_softcap_logits = on; }
+
+/* Capping the logits keeps their tanh (2 bytes per logit), which leaves the chunked loss
+ * less room under its peak (4 - 2 bytes per logit over 8 chunks); capping the final norm's
+ * output keeps its tanh instead (8 x 64 x 2 bytes). */
+static void test_final_softcap(void **state) {
+  (void)state;
+  int64_t n = 8 * 256;
+  struct toy_shape gemma2 = {.type = "gemma2", .kv_heads = 4, .vocab = 256, .tied = true,
+                             .dtype = "bfloat16",
+                             .extra = ", \"final_logit_softcapping\": 30.0, \"attn_logit_softcapping\": 50.0"};
+  assert_int_equal(config_gain(toy_json(&gemma2), "torchtune", softcap_logits, bf16_lora, VF_PHASE_LOSS),
+                   2 * n - (4 - 2) * n / 8 - 8 * 64 * 2);
+}
+
+
+static void foreach_flag(struct vf_profile *p, bool on) { p->foreach_optimizer = on; }
+
+/* foreach AdamW's sqrt(exp_avg_sq) list: one temporary per trainable tensor, each rounded
+ * to its own 512-byte blocks like the weights (461,312 bytes for the fp32 toy), not one
+ * block of their sum (460,032 rounded to 460,288). */
+static void test_foreach_temporaries(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", foreach_flag, full_ft, VF_PHASE_OPTIMIZER), TOY_WEIGHT_BLOCKS);
+}
+
+static void gqa_expand(struct vf_profile *p, bool on) { p->gqa_expand = on; }
+static void interleaved(struct vf_profile *p, bool on) { p->kv_repeat_interleave = on; }
+
+/* Expanding 2 K/V heads to 4 copies K and V (bf16: 8 x 64 x 2 bytes each per layer, for
+ * the unexpanded 8 x 32 x 2 in a 512-byte block); expanding a single head stays a view,
+ * unless repeat_interleave makes the copies. Unexpanded, grouped K/V go to SDPA with
+ * enable_gqa and flash takes them. */
+static void test_kv_expansion(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(true, "torchtune", gqa_expand, bf16_lora, VF_PHASE_LOSS), 2 * 2 * (1024 - 512));
+  struct toy_shape mqa = {.type = "llama", .kv_heads = 1, .vocab = 256, .tied = false,
+                          .dtype = "bfloat16", .extra = ""};
+  assert_int_equal(config_gain(toy_json(&mqa), "torchtune", gqa_expand, bf16_lora, VF_PHASE_LOSS), 0);
+  assert_int_equal(config_gain(toy_json(&mqa), "torchtune", interleaved, bf16_lora, VF_PHASE_LOSS),
+                   2 * 2 * (1024 - 512));
+}
+
+
+static void unchanged(struct vf_profile *p, bool on) { (void)p, (void)on; }
+static void bf16_full_two_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 2; }
+
+/* Accumulating into kept gradients, a tied head's new gradient (4096 x 64 x 2 bytes) waits
+ * for the embedding's, and both are summed beside the kept one: one more than when the
+ * first micro batch makes them, at the embedding's backward (hf: unchunked). */
+static void test_accumulating_tied_grads(void **state) {
+  (void)state;
+  struct toy_shape tied = {.type = "llama", .kv_heads = 4, .vocab = 4096, .tied = true,
+                           .dtype = "bfloat16", .extra = ""};
+  const char *cfg = toy_json(&tied);
+  uint64_t one = config_run(cfg, "hf", unchanged, true, bf16_full_one_micro).phase_allocated[VF_PHASE_BACKWARD];
+  uint64_t two = config_run(cfg, "hf", unchanged, true, bf16_full_two_micro).phase_allocated[VF_PHASE_BACKWARD];
+  assert_int_equal(two - one, 4096 * 64 * 2);
+}
+
 static void test_impossible_setups(void **state) {
   (void)state;
   struct vf_setup s;
@@ -1222,6 +1361,9 @@ int main(void) {
       cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
       cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs), cmocka_unit_test(test_full_head_whole),
       cmocka_unit_test(test_adafactor_largest_tensor),
+      cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
+      cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
+      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries),     cmocka_unit_test(test_accumulating_tied_grads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

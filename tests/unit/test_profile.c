@@ -205,6 +205,12 @@ static void no_file(json_t *d) {
   json_object_set_new(json_object_get(entry_of(d, 1), "sources"), "attn_out_copies", json_string("it is so"));
 }
 static void wrong_type(json_t *d) { json_object_set_new(entry_of(d, 1), "attn_out_copies", json_string("two")); }
+static void bad_type_value(json_t *d) {
+  set(entry_of(d, 1), "rope_table_bytes", json_pack("{s:i, s:s}", "*", 4, "qwen2", "eight"), "o/r:a.py@v2: x");
+}
+static void long_type_name(json_t *d) {
+  set(entry_of(d, 1), "rope_table_bytes", json_pack("{s:i}", "a_model_type_too_long", 4), "o/r:a.py@v2: x");
+}
 static void bad_release(json_t *d) { json_object_set_new(entry_of(d, 1), "release", json_string("2.x")); }
 static void bad_date(json_t *d) { json_object_set_new(entry_of(d, 1), "date", json_string("2023-13")); }
 static void bad_torch(json_t *d) { json_object_set_new(entry_of(d, 1), "torch", json_string("latest")); }
@@ -227,6 +233,8 @@ static void test_refusals(void **state) {
   refused(two_lines, "the source of 'attn_out_copies'");
   refused(no_file, "the source of 'attn_out_copies'");
   refused(wrong_type, "'attn_out_copies' has a value of the wrong type");
+  refused(bad_type_value, "'rope_table_bytes' has a value of the wrong type");
+  refused(long_type_name, "'rope_table_bytes' has a value of the wrong type");
   refused(bad_release, "'release' must be a version");
   refused(bad_date, "'date' must be a month");
   refused(bad_torch, "'torch' must be the PyTorch release");
@@ -280,6 +288,11 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(vf_profile_load("hf", "1.13", &p, &d), 0);
   assert_false(p.zero_grad_frees);
   assert_false(p.eager_softmax_saves_input);
+  /* A value per model type: torchtune's RoPE tables, Qwen2's twice as wide. */
+  assert_int_equal(vf_profile_load("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(p.rope_table_bytes.n, 3);
+  for (uint32_t i = 0; i < p.rope_table_bytes.n; i++)
+    if (strcmp(p.rope_table_bytes.type[i], "qwen2") == 0) assert_int_equal(p.rope_table_bytes.value[i], 8);
 }
 
 /* A user's copy of data/ (VRAMFIT_DATA_DIR) is read instead, and its mistakes named. */
