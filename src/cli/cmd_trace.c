@@ -50,6 +50,7 @@ struct trace_args {
   enum vf_attention attention; /* as given, before the profile's default fills it */
   bool json;
   const char *events, *model, *workload;
+  const char *setup_flag; /* the first setup option given other than --gpu and --alloc-conf */
   uint64_t timeout_s;
 };
 
@@ -244,7 +245,8 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
   setup_request_init(&a->r, "trace");
   optind = 1;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+  int at = -1;
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, &at)) != -1; at = -1) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), -1;
     if (c == ':' || c == '?') return cli_option_error("trace", c, argv);
     if (c == O_JSON) a->json = true;
@@ -252,8 +254,15 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
     else if (c == O_WORKLOAD) a->workload = optarg;
     else if (c == O_TIMEOUT) {
       if (cli_parse_u64("trace", "--timeout", optarg, &a->timeout_s)) return EXIT_BAD_INPUT;
-    } else if (setup_option(&a->r, c, optarg)) return EXIT_BAD_INPUT;
+    } else {
+      /* A workload says what it runs; only the GPU and the allocator are the tracer's. */
+      if (c != O_GPU && c != O_ALLOC_CONF && !a->setup_flag && at >= 0) a->setup_flag = opts[at].name;
+      if (setup_option(&a->r, c, optarg)) return EXIT_BAD_INPUT;
+    }
   }
+  if (a->workload && a->setup_flag)
+    return cli_usage_error("trace", "--%s: the workload gives its own setup; with --workload only --gpu and "
+                                    "--alloc-conf apply", a->setup_flag);
   if (a->workload)
     return optind == argc ? EXIT_OK : cli_usage_error("trace", "--workload: the workload names its model; give no MODEL");
   if (optind != argc - 1)

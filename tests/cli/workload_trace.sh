@@ -94,6 +94,8 @@ succeeds '^estimated from the trace of embedder/model.py:build \(4 points, large
 sed 's|^  factory: .*$||' "$TMP/ex/workload.yaml" >"$TMP/ex/nofactory.yaml"
 fails 2 "nofactory\.yaml: the workload names no model\.factory to trace" trace --workload "$TMP/ex/nofactory.yaml"
 fails 2 "give no MODEL" trace gpt2 --workload "$W"
+fails 2 "--batch: the workload gives its own setup; with --workload only --gpu and --alloc-conf apply" \
+  trace --workload "$W" --batch 4
 echo '{"fit": {"allocated_bytes": [1, 2]}}' >"$TMP/ex/factory.trace.json"
 fails 2 "factory\.trace\.json: no usable \"fit\"" plan --workload "$W" --gpu 24GiB
 
