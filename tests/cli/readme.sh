@@ -21,6 +21,7 @@ cp "$SRC/tests/data/apply/litgpt_lora/lora.yaml" "$RUN/"
 cp "$SRC/tests/data/oom/pytorch-1.13-fragmentation.log" "$RUN/train.log"
 cp "$SRC/data/models/llama-3.2-1b.json" "$RUN/my-llama/config.json"
 mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$RUN/examples/"
+rm -f "$RUN"/examples/contrastive-embedder/*.trace.json # as checked out: planned from its parts
 
 # scenario COMMAND: the fake machine an example runs on.
 scenario() {
