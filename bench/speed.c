@@ -1,7 +1,8 @@
 /* bench/speed: how fast estimates are.
  *  - library: vf_estimate() calls per second for a 7B model on one core (target: 20,000);
  *  - CLI: whole-process wall time of `vramfit estimate llama-3.1-405b` with FSDP on 512
- *    GPUs, and of every catalogue model (target: under 20 ms each).
+ *    GPUs, and of every catalogue model (target: under 20 ms each); of the plan that lays
+ *    out llama-3.1-405b on 512 GPUs (target: under 200 ms).
  *
  * usage: bench_speed VRAMFIT */
 #include <stdio.h>
@@ -50,6 +51,11 @@ int main(int argc, char **argv) {
   char *big[] = {argv[1], "estimate", "llama-3.1-405b", "--weights", "bf16", "--shard", "fsdp",
                  "--gpus", "512", "--grad-ckpt", "full", "--json", NULL};
   printf("CLI, llama-3.1-405b FSDP on 512 GPUs: %.1f ms per process (median of 15)\n", bench_process_ms(big, 15));
+  char *layout[] = {argv[1], "plan", "llama-3.1-405b", "--framework", "torchtitan", "--weights", "fp32", "--amp",
+                    "bf16", "--seq", "8192", "--accumulation", "32", "--grad-ckpt", "full", "--shard", "fsdp",
+                    "--gpus", "512", "--gpus-per-node", "8", "--gpu", "h100-96gb", "--json", NULL};
+  printf("CLI, plan of the layout of llama-3.1-405b on 512 GPUs: %.1f ms per process (median of 5)\n",
+         bench_process_ms(layout, 5));
 
   size_t n = vf_catalog_count();
   double worst = 0;

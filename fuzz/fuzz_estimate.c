@@ -60,12 +60,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s.tp = next(&b, 9);
   s.pp = next(&b, 9);
   s.cp = next(&b, 5);
-  s.shard = (enum vf_shard)next(&b, 5);
+  s.shard = (enum vf_shard)next(&b, 6);
   s.offload = (uint32_t)next(&b, 8);
   s.gpu_cc_major = (uint32_t)next(&b, 13);
   struct vf_alloc_conf c;
   vf_alloc_conf_default(&c);
   c.expandable_segments = next(&b, 2);
+  s.pp_schedule = (enum vf_pp_schedule)next(&b, 5);
+  s.sequence_parallel = (enum vf_sp)next(&b, 3);
+  /* 1 when the bytes run out, as the older seeds' setups had them. */
+  s.ep = next(&b, 8) + 1;
+  s.dp_replicate = next(&b, 4) + 1;
   struct vf_estimate e;
   if (vf_estimate(model, &s, prof, &c, &e, &d) != 0) return 0;
   uint64_t sum = e.allocator_slack + e.context;

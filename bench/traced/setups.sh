@@ -86,11 +86,13 @@ for m in tinyllama-1.1b llama-3.2-1b llama-3.2-3b qwen2.5-0.5b gemma-2b gemma-2-
   row litgpt "$m" --weights bf16 --method adapter --batch 4 --seq 512 $acc
 done
 for m in tinyllama-1.1b llama-3.2-1b qwen2.5-0.5b pythia-1b; do
+  # litgpt attends to at most block_size positions: 2048 for TinyLlama and Pythia
+  case $m in tinyllama-1.1b | pythia-1b) long=2048 ;; *) long=8192 ;; esac
   row litgpt "$m" --weights fp32 --batch 2 --seq 256
   row litgpt "$m" --weights fp32 --amp bf16 --method lora --batch 4 --seq 512
   row litgpt "$m" --weights bf16 --method adapter-v2 --batch 2 --seq 1024
   row litgpt "$m" --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o,gate,up,down,head --batch 8 --seq 256
-  row litgpt "$m" --weights bf16 --method lora --batch 1 --seq 8192
+  row litgpt "$m" --weights bf16 --method lora --batch 1 --seq $long
 done
 for opt in sgd adafactor adamw-8bit lion; do
   row litgpt llama-3.2-1b --weights bf16 --optimizer $opt --batch 2 --seq 1024

@@ -18,7 +18,8 @@ enum vf_method { VF_METHOD_FULL, VF_METHOD_LORA, VF_METHOD_QLORA, VF_METHOD_DORA
 enum vf_quant { VF_QUANT_DEFAULT, VF_QUANT_NONE, VF_QUANT_NF4, VF_QUANT_NF4_DQ, VF_QUANT_INT8 };
 enum vf_ckpt { VF_CKPT_NONE, VF_CKPT_FULL, VF_CKPT_SELECTIVE };
 enum vf_attention { VF_ATTN_DEFAULT, VF_ATTN_EAGER, VF_ATTN_SDPA, VF_ATTN_FLASH };
-enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP };
+/* HSDP is FSDP sharding within groups of data-parallel GPUs, replicated across the groups. */
+enum vf_shard { VF_SHARD_NONE, VF_SHARD_ZERO1, VF_SHARD_ZERO2, VF_SHARD_ZERO3, VF_SHARD_FSDP, VF_SHARD_HSDP };
 enum vf_offload { VF_OFFLOAD_OPTIMIZER = 1, VF_OFFLOAD_PARAMS = 2, VF_OFFLOAD_ACTIVATIONS = 4 };
 /* Whether batches all have --seq tokens per sample (packed or fixed-length data) or are
  * padded to their own longest sample, so that their lengths vary from step to step. */
@@ -26,13 +27,20 @@ enum vf_lengths { VF_LENGTHS_DEFAULT, VF_LENGTHS_FIXED, VF_LENGTHS_VARIED };
 /* Whether the run validates: a forward under no_grad over a batch of the micro batch's
  * size after the training steps, with the optimizer's states still there. */
 enum vf_eval { VF_EVAL_DEFAULT, VF_EVAL_NO, VF_EVAL_YES };
+/* Pipeline schedules: all forwards then all backwards (GPipe); one forward, one backward in
+ * the steady state (1F1B); 1F1B over several model chunks per rank (interleaved). "none"
+ * is a profile's value for a framework without pipeline parallelism, no one's choice. */
+enum vf_pp_schedule { VF_PP_DEFAULT, VF_PP_NONE, VF_PP_GPIPE, VF_PP_1F1B, VF_PP_INTERLEAVED };
+/* Whether tensor parallelism splits the tokens of the norms and residual adds too
+ * (sequence parallelism), or only the heads and the MLP's width. */
+enum vf_sp { VF_SP_DEFAULT, VF_SP_NO, VF_SP_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
                     VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS,
-                    VF_ENUM_EVAL };
+                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP };
 const char *vf_enum_name(enum vf_enum_kind kind, int value);
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -149,6 +157,29 @@ struct vf_profile {
    * rotated dimension (0: none, they are computed each forward), and whether a LoRA model
    * keeps one per layer (1) rather than one (0). */
   struct vf_type_values rope_table_bytes, lora_rope_table_per_layer;
+  /* Pipeline parallelism: the schedules the framework runs (bit 1 << VF_PP_x each; 0: none)
+   * and its default, the first listed; the model chunks per rank of the interleaved
+   * schedule; whether every stage must get as many layers; whether the pipeline runs on
+   * torch.distributed.pipelining (receive buffers for every micro batch, the last stage's
+   * outputs kept through the step, FSDP left unsharded until the last backward). */
+  uint32_t pp_schedules;
+  enum vf_pp_schedule pp_default_schedule;
+  uint32_t pp_stages_per_rank;
+  bool pp_even_layers;
+  bool pp_torch_pipelining;
+  bool sequence_parallel;  /* tensor parallelism comes with sequence parallelism by default */
+  bool sp_gathered_input;  /* under sequence parallelism a projection keeps its all-gathered input */
+  bool grad_buffer_fp32;   /* gradients live in one persistent fp32 buffer, zeroed, never freed */
+  /* Context parallelism's ring attention all-gathers every rank's keys and values at once
+   * (else it passes them on rank to rank through two buffers). */
+  bool cp_kv_all_gather;
+  /* Expert parallelism: each expert takes at most this factor of its even share of the
+   * routed tokens, padded up to it (0: dropless, every token, no padding). */
+  double moe_capacity_factor;
+  /* ZeRO-1/2 gradient reduction: the reduce buckets each backward allocates (0: none; 2
+   * with overlap_comm) and their elements (0: hidden x hidden, the HF integration's
+   * "auto"). */
+  uint32_t zero_reduce_buckets, zero_reduce_bucket_elems;
 };
 
 struct vf_setup {
@@ -166,7 +197,11 @@ struct vf_setup {
   enum vf_lengths lengths;
   enum vf_eval eval;
   uint64_t gpus, tp, pp, cp;
+  uint64_t ep; /* expert parallelism: each GPU holds experts / ep of every MoE layer's experts */
+  enum vf_pp_schedule pp_schedule; /* VF_PP_DEFAULT: the framework's */
+  enum vf_sp sequence_parallel;    /* VF_SP_DEFAULT: the framework's, with tp > 1 */
   enum vf_shard shard;
+  uint64_t dp_replicate; /* HSDP's replicas: each shards over dp / dp_replicate GPUs (1 otherwise) */
   uint32_t offload; /* VF_OFFLOAD_* bits */
   uint32_t gpu_cc_major, gpu_cc_minor; /* 0: unknown GPU generation */
   uint64_t capacity_bytes;            /* 0: no GPU given */
@@ -183,8 +218,16 @@ int vf_lora_targets_parse(const char *text, uint32_t *bits);
 /* The quantization of the base weights a setup means: --quant as given, nf4-dq for qlora
  * when none is given, and VF_QUANT_NONE when the weights are not quantized. */
 enum vf_quant vf_setup_quant(const struct vf_setup *s);
+/* Whether the weights are sharded and gathered per unit (ZeRO-3, FSDP, HSDP); whether the
+ * sharding is FSDP's (FSDP, HSDP). */
+bool vf_shard_weights(enum vf_shard shard);
+bool vf_shard_fsdp(enum vf_shard shard);
 /* Rejects contradictory or impossible setups, with the reason in d. */
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d);
+/* Rejects a parallel layout the framework cannot run (a resolved setup): a pipeline or
+ * schedule it does not have, stages it cannot split the layers into. */
+int vf_layout_validate(const struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p,
+                       struct vf_diag *d);
 
 enum vf_category { VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER, VF_CAT_ACTIVATIONS,
                    VF_CAT_TEMPORARIES, VF_CAT_RUNTIME, VF_CAT_COUNT };
@@ -209,6 +252,13 @@ struct vf_estimate {
   uint64_t by_category[VF_CAT_COUNT];
   uint64_t allocator_slack, context;
   uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+  /* Parallel layout: the pipeline schedule (VF_PP_NONE without a pipeline), the pipeline
+   * rank whose peak is reported (the most loaded), its blocks and the micro batches whose
+   * activations it holds at once; whether tensor parallelism splits the sequence too. */
+  enum vf_pp_schedule pp_schedule;
+  uint64_t pp_rank, pp_rank_layers;
+  double pp_in_flight;
+  bool sequence_parallel;
 };
 
 struct vf_alloc_conf;
@@ -223,7 +273,7 @@ struct vf_timeline_event {
   uint8_t op;       /* enum vf_timeline_op */
   uint8_t phase;    /* enum vf_phase */
   uint8_t category; /* enum vf_category of the block */
-  uint8_t stage;    /* pipeline stage replayed: 0 (the first), 1 (the last, with the head) */
+  uint8_t stage;    /* pipeline rank replayed (0 without a pipeline) */
   uint64_t id;      /* the block; an allocation's id is freed by the free of the same id */
   uint64_t bytes;   /* block bytes (rounded as the allocator rounds) */
   uint64_t allocated, reserved;
@@ -231,7 +281,8 @@ struct vf_timeline_event {
 typedef void (*vf_timeline_fn)(void *arg, const struct vf_timeline_event *e);
 
 /* vf_estimate() with every layer replayed (no extension from shorter replays), telling fn
- * of each allocation and free in order. Pure apart from what fn does. */
+ * of each allocation and free in order, of the pipeline rank reported only. Pure apart from
+ * what fn does. */
 int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                          const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
                          struct vf_estimate *out, struct vf_diag *d);

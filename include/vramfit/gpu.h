@@ -20,6 +20,7 @@ struct vf_gpu_spec {
   double bf16_tflops;      /* dense tensor-core rates; 0 = unsupported or unknown */
   double fp16_tflops;      /* FP16 inputs, FP32 accumulate */
   double fp32_tflops;
+  double link_gbps;        /* GPU-to-GPU bandwidth inside a node, one direction, GB/s; 0 = unknown */
   /* Filled only by vf_gpu_detect(). */
   bool detected;
   int index;           /* NVML device index */

@@ -31,6 +31,8 @@ int vf_keep_parse(const char *list, uint32_t *bits);
 
 /* Offload bits as --offload spells them: "none", "optimizer", "optimizer,params". */
 void vf_offload_format(uint32_t bits, char *buf, size_t size);
+/* A setting's parallel layout: "tp 8 x pp 8 (1f1b) x dp 8", "tp 1 x pp 1 x cp 2 x dp 4". */
+void vf_layout_format(const struct vf_setup *s, char *buf, size_t size);
 
 enum vf_tier { VF_TIER_SAFE, VF_TIER_BALANCED, VF_TIER_AGGRESSIVE, VF_TIER_COUNT };
 const char *vf_tier_name(enum vf_tier t);
@@ -48,6 +50,12 @@ struct vf_plan_request {
                                   * (vf_estimate_calibrate, --calibrate); 0: as estimated */
   /* The framework's measured spread; NULL: every tier judges the point estimate. */
   const struct vf_uncertainty_table *uncertainty;
+  /* >0: base.gpus is the world size, in nodes of this many GPUs, and the layout (tp, pp,
+   * cp, ep, the pipeline schedule) is searched too: tp a divisor of the heads within a node,
+   * pp and cp dividing what is left, ep dividing the experts and dp x cp, each schedule the
+   * framework runs. 0: the given layout, in nodes of 8. */
+  uint64_t gpus_per_node;
+  double network_gbps; /* GB/s per GPU between nodes, one direction; 0: 50 (400 Gb/s) */
 };
 
 /* One setting and what it costs. */
@@ -80,13 +88,17 @@ struct vf_plan_result {
  * says why). Pure. */
 int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d);
 
-/* Tokens per second across all data-parallel GPUs of setting s whose estimate is e:
- *   time per token = FLOPs per token / (peak FLOP/s x MFU(tokens per micro batch))
- *                    + host transfers of offloading, amortised per token;
+/* Tokens per second across all GPUs of setting s whose estimate is e, in nodes of 8 GPUs
+ * with 50 GB/s between nodes:
+ *   GPU-seconds per token = (FLOPs per token / (peak FLOP/s x MFU(tokens per micro batch
+ *                           per GPU)) + tensor-, context- and pipeline-parallel traffic)
+ *                           x the pipeline's bubble + data-parallel traffic per token,
+ *   time per token = GPU-seconds per token / GPUs + host transfers of offloading;
  * FLOPs per token: 6P for full training (forward 2P, backward 4P), 4P + 6T with a frozen
  * base (no weight gradients but the adapters' T), + 2P for full recomputation and + 0.5P
  * for selective, + attention 12 x layers x seq x heads x head_dim (4 per forward pass,
- * one more forward when recomputed). Communication is ignored. */
+ * one more forward when recomputed). Traffic runs over the GPU's links inside a node
+ * (gpus.tsv link_GBps) and the network between nodes, never overlapped (plan_speed.c). */
 double vf_plan_tokens_per_second(const struct vf_model *m, const struct vf_setup *s,
                                  const struct vf_estimate *e, const struct vf_gpu_spec *gpu);
 

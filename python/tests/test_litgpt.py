@@ -149,7 +149,8 @@ def test_unsupported_setups_are_refused(tmp_path):
                 (dict(amp="bf16"), "--weights bf16 --amp bf16"),
                 (dict(method="full", quant="nf4"), "does not quantize"),
                 (dict(method="adapter"), "adapter_start_layer"),
-                (dict(task="seq-classification"), "causal language models")]
+                (dict(task="seq-classification"), "causal language models"),
+                (dict(seq=8192), "at most 4096 positions")]
     for kw, message in refusals:
         with pytest.raises(Unsupported, match=message):
             run(tmp_path, **kw)

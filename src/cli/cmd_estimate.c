@@ -37,10 +37,18 @@ static const char usage[] =
     "  --quant Q            none | nf4 | nf4-dq | int8 (qlora implies nf4-dq)\n"
     "  --grad-ckpt G        none | full | selective (none)\n"
     "  --attention A        eager | sdpa | flash (the framework's default)\n"
-    "  --gpus N             data-parallel GPUs (1)\n"
-    "  --shard S            none | zero1 | zero2 | zero3 | fsdp (none)\n"
+    "  --gpus N             GPUs in all (1): the data-parallel ones, times tp x pp x cp\n"
+    "  --shard S            none | zero1 | zero2 | zero3 | fsdp | hsdp (none)\n"
+    "  --dp-replicate N     hsdp: replicas, each sharding over its share of the data-parallel GPUs\n"
     "  --offload O          none | optimizer | params | activations (comma list)\n"
-    "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1)\n"
+    "  --tp N, --pp N, --cp N   tensor / pipeline / context parallel sizes (1); --gpus is\n"
+    "                       their product times the data-parallel replicas\n"
+    "  --ep N               expert parallel size: each GPU holds experts / N of an MoE layer's\n"
+    "                       experts, tokens sent to them and back (1)\n"
+    "  --pp-schedule S      gpipe | 1f1b | interleaved-1f1b (the framework's); with --pp the\n"
+    "                       micro batches of a step (--accumulation) are the pipeline's\n"
+    "  --sequence-parallel Y  yes | no: tensor parallelism splits the norms' and residuals'\n"
+    "                       tokens too (the framework's: torchtitan yes, Megatron no)\n"
     "  --gpu G              catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB, 80GB)\n"
     "  --alloc-conf S       PYTORCH_CUDA_ALLOC_CONF to model (default: the environment's)\n"
     "  --json               machine-readable output\n"
@@ -80,6 +88,38 @@ static json_t *version_notes(const struct setup_request *r, const struct vf_prof
     json_array_append_new(notes, json_string(line));
   }
   return notes;
+}
+
+/* The parallel layout and the pipeline rank the figures are for. */
+static json_t *layout_json(const struct vf_setup *s, const struct vf_estimate *e) {
+  uint64_t model_parallel = s->tp * s->pp * s->cp;
+  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:f}", "gpus", (json_int_t)s->gpus, "dp",
+                   (json_int_t)(s->gpus / model_parallel), "tp", (json_int_t)s->tp, "pp", (json_int_t)s->pp, "cp",
+                   (json_int_t)s->cp, "ep", (json_int_t)s->ep, "pp_schedule",
+                   vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule),
+                   "sequence_parallel", e->sequence_parallel, "peak_rank", (json_int_t)e->pp_rank, "peak_rank_layers",
+                   (json_int_t)e->pp_rank_layers, "micro_batches_in_flight", e->pp_in_flight);
+}
+
+/* "tp 8 with sequence parallelism x pp 8 x dp 8 = 512 GPUs", and with a pipeline the rank
+ * whose peak is shown. */
+static void layout_text(const struct vf_setup *s, const struct vf_estimate *e) {
+  if (s->tp == 1 && s->pp == 1 && s->cp == 1 && s->ep == 1) return;
+  typedef unsigned long long ull;
+  printf("layout: ");
+  if (s->tp > 1) printf("tp %llu%s x ", (ull)s->tp, e->sequence_parallel ? " with sequence parallelism" : "");
+  if (s->pp > 1) printf("pp %llu x ", (ull)s->pp);
+  if (s->cp > 1) printf("cp %llu x ", (ull)s->cp);
+  printf("dp %llu = %llu GPUs", (ull)(s->gpus / (s->tp * s->pp * s->cp)), (ull)s->gpus);
+  if (s->ep > 1) printf(", experts over ep %llu", (ull)s->ep);
+  printf("\n");
+  if (s->pp == 1) return;
+  bool last = e->pp_rank + 1 == s->pp;
+  const char *part = e->pp_rank == 0 ? "first stage: the embedding and " : last ? "last stage: " : "";
+  printf("pipeline: %s, %llu micro batch%s; the peak is rank %llu's (%s%llu blocks%s), %.3g micro batch%s in flight\n",
+         vf_enum_name(VF_ENUM_PP_SCHEDULE, e->pp_schedule), (ull)e->accumulation, e->accumulation == 1 ? "" : "es",
+         (ull)e->pp_rank, part, (ull)e->pp_rank_layers, last ? ", the head and the loss" : "",
+         e->pp_in_flight, e->pp_in_flight == 1.0 ? "" : "es");
 }
 
 /* An estimate's peaks with their ranges, from the group of setups whose measured spread
@@ -136,6 +176,7 @@ static json_t *estimate_json(const struct vf_model *m, const struct shown *shown
   json_object_set_new(o, "peak", peak_json(shown));
   json_object_set_new(o, "breakdown", breakdown);
   json_object_set_new(o, "timeline", timeline);
+  json_object_set_new(o, "layout", layout_json(&r->setup, e));
   json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:b, s:o}", "framework", p->name,
                                               "framework_release", p->release, "torch", p->torch, "attention",
                                               vf_enum_name(VF_ENUM_ATTENTION, e->attention),
@@ -212,10 +253,11 @@ static void estimate_text(const struct vf_model *m, const struct shown *shown, c
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
   json_decref(notes);
+  layout_text(&r->setup, e);
   printf("\n");
   if (e->peak_phase == VF_PHASE_LOAD)
     printf("the peak is while loading the weights%s\n\n",
-           p->fsdp_full_load && r->setup.shard == VF_SHARD_FSDP
+           p->fsdp_full_load && vf_shard_fsdp(r->setup.shard)
                ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
   for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], NULL, cap);

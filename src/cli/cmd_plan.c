@@ -18,8 +18,9 @@ static const char usage[] =
     "Safe and balanced hold the high end of the peak's range to their share, as 'estimate'\n"
     "judges a fit (the range: how far the estimator has missed on measured runs of similar\n"
     "setups); aggressive holds the estimate itself to it, betting that it is right.\n"
-    "Speed is a model (tokens/s from FLOPs per token, the GPU's rate and an assumed\n"
-    "utilisation; communication ignored): it ranks settings, it does not time them.\n\n"
+    "Speed is a model (tokens/s from FLOPs per token, the GPU's rate, an assumed utilisation,\n"
+    "the traffic between GPUs over their links and the pipeline's bubble): it ranks settings,\n"
+    "it does not time them.\n\n"
     "  --gpu G                      catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB), or auto\n"
     "  --safety F                   share of GPU memory a plan may use (0.90)\n"
     "  --target-effective-batch N   batch x accumulation x data-parallel GPUs to keep (as given)\n"
@@ -29,6 +30,10 @@ static const char usage[] =
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
     "  --calibrate                  scale every estimate's batch-dependent part by what a run\n"
     "                               of the given setup measured here ('vramfit history')\n"
+    "  --gpus-per-node M            search the layout too: --gpus is the world size in nodes of M\n"
+    "                               GPUs; tp (dividing the heads, at most M), pp, cp, ep, the\n"
+    "                               schedule\n"
+    "  --network-gbps B             GB/s per GPU between nodes, one direction (50)\n"
     "  --workload FILE              plan every stage of a workload.yaml instead of MODEL: the\n"
     "                               shared micro batch and accumulation and each stage's knobs\n"
     "                               (--safety 0.85 unless the workload says otherwise)\n\n"
@@ -41,7 +46,7 @@ static const char usage[] =
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 
-enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_WORKLOAD };
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_GPUS_PER_NODE, O_NETWORK, O_WORKLOAD };
 
 static const struct option opts[] = {
     SETUP_OPTIONS,
@@ -51,35 +56,45 @@ static const struct option opts[] = {
     {"json", no_argument, NULL, O_JSON},
     {"help", no_argument, NULL, O_HELP},
     {"calibrate", no_argument, NULL, O_CALIBRATE},
+    {"gpus-per-node", required_argument, NULL, O_GPUS_PER_NODE},
+    {"network-gbps", required_argument, NULL, O_NETWORK},
     {"workload", required_argument, NULL, O_WORKLOAD},
     {NULL, 0, NULL, 0}};
 
 struct plan_args {
   struct setup_request setup;
   double safety;
-  uint64_t target;
+  uint64_t target, gpus_per_node;
+  double network_gbps;
   uint32_t keep;
   bool json, calibrate, safety_given;
   const char *workload;
 };
 
-static int parse_safety(const char *arg, double *out) {
+/* A number above 0 and at most max: --safety (a fraction), --network-gbps. */
+static int parse_positive(const char *flag, const char *arg, double max, const char *expects, double *out) {
   char *end;
   double v = strtod(arg, &end);
-  if (end != arg && !*end && v > 0 && v <= 1) return *out = v, 0;
-  cli_usage_error("plan", "--safety expects a fraction above 0 and at most 1, got '%s'", arg);
+  if (end != arg && !*end && v > 0 && v <= max) return *out = v, 0;
+  cli_usage_error("plan", "%s expects %s, got '%s'", flag, expects, arg);
+  return VF_EINVAL;
+}
+
+/* A whole number of at least 1: --target-effective-batch, --gpus-per-node. */
+static int parse_count(const char *flag, const char *arg, uint64_t *out) {
+  if (cli_parse_u64("plan", flag, arg, out)) return VF_EINVAL;
+  if (*out) return 0;
+  cli_usage_error("plan", "%s must be at least 1", flag);
   return VF_EINVAL;
 }
 
 static int plan_option(struct plan_args *a, int c, const char *arg) {
   switch (c) {
-  case O_SAFETY: return a->safety_given = true, parse_safety(arg, &a->safety);
+  case O_SAFETY:
+    a->safety_given = true;
+    return parse_positive("--safety", arg, 1, "a fraction above 0 and at most 1", &a->safety);
+  case O_TARGET: return parse_count("--target-effective-batch", arg, &a->target);
   case O_WORKLOAD: a->workload = arg; return 0;
-  case O_TARGET:
-    if (cli_parse_u64("plan", "--target-effective-batch", arg, &a->target)) return VF_EINVAL;
-    if (a->target) return 0;
-    cli_usage_error("plan", "--target-effective-batch must be at least 1");
-    return VF_EINVAL;
   case O_KEEP:
     if (vf_keep_parse(arg, &a->keep) == 0) return 0;
     cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
@@ -87,6 +102,8 @@ static int plan_option(struct plan_args *a, int c, const char *arg) {
     return VF_EINVAL;
   case O_JSON: a->json = true; return 0;
   case O_CALIBRATE: a->calibrate = true; return 0;
+  case O_NETWORK: return parse_positive("--network-gbps", arg, 1e6, "GB/s above 0", &a->network_gbps);
+  case O_GPUS_PER_NODE: return parse_count("--gpus-per-node", arg, &a->gpus_per_node);
   default: return setup_option(&a->setup, c, arg);
   }
 }
@@ -98,7 +115,19 @@ static const char *quant_name(const struct vf_setup *s) {
   return s->method == VF_METHOD_QLORA ? "nf4-dq" : "none";
 }
 
-static json_t *choice_json(const struct vf_plan_choice *c) {
+/* The layout of a setting, as the contract names its fields. */
+static void layout_json(json_t *o, const struct vf_setup *s) {
+  uint64_t group = s->tp * s->pp * s->cp;
+  json_object_set_new(o, "tp", json_integer((json_int_t)s->tp));
+  json_object_set_new(o, "pp", json_integer((json_int_t)s->pp));
+  json_object_set_new(o, "cp", json_integer((json_int_t)s->cp));
+  json_object_set_new(o, "ep", json_integer((json_int_t)s->ep));
+  enum vf_pp_schedule schedule = s->pp > 1 ? s->pp_schedule : VF_PP_NONE;
+  json_object_set_new(o, "pp_schedule", json_string(vf_enum_name(VF_ENUM_PP_SCHEDULE, schedule)));
+  json_object_set_new(o, "dp", json_integer((json_int_t)(s->gpus / group)));
+}
+
+static json_t *choice_json(const struct vf_plan_choice *c, bool layout) {
   if (!c->found) return json_null();
   const struct vf_setup *s = &c->setup;
   char offload[64];
@@ -121,28 +150,29 @@ static json_t *choice_json(const struct vf_plan_choice *c) {
   json_object_set_new(o, "budget_bytes", json_integer((json_int_t)c->budget_bytes));
   json_object_set_new(o, "peak_device_range", json_pack("{s:I, s:I}", "low", (json_int_t)c->device_range.low,
                                                         "high", (json_int_t)c->device_range.high));
+  if (layout) layout_json(o, s);
   return o;
 }
 
-static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity) {
+static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, bool layout) {
   json_t *tiers = json_object(), *changes = json_array();
   for (int t = 0; t < VF_TIER_COUNT; t++)
-    json_object_set_new(tiers, vf_tier_name((enum vf_tier)t), choice_json(&p->tiers[t]));
+    json_object_set_new(tiers, vf_tier_name((enum vf_tier)t), choice_json(&p->tiers[t], layout));
   for (size_t i = 0; i < p->n_changes; i++) json_array_append_new(changes, json_string(p->changes[i]));
   json_t *o = json_object();
-  json_object_set_new(o, "recommended", choice_json(&p->tiers[VF_TIER_BALANCED]));
+  json_object_set_new(o, "recommended", choice_json(&p->tiers[VF_TIER_BALANCED], layout));
   json_object_set_new(o, "tiers", tiers);
   json_object_set_new(o, "changes", changes);
   json_object_set_new(o, "target_effective_batch", json_integer((json_int_t)p->target_effective_batch));
   json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)capacity));
-  json_object_set_new(o, "given", choice_json(&p->given));
+  json_object_set_new(o, "given", choice_json(&p->given, layout));
   json_object_set_new(o, "smallest_peak_device_bytes",
                       p->smallest.found ? json_integer((json_int_t)p->smallest.peak_device_bytes) : json_null());
   json_object_set_new(o, "estimates", json_integer((json_int_t)p->estimates));
   return o;
 }
 
-static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t capacity) {
+static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t capacity, bool layout) {
   if (!c->found) {
     printf("  %-10s  nothing fits\n", name);
     return;
@@ -158,10 +188,14 @@ static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t 
          vf_enum_name(VF_ENUM_CKPT, (int)s->grad_ckpt), vf_enum_name(VF_ENUM_OPTIMIZER, (int)s->optimizer),
          vf_enum_name(VF_ENUM_METHOD, (int)s->method), vf_enum_name(VF_ENUM_SHARD, (int)s->shard), offload,
          peak, high, 100.0 * (double)c->device_range.high / (double)capacity, rate);
+  if (!layout) return;
+  char where[96];
+  vf_layout_format(s, where, sizeof where);
+  printf("  %-10s layout: %s\n", "", where);
 }
 
 static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, const struct vf_plan_result *p,
-                      double safety) {
+                      double safety, bool layout) {
   char cap[32], low[32];
   cli_format_bytes(gpu->capacity_bytes, cap, sizeof cap);
   printf("%s on %s (%s): effective batch %llu, %llu GPU%s\n\n", m->name, gpu->name[0] ? gpu->name : "the GPU", cap,
@@ -169,11 +203,11 @@ static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, c
          p->given.setup.gpus == 1 ? "" : "s");
   printf("  %-10s %5s %5s %6s  %-9s  %-16s  %-6s  %-5s  %-9s %10s %10s %6s %10s\n", "tier", "batch", "accum",
          "seq", "grad ckpt", "optimizer", "method", "shard", "offload", "peak", "high end", "of GPU", "tokens/s");
-  tier_row("given", &p->given, gpu->capacity_bytes);
+  tier_row("given", &p->given, gpu->capacity_bytes, layout);
   for (int t = 0; t < VF_TIER_COUNT; t++)
-    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], gpu->capacity_bytes);
+    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], gpu->capacity_bytes, layout);
   if (!p->tiers[VF_TIER_BALANCED].found) {
-    tier_row("smallest", &p->smallest, gpu->capacity_bytes);
+    tier_row("smallest", &p->smallest, gpu->capacity_bytes, layout);
     cli_format_bytes(p->smallest.peak_device_bytes, low, sizeof low);
     printf("\nnothing fits under %.0f%% of the GPU at the high end within the allowed changes: the smallest"
            " peak found is %s (let more knobs change: --keep)\n", 100 * safety, low);
@@ -211,7 +245,8 @@ int cmd_plan(int argc, char **argv) {
   int rc = setup_context_load(&a.setup, argv[optind], &ctx);
   if (rc) return rc;
   struct vf_plan_request req = {&ctx.model, &ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
-                                a.safety, a.target, a.keep, 0, &ctx.uncertainty};
+                                a.safety, a.target, a.keep, 0, &ctx.uncertainty, a.gpus_per_node, a.network_gbps};
+  bool layout = a.gpus_per_node > 0;
   /* What a run of the given setup measured here, and --calibrate to it. */
   struct history_note note;
   history_note_find(&a.setup, argv[optind], &ctx, &note);
@@ -221,12 +256,12 @@ int cmd_plan(int argc, char **argv) {
   vf_diag_clear(&d);
   rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
   int code = EXIT_OK;
-  json_t *o = rc ? NULL : plan_json(p, ctx.gpu.capacity_bytes);
+  json_t *o = rc ? NULL : plan_json(p, ctx.gpu.capacity_bytes, layout);
   if (o) history_note_json(&note, o);
   if (rc) code = cli_diag_error("plan", rc, &d);
   else if (p->tiers[VF_TIER_BALANCED].found) keep_plan(argv[optind], &ctx.gpu, a.setup.gpu, o);
   if (!rc && a.json) code = cli_print_json(json_incref(o));
-  else if (!rc) plan_text(&ctx.model, &ctx.gpu, p, a.safety), history_note_print(&note);
+  else if (!rc) plan_text(&ctx.model, &ctx.gpu, p, a.safety, layout), history_note_print(&note);
   if (code == EXIT_OK && !p->tiers[VF_TIER_BALANCED].found) code = EXIT_NO;
   json_decref(o);
   history_note_cleanup(&note);

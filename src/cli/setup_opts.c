@@ -94,6 +94,18 @@ static int parse_choice(struct setup_request *r, int c, const char *arg) {
     rc = parse_enum(r, "--eval", VF_ENUM_EVAL, arg, &v);
     s->eval = (enum vf_eval)v;
     return rc;
+  case O_PP_SCHEDULE:
+    /* "none" is a profile's word for a framework without a pipeline, no one's choice. */
+    if (vf_enum_parse(VF_ENUM_PP_SCHEDULE, arg, &v) || v == VF_PP_NONE) {
+      cli_usage_error(r->cmd, "--pp-schedule: '%s' is not one of gpipe, 1f1b, interleaved-1f1b", arg);
+      return VF_EINVAL;
+    }
+    s->pp_schedule = (enum vf_pp_schedule)v;
+    return 0;
+  case O_SEQUENCE_PARALLEL:
+    rc = parse_enum(r, "--sequence-parallel", VF_ENUM_SP, arg, &v);
+    s->sequence_parallel = (enum vf_sp)v;
+    return rc;
   default: /* every setup option is handled here or in setup_option */
     return VF_EINTERNAL;
   }
@@ -131,6 +143,8 @@ int setup_option(struct setup_request *r, int c, const char *arg) {
   case O_TP: return parse_count(r, "--tp", arg, &s->tp);
   case O_PP: return parse_count(r, "--pp", arg, &s->pp);
   case O_CP: return parse_count(r, "--cp", arg, &s->cp);
+  case O_DP_REPLICATE: return parse_count(r, "--dp-replicate", arg, &s->dp_replicate);
+  case O_EP: return parse_count(r, "--ep", arg, &s->ep);
   case O_WEIGHTS: return parse_precision(r, "--weights", arg, &s->weights, false);
   case O_AMP: return parse_precision(r, "--amp", arg, &s->amp, true);
   case O_OFFLOAD: return parse_offload(r, arg, &s->offload);

@@ -11,7 +11,8 @@
 enum {
   O_BATCH = 256, O_SEQ, O_ACCUMULATION, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER,
   O_METHOD, O_LORA_R, O_LORA_TARGETS, O_QUANT, O_GRAD_CKPT, O_ATTENTION, O_GPUS, O_SHARD,
-  O_OFFLOAD, O_TP, O_PP, O_CP, O_GPU, O_ALLOC_CONF, O_LENGTHS, O_TORCH, O_EVAL,
+  O_OFFLOAD, O_TP, O_PP, O_CP, O_GPU, O_ALLOC_CONF, O_LENGTHS, O_TORCH, O_EVAL, O_PP_SCHEDULE,
+  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP,
   O_SETUP_END /* a command's own options are numbered from here */
 };
 
@@ -30,7 +31,10 @@ enum {
   {"tp", required_argument, NULL, O_TP}, {"pp", required_argument, NULL, O_PP},                \
   {"cp", required_argument, NULL, O_CP}, {"gpu", required_argument, NULL, O_GPU},              \
   {"alloc-conf", required_argument, NULL, O_ALLOC_CONF}, {"lengths", required_argument, NULL, O_LENGTHS}, \
-  {"torch", required_argument, NULL, O_TORCH}, {"eval", required_argument, NULL, O_EVAL}
+  {"torch", required_argument, NULL, O_TORCH}, {"eval", required_argument, NULL, O_EVAL},      \
+  {"pp-schedule", required_argument, NULL, O_PP_SCHEDULE},                                    \
+  {"sequence-parallel", required_argument, NULL, O_SEQUENCE_PARALLEL},                        \
+  {"dp-replicate", required_argument, NULL, O_DP_REPLICATE}, {"ep", required_argument, NULL, O_EP}
 
 /* What the setup options asked for. cmd names the command in error messages. */
 struct setup_request {

@@ -9,6 +9,10 @@ static void fill(struct vf_diag *d, int code, const char *file, const char *fmt,
   d->code = code;
   if (file) snprintf(d->file, sizeof d->file, "%s", file);
   vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+  /* Errors are one line, whatever bytes of the input a message quotes (a key holding a
+   * newline). */
+  for (char *c = d->msg; *c; c++)
+    if ((unsigned char)*c < 0x20) *c = '?';
 }
 
 int vf_diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, const char *fmt,

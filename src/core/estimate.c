@@ -9,6 +9,7 @@
 #include "core/diag.h"
 #include "core/estimate_internal.h"
 #include "core/params.h"
+#include "core/pipeline.h"
 #include "vramfit.h"
 
 enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3 };
@@ -43,12 +44,14 @@ struct builder {
 /* Sizes that shape one layer's activations on one GPU. */
 struct dims {
   uint64_t T;       /* tokens in the micro batch on this GPU */
+  uint64_t Ts;      /* of them, those of the norms and residual adds: T / tp under sequence parallelism */
+  bool sp;          /* sequence parallelism: projections read all-gathered inputs */
   uint64_t s_kv;    /* keys each query attends to (eager scores) */
   uint64_t h, q, kv, ffn, heads, vocab, labels;
   uint32_t c;       /* bytes of the compute dtype */
   uint32_t w, g;    /* bytes per weight and per gradient element of trainable tensors */
   uint64_t dsize;   /* data-parallel shards of model states */
-  uint64_t in_flight; /* pipeline micro batches alive on the first stage */
+  double in_flight;  /* micro batches whose activations this pipeline rank holds at once */
 };
 
 struct grads {
@@ -86,14 +89,20 @@ struct ctx {
   bool states_made; /* the optimizer has created its states */
   uint64_t accumulation; /* micro batches per optimizer step */
   bool has_head;         /* this pipeline stage computes the logits and the loss */
+  bool has_embedding;    /* this pipeline stage holds the embedding */
+  uint64_t chunks, chunks_in_flight; /* model chunks per pipeline rank; chunk forwards held at most */
+  struct grads outputs;  /* the last stage's outputs torch.distributed.pipelining keeps */
+  uint32_t *held_gather; /* per replayed layer and the root: FSDP units a pipeline leaves gathered */
+  bool receive_buffers;  /* torch.distributed.pipelining's receive buffers exist */
   int micro;             /* index of the micro batch replayed, from 0 */
   uint64_t replay_max;   /* models of more layers are extended from shorter replays */
   uint32_t held_logits;  /* the last micro batch's logits, still held by the training loop */
   uint32_t stable_grad;  /* the swapped-in embedding's gradient, made once and never freed */
   struct grads graph;    /* tensors the last micro batch's autograd graph still references */
-  int stage;             /* the pipeline stage replayed: 0 first, 1 last */
+  int stage;             /* the pipeline rank replayed */
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
+  uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
 };
@@ -209,7 +218,7 @@ static void hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, e
 }
 
 static void keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
-  uint64_t kept = (uint64_t)((double)(bytes * x->d.in_flight) * x->keep_share);
+  uint64_t kept = (uint64_t)((double)bytes * x->d.in_flight * x->keep_share);
   hold(x, sv, take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
@@ -221,6 +230,22 @@ static void release(struct ctx *x, struct saved *sv) {
     else give(x, sv->id[i]);
   }
   sv->n = 0;
+}
+
+/* The index in its optimizer step of the micro batch replayed: the replay's first, middle
+ * and last micro batches stand for the first, every middle one and the last. */
+static uint64_t micro_index(const struct ctx *x) {
+  uint64_t m = x->accumulation, per = m < 3 ? m : 3, j = (uint64_t)x->micro % per;
+  return j + 1 == per ? m - 1 : j;
+}
+
+/* The micro batches whose activations the rank holds while the replayed one runs: the
+ * schedule's most, fewer once the pipeline drains (k micro batches from the step's end,
+ * only those k are left). */
+static double micro_in_flight(const struct ctx *x) {
+  uint64_t left = (x->accumulation - micro_index(x)) * x->chunks;
+  uint64_t held = x->chunks_in_flight < left ? x->chunks_in_flight : left;
+  return (double)held / (double)x->chunks;
 }
 
 /* The training loop's variables (litgpt's loss and logits) hold the last micro batch's
@@ -248,7 +273,7 @@ static void reload(struct ctx *x, struct saved *sv) {
  * param_dtype, ZeRO-3's 16-bit partitions): nothing is cast and the residual stream is in
  * the compute dtype. */
 static bool autocast_casts(const struct ctx *x) {
-  bool gathered = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  bool gathered = vf_shard_weights(x->s->shard);
   return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
@@ -283,9 +308,15 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
  * for each of them apart (a cast is cached only for leaf weights, autocast_mode.cpp
  * cached_cast), so each keeps a copy of its own. */
 static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+  /* Under sequence parallelism the projections read the output all-gathered over the
+   * tensor-parallel group, the whole sequence: kept as their input where the framework keeps
+   * the gathered tensor, else a buffer for the matmul (gathered again in the backward). */
+  bool gathered_kept = x->d.sp && x->p->sp_gathered_input && x->base_trainable;
+  if (x->d.sp && readers && !gathered_kept) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
   if (!x->base_trainable) return;
   uint32_t copies = autocast_casts(x) ? readers : readers > 0;
-  for (uint32_t i = 0; i < copies; i++) keep(x, sv, x->d.T * x->d.h * x->d.c);
+  uint64_t read = x->d.sp && !gathered_kept ? x->d.Ts : x->d.T;
+  for (uint32_t i = 0; i < copies; i++) keep(x, sv, read * x->d.h * x->d.c);
 }
 
 /* The norms' weights train: in full fine-tuning, and under litgpt's adapter v2
@@ -298,7 +329,7 @@ static bool norm_weights_train(const struct ctx *x) {
  * projections after it keep its output. */
 static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
   const struct vf_profile *p = x->p;
-  uint64_t elems = x->d.T * x->d.h;
+  uint64_t elems = x->d.Ts * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
     if (norm_weights_train(x))
@@ -536,7 +567,7 @@ static void attention_output(struct ctx *x, struct saved *sv) {
   /* Over SDPA, output_proj reads the attention's own saved output unless it is copied. */
   if (x->attn == VF_ATTN_EAGER || x->p->attn_out_copies > 1) adapter_input(x, sv, x->d.q, BIT(VF_KIND_O));
   projection(x, sv, x->d.q, x->d.h, BIT(VF_KIND_O));
-  if (f == VF_FAMILY_BERT || f == VF_FAMILY_GPT2) keep(x, sv, x->d.T * x->d.h);
+  if (f == VF_FAMILY_BERT || f == VF_FAMILY_GPT2) keep(x, sv, x->d.Ts * x->d.h);
 }
 
 /* Whether eager attention's softmax runs in fp32 with 16-bit scores: the modeling code asks
@@ -651,6 +682,18 @@ static uint64_t mlp_bytes(const struct ctx *x) {
   return experts_uncast(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
 }
 
+/* Expert parallelism's all-to-all, once to send the routed tokens to their experts' GPUs
+ * and once to bring the outputs back (and the same for their gradients in the backward):
+ * the tokens to send and those received alive at once, padded to the capacity where the
+ * framework caps it (Megatron-Core token_dispatcher.py MoEAlltoAllTokenDispatcher). */
+static void token_exchange(struct ctx *x) {
+  const struct vf_arch *a = &x->m->arch;
+  if (!a->experts || x->s->ep == 1) return;
+  double cf = x->p->moe_capacity_factor > 0 ? x->p->moe_capacity_factor : 1;
+  uint64_t routed = (uint64_t)((double)(x->d.T * a->experts_per_token) * cf);
+  transient(x, 2 * routed * x->d.h * mlp_bytes(x), VF_CAT_TEMPORARIES);
+}
+
 static void mlp_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
@@ -659,6 +702,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
     keep(x, sv, d->T * a->experts * 4);
     keep(x, sv, T * d->h * c);
   }
+  token_exchange(x);
   quantized_input(x, sv, d->h, false);
   adapter_input(x, sv, d->h, BIT(VF_KIND_GATE) | BIT(VF_KIND_UP));
   if (a->glu) projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
@@ -674,7 +718,28 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   quantized_input(x, sv, d->ffn, false);
   adapter_input(x, sv, d->ffn, BIT(VF_KIND_DOWN));
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
-  if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->T * d->h);
+  token_exchange(x);
+  if (a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2) keep(x, sv, d->Ts * d->h);
+}
+
+/* Context parallelism's ring attention, around the attention kernel of each block: this
+ * rank's keys and values concatenated to be sent, and the other ranks' received, all at
+ * once (cp_kv_all_gather: torch's context_parallel, _AllGatherRotater) or one rank's at a
+ * time into a second buffer; the partial outputs merged in fp32 (_SDPAMerger with
+ * convert_to_f32). The backward accumulates the gradients of q, k and v in fp32 and passes
+ * those of k and v on through two more buffers (_templated_ring_attention_backward). */
+static void ring_exchange(struct ctx *x, bool backward) {
+  if (x->s->cp == 1) return;
+  const struct dims *d = &x->d;
+  uint64_t kv = d->T * 2 * d->kv * d->c, received = x->p->cp_kv_all_gather ? x->s->cp * kv : kv;
+  uint64_t merged = backward ? d->T * (d->q + 2 * d->kv) * 4 + 2 * d->T * 2 * d->kv * 4 : 2 * d->T * d->q * 4;
+  transient(x, kv + received + merged, VF_CAT_TEMPORARIES);
+}
+
+/* A row-parallel projection (o, down) makes partial sums of the whole sequence before they
+ * are reduce-scattered to this GPU's part of it under sequence parallelism. */
+static void row_parallel_output(struct ctx *x) {
+  if (x->d.sp) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
 }
 
 /* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
@@ -682,10 +747,12 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
  * both keeping that input. */
 static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct vf_arch *a = &x->m->arch;
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
   norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
   attention_forward(x, sv, layer);
+  ring_exchange(x, false);
+  row_parallel_output(x);
   uint32_t mid = take(x, stream, VF_CAT_ACTIVATIONS);
   if (a->parallel_residual) {
     /* A parallel block's second norm (GPT-NeoX's post_attention_layernorm, modeling_gpt_neox.py
@@ -699,6 +766,7 @@ static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
       norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
   }
   mlp_forward(x, sv);
+  row_parallel_output(x);
   give(x, mid);
 }
 
@@ -718,13 +786,23 @@ static void load_weight(struct ctx *x, const struct vf_param *p) {
 
 /* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
 static bool sharded_grads(const struct vf_setup *s) {
-  return s->shard == VF_SHARD_ZERO2 || s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP;
+  return s->shard == VF_SHARD_ZERO2 || vf_shard_weights(s->shard);
+}
+
+/* Under a pipeline, torch.distributed.pipelining runs an FSDP2 stage's backwards with
+ * set_reshard_after_backward(False) and set_requires_gradient_sync(False) until the last
+ * micro batch's, after which _post_backward reshards and reduces (torch/distributed/
+ * pipelining/stage.py backward_maybe_with_nosync); torchtitan does not reshard after the
+ * forward under a pipeline either (torchtitan/parallelisms/parallelize_llama.py@9dec370
+ * apply_fsdp). The stage's weights stay gathered and its gradients whole through the step. */
+static bool pipeline_fsdp(const struct ctx *x) {
+  return x->s->pp > 1 && x->p->pp_torch_pipelining && vf_shard_fsdp(x->s->shard);
 }
 
 /* FSDP under no_sync(): the micro batches that accumulate keep whole, unsharded
  * gradients; the last one adds into them and reduce-scatters them to the shard. */
 static bool no_sync(const struct ctx *x) {
-  return x->p->fsdp_no_sync && x->s->shard == VF_SHARD_FSDP && x->accumulation > 1;
+  return (x->p->fsdp_no_sync && vf_shard_fsdp(x->s->shard) && x->accumulation > 1) || pipeline_fsdp(x);
 }
 
 /* The output head is the input embedding's weight (tied). */
@@ -763,7 +841,7 @@ static void late_embedding_grads(struct ctx *x) {
 
 /* Sharded training gathers a layer's full weights for its forward and backward. */
 static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
-  if (x->s->shard != VF_SHARD_ZERO3 && x->s->shard != VF_SHARD_FSDP) return 0;
+  if (!vf_shard_weights(x->s->shard)) return 0;
   uint64_t n = 0;
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
@@ -771,41 +849,85 @@ static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
   return n * x->d.c;
 }
 
-static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) {
+/* A unit's weights gathered for its forward or backward: the id the caller frees after it,
+ * or 0 when the step keeps them gathered (pipeline_fsdp). */
+static uint32_t gather(struct ctx *x, int32_t layer) {
+  uint64_t bytes = layer_gather_bytes(x, layer);
+  if (!pipeline_fsdp(x)) return take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t *held = &x->held_gather[layer + 1];
+  if (!*held) *held = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  return 0;
+}
+
+/* What is sharded of parameters [begin, end): their elements (or bytes), of the trainable
+ * ones only where asked. An expert is sharded over its expert-data-parallel group of
+ * dsize / ep GPUs (Megatron-Core's expert data parallel group, torchtitan's dp_mod_ep
+ * mesh): counted ep times against the dsize every other parameter is divided by. */
+static uint64_t param_sum(const struct ctx *x, size_t begin, size_t end, bool trainable, bool bytes, bool sharded) {
   uint64_t n = 0;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
+  for (size_t i = begin; i < end; i++) {
+    const struct vf_param *p = &x->ps->v[i];
+    if (trainable && !p->trainable) continue;
+    n += (bytes ? p->bytes : p->numel) * (sharded && p->expert ? x->s->ep : 1);
+  }
   return n;
 }
+
+static uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bool bytes, bool sharded) {
+  size_t begin, end;
+  vf_params_layer(x->ps, layer, &begin, &end);
+  return param_sum(x, begin, end, trainable, bytes, sharded);
+}
+
+static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, true, false, false); }
 
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
  * gradient until the unit's last one arrives, then concatenates them into one whole flat
  * gradient, the parts still alive. The root unit's head gradient comes first and its
  * embedding gradient last, so the head's part waits through the whole backward. */
-static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && x->s->shard == VF_SHARD_FSDP; }
+static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && vf_shard_fsdp(x->s->shard); }
 
 /* The gradient parts a flat unit holds until its concatenation (0 when not flat). */
 static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
   return flat_grads(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
 }
 
-static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+/* Reduce-scatters a unit's whole gradient to its shard. */
+static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   uint32_t *held = &x->unsharded[layer + 1];
-  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
-  if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
-  else if (flat_grads(x)) transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
-  if (!x->last_micro) return;
-  grad_push(x, g, take(x, full / x->d.dsize, VF_CAT_GRADIENTS));
+  if (!*held) return;
+  grad_push(x, g, take(x, layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
   give(x, *held);
   *held = 0;
+}
+
+static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  uint32_t *held = &x->unsharded[layer + 1];
+  uint64_t elems = layer_grad_elems(x, layer), full = elems * x->d.g;
+  /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
+   * compute dtype and are added into it (_fsdp_param.py accumulate_unsharded_grad_if_needed). */
+  uint32_t fresh = pipeline_fsdp(x) && x->d.c < x->d.g ? take(x, elems * x->d.c, VF_CAT_GRADIENTS) : 0;
+  if (!*held) *held = take(x, full, VF_CAT_GRADIENTS);
+  else if (flat_grads(x)) transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
+  give(x, fresh);
+  if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
+}
+
+/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
+static void pipeline_post_backward(struct ctx *x, struct grads *g) {
+  if (!pipeline_fsdp(x)) return;
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    reduce_unsharded(x, l, g);
+    give(x, x->held_gather[l + 1]);
+    x->held_gather[l + 1] = 0;
+  }
 }
 
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
+  if (x->p->grad_buffer_fp32) return 0; /* accumulated into the persistent buffer (persistent) */
   if (no_sync(x)) {
     no_sync_grads(x, layer, g);
     return 0;
@@ -817,7 +939,8 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   }
   uint64_t full = layer_grad_elems(x, layer) * x->d.g;
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
-  grad_push(x, g, take_on(x, full / x->d.dsize, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
+  uint64_t shard = layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize;
+  grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
@@ -847,7 +970,8 @@ static void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool
 /* Checkpointed layers run their forward again before their backward: all of it (full) or
  * what selective checkpointing did not keep. */
 static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
-  double kept = x->keep_share;
+  double kept = x->keep_share, in_flight = x->d.in_flight;
+  x->d.in_flight = 1; /* the micro batch in its backward only */
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
     release(x, sv);
     x->keep_share = 1.0;
@@ -858,6 +982,7 @@ static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
     layer_forward(x, sv, layer);
   }
   x->keep_share = kept;
+  x->d.in_flight = in_flight;
 }
 
 static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
@@ -880,14 +1005,21 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
-  uint32_t gathered = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t gathered = gather(x, layer);
   reload(x, sv);
   recompute(x, sv, layer);
   uint64_t routed = a->experts_per_token ? a->experts_per_token : 1;
+  /* Under sequence parallelism the input gradient of the whole sequence, before its
+   * reduce-scatter, and the input gathered again for the weight gradient where the forward
+   * kept only its shard. */
+  uint64_t wholes = d->sp ? (x->p->sp_gathered_input ? 1 : 2) : 0;
+  uint32_t whole = take(x, wholes * T * d->h * c, VF_CAT_TEMPORARIES);
   uint32_t mlp = take(x, T * routed * d->ffn * mlp_bytes(x) * (a->glu ? 3 : 2), VF_CAT_TEMPORARIES);
   /* The input gradient of a quantized projection dequantizes its weight again. */
   transient(x, largest_quantized(x, layer) * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
+  token_exchange(x);
   give(x, mlp);
+  give(x, whole);
   uint32_t attn;
   if (x->attn == VF_ATTN_EAGER)
     attn = take(x, T * d->heads * d->s_kv * (c + 4), VF_CAT_TEMPORARIES);
@@ -895,6 +1027,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
     attn = take(x, math_backward_bytes(x), VF_CAT_TEMPORARIES);
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
+  ring_exchange(x, true);
   uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
   layer_grads(x, layer, g, false);
   give(x, parts);
@@ -943,6 +1076,32 @@ static uint32_t hold_logits(struct ctx *x, uint64_t n) {
   return per;
 }
 
+/* A stage's outputs stay in torch.distributed.pipelining's output_chunks until the next
+ * step clears them (stage.py forward_one_chunk, clear_runtime_states): every stage's under
+ * the profile's torch (pytorch#153383, in 2.8, keeps the last stage's only), the logits on
+ * the last. This micro batch's, or for the replay's middle one those of every micro batch it
+ * stands for. Returns whether they are kept. */
+static bool hold_output(struct ctx *x, uint64_t bytes) {
+  if (!x->p->pp_torch_pipelining || x->s->pp == 1) return false;
+  uint64_t m = x->accumulation, k = micro_index(x), count = k == 0 || k == m - 1 ? 1 : m - 2;
+  /* The middle ones as one block, as the receive buffers are: thousands of micro batches
+   * would otherwise cost the replay a block each. */
+  grad_push(x, &x->outputs, take(x, count * bytes, VF_CAT_ACTIVATIONS));
+  return true;
+}
+
+/* The last stage's logits kept (hold_output): the bytes per logit they take of the loss's. */
+static uint32_t pipeline_output(struct ctx *x, uint64_t n) {
+  if (x->task == VF_TASK_SEQ_CLS) return 0;
+  return hold_output(x, n * x->d.c) ? x->d.c : 0;
+}
+
+/* At the step's end the schedule concatenates the last stage's into the output it returns
+ * (_merge_outputs), which torchtitan drops at once (train.py@9dec370). */
+static void merge_outputs(struct ctx *x) {
+  if (x->outputs.n && x->has_head) transient(x, x->accumulation * loss_outputs(x) * x->d.c, VF_CAT_TEMPORARIES);
+}
+
 /* What the loss keeps from its forward for its backward: the logits' up-cast and
  * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
 struct loss_kept {
@@ -982,13 +1141,13 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   /* A chunked output is alive whole through the loss's forward, which up-casts one chunk at
    * a time; the training loop lets go of it once the loss is computed. */
   uint32_t whole_bytes = whole_output_bytes(x), whole = take(x, n * whole_bytes, VF_CAT_TEMPORARIES);
-  uint32_t held = hold_logits(x, n);
+  uint32_t held = hold_logits(x, n), output = pipeline_output(x, n);
   /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
    * copy before it can split the rows into chunks. */
   uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
   k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
   give(x, sliced);
-  uint32_t made = kept + cap + whole_bytes;
+  uint32_t made = kept + cap + whole_bytes + output;
   if (peak > made) transient(x, n * (peak - made) / loss_chunks(x), VF_CAT_TEMPORARIES);
   give(x, whole);
   return k;
@@ -1047,7 +1206,7 @@ static uint64_t embedding_sort_bytes(const struct ctx *x) {
  * (torch/csrc/autograd/input_buffer.cpp accumulate: out of place while the first is still
  * referenced). Returns what replaces first. */
 static uint32_t embedding_backward(struct ctx *x, uint32_t first) {
-  if (!x->base_trainable) return first;
+  if (!x->base_trainable || !x->has_embedding) return first;
   bool tied = tied_head(x);
   uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
   late_embedding_grads(x);
@@ -1093,7 +1252,12 @@ static void stable_embedding_backward(struct ctx *x, uint32_t grad_stream, uint3
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
-  if (!flat_grads(x)) return x->has_head ? embedding_backward(x, early) : layer_grads(x, -1, g, true);
+  if (!flat_grads(x) && x->has_head) return embedding_backward(x, early);
+  if (!flat_grads(x)) {
+    uint32_t whole = layer_grads(x, -1, g, true);
+    embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
+    return whole;
+  }
   uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
   uint32_t whole = layer_grads(x, -1, g, true);
   give(x, late);
@@ -1163,12 +1327,9 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
 }
 
 static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
-  uint64_t n = 0;
   size_t end, unused;
   vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
-  for (size_t i = 0; i < end; i++)
-    if (x->ps->v[i].trainable) n += x->ps->v[i].numel;
-  return n;
+  return param_sum(x, 0, end, true, false, false);
 }
 
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
@@ -1253,7 +1414,7 @@ static void create_states(struct ctx *x) {
       for (int j = 0; j < k; j++) {
         if (st[j].paged) continue;
         if (x->s->shard == VF_SHARD_NONE) take(x, st[j].bytes, VF_CAT_OPTIMIZER);
-        else shard += st[j].bytes;
+        else shard += st[j].bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
       }
     }
     take(x, shard / x->d.dsize, VF_CAT_OPTIMIZER);
@@ -1291,7 +1452,7 @@ static void foreach_temporaries(struct ctx *x) {
       const struct vf_param *p = &x->ps->v[i];
       if (!p->trainable) continue;
       if (x->s->shard == VF_SHARD_NONE) grad_push(x, &x->foreach_tmp, take(x, p->numel * bytes, WEIGHT_TEMPORARIES));
-      else shard += p->numel * bytes;
+      else shard += p->numel * bytes * (p->expert ? x->s->ep : 1); /* as param_sum counts it */
     }
     if (shard) grad_push(x, &x->foreach_tmp, take(x, shard / x->d.dsize, WEIGHT_TEMPORARIES));
   }
@@ -1308,13 +1469,7 @@ static void optimizer_step(struct ctx *x, bool first) {
 }
 
 /* Everything that persists across steps: weights, DDP buckets, cuBLAS workspaces. */
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
-  uint64_t bytes = 0;
-  size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++) bytes += x->ps->v[i].bytes;
-  return bytes;
-}
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
 
 /* Loading a full state dict into a model FSDP has already sharded gathers every unit at
  * once: Lightning's FSDPStrategy loads it under FSDP's FULL_STATE_DICT context
@@ -1323,7 +1478,7 @@ static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
  * post-load hook, which reshards, only after the whole recursive load
  * (torch/nn/modules/module.py). Each GPU holds the whole model next to its shard. */
 static void load_full_state_dict(struct ctx *x) {
-  if (!x->p->fsdp_full_load || x->s->shard != VF_SHARD_FSDP || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
+  if (!x->p->fsdp_full_load || !vf_shard_fsdp(x->s->shard) || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
   uint32_t *ids = malloc((x->layers + 1) * sizeof *ids);
   if (!ids) {
     x->b.rc = VF_ENOMEM;
@@ -1355,20 +1510,35 @@ static uint64_t rope_tables(const struct ctx *x, int32_t layer) {
 }
 
 static void persistent(struct ctx *x) {
-  bool sharded_w = x->s->shard == VF_SHARD_ZERO3 || x->s->shard == VF_SHARD_FSDP;
+  bool sharded_w = vf_shard_weights(x->s->shard);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
-    else if (!(x->s->offload & VF_OFFLOAD_PARAMS)) take(x, unit_bytes(x, l) / x->d.dsize, VF_CAT_WEIGHTS);
+    else if (!(x->s->offload & VF_OFFLOAD_PARAMS))
+      take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
     take(x, rope_tables(x, l), VF_CAT_WEIGHTS);
   }
   load_full_state_dict(x);
   /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
    * the optimizer holds its weight): a second embedding-sized weight. */
   if (stable_embedding(x)) take(x, embedding_bytes(x), VF_CAT_WEIGHTS);
-  /* DDP's flat gradient buckets, when there is data parallelism to reduce over. */
+  /* DDP's flat gradient buckets, when there is data parallelism to reduce over; a
+   * framework with a gradient buffer of its own keeps every gradient there. */
   const struct vf_setup *s = x->s;
-  if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
+  if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers) * 4, VF_CAT_GRADIENTS);
+  else if (s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1)
     take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
+}
+
+/* torch.distributed.pipelining makes a stage's receive buffers for every micro batch when
+ * the schedule first runs, and keeps them: for the activations from the stage before
+ * (_prepare_forward_infra) and for their gradients from the stage after
+ * (_prepare_backward_infra) (stage.py). A rank runs a stage per model chunk. */
+static void receive_buffers(struct ctx *x) {
+  if (!x->p->pp_torch_pipelining || x->s->pp == 1 || x->receive_buffers) return;
+  x->receive_buffers = true;
+  uint64_t per = x->accumulation * x->d.Ts * x->d.h * x->d.c;
+  take(x, (x->chunks - x->has_embedding) * per, VF_CAT_ACTIVATIONS);
+  take(x, (x->chunks - x->has_head) * per, VF_CAT_ACTIVATIONS);
 }
 
 /* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
@@ -1382,13 +1552,27 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
 }
 
 /* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
- * no_grad, or outside autograd's graph. */
+ * no_grad, or outside autograd's graph. What it makes is this micro batch's alone. */
 static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
+  double in_flight = x->d.in_flight;
   struct saved scratch = {0};
+  x->d.in_flight = 1;
   layer_forward(x, &scratch, layer);
   release(x, &scratch);
+  x->d.in_flight = in_flight;
 }
 
+/* ZeRO-1/2 with contiguous gradients: each backward replaces the reduce buckets, one or two
+ * (overlap_comm) of reduce_bucket_size elements in the weights' dtype, kept until the next
+ * (deepspeed/runtime/zero/stage_1_and_2.py backward: self.ipg_buffer = [] then torch.empty
+ * for each). */
+static void zero_reduce_buckets(struct ctx *x) {
+  const struct vf_profile *p = x->p;
+  if (!p->zero_reduce_buckets || (x->s->shard != VF_SHARD_ZERO1 && x->s->shard != VF_SHARD_ZERO2)) return;
+  uint64_t elems = p->zero_reduce_bucket_elems ? p->zero_reduce_bucket_elems : x->d.h * x->d.h;
+  give(x, x->reduce_buckets);
+  x->reduce_buckets = take(x, p->zero_reduce_buckets * elems * x->d.w, VF_CAT_GRADIENTS);
+}
 
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
  * (last_micro) the optimizer step and zero_grad. */
@@ -1396,20 +1580,23 @@ static void one_step(struct ctx *x, bool last_micro) {
   struct saved *sv = x->sv;
   struct grads *g = &x->grads;
   x->last_micro = last_micro;
+  x->d.in_flight = micro_in_flight(x);
   for (uint64_t l = 0; l <= x->layers; l++) sv[l].n = 0;
   if (!x->grads_kept) g->n = 0;
   mark(x, ST_FORWARD_BOTTOM);
+  if (micro_index(x) == 0) give_all(x, &x->outputs); /* the schedule's clear_runtime_states */
+  receive_buffers(x);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
-  uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  uint32_t root = gather(x, -1);
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
   uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
-    uint32_t gathered = take_on(x, layer_gather_bytes(x, (int32_t)l), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+    uint32_t gathered = gather(x, (int32_t)l);
     if (outside_graph(x, (int32_t)l)) {
       forward_keeping_nothing(x, (int32_t)l);
     } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
@@ -1419,7 +1606,7 @@ static void one_step(struct ctx *x, bool last_micro) {
        * promotes a 16-bit output to the fp32 stream; modeling_bert.py's post-norm
        * LayerNorm(hidden_states + input_tensor) is on autocast's fp32 list,
        * aten/src/ATen/autocast_mode.cpp in torch 2.13). */
-      keep(x, &sv[l], x->d.T * x->d.h * stream_bytes(x));
+      keep(x, &sv[l], x->d.Ts * x->d.h * stream_bytes(x));
       forward_keeping_nothing(x, (int32_t)l);
     } else {
       autocast_copies(x, (int32_t)l, &sv[l], false);
@@ -1435,11 +1622,14 @@ static void one_step(struct ctx *x, bool last_micro) {
   struct loss_kept loss = {0};
   uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  /* The rank's other model chunks send theirs on too. */
+  hold_output(x, (x->chunks - x->has_head) * stream);
   give_all(x, &x->cast_cache);
   drop_graph(x);
   give(x, input);
   give_all(x, &x->stale);
   mark(x, ST_HEAD_BACKWARD);
+  zero_reduce_buckets(x);
   cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
@@ -1454,6 +1644,10 @@ static void one_step(struct ctx *x, bool last_micro) {
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
   give(x, root);
+  if (last_micro) {
+    pipeline_post_backward(x, g);
+    merge_outputs(x);
+  }
   mark(x, ST_OPTIMIZER);
   /* Accumulating, the next micro batch adds into these gradients: the optimizer runs, and
    * zero_grad(set_to_none=True) frees them, only after the last one. */
@@ -1481,7 +1675,8 @@ static void one_step(struct ctx *x, bool last_micro) {
  * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
 static void eval_pass(struct ctx *x) {
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_EVAL);
-  uint64_t stream = x->d.T * x->d.h * x->d.c;
+  x->d.in_flight = 1;
+  uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   uint32_t root = take_on(x, layer_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -1596,6 +1791,8 @@ static void dims_for(struct ctx *x) {
   const struct vf_setup *s = x->s;
   struct dims *d = &x->d;
   d->T = s->batch * (s->seq / s->cp);
+  d->sp = s->sequence_parallel == VF_SP_YES && s->tp > 1;
+  d->Ts = d->sp ? d->T / s->tp : d->T;
   d->s_kv = s->seq / s->cp;
   d->h = a->hidden;
   d->q = a->heads * a->head_dim / s->tp;
@@ -1607,9 +1804,12 @@ static void dims_for(struct ctx *x) {
   d->c = vf_precision_bytes(s->amp != VF_PREC_NONE ? s->amp : s->weights);
   d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? vf_precision_bytes(s->weights) : 4;
   d->g = d->w;
-  d->dsize = s->gpus / (s->tp * s->pp);
+  /* FSDP and ZeRO shard over the data-parallel and context-parallel GPUs (torchtitan's
+   * dp_shard_cp mesh, Megatron's data-parallel group with context parallelism); HSDP over
+   * one replica's group of them (FSDP2 fully_shard on a 2-D mesh: replicate x shard). */
+  d->dsize = s->gpus / (s->tp * s->pp) / s->dp_replicate;
   if (!d->dsize) d->dsize = 1;
-  d->in_flight = s->pp;
+  d->in_flight = 1;
 }
 
 static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct vf_allocator *a,
@@ -1617,7 +1817,9 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->layers = layers;
   x->grads_kept = x->states_made = false;
   x->held_logits = x->stable_grad = 0;
-  x->graph.n = x->stale.n = x->cast_cache.n = 0;
+  x->graph.n = x->stale.n = x->cast_cache.n = x->outputs.n = 0;
+  x->receive_buffers = false;
+  memset(x->held_gather, 0, (layers + 1) * sizeof *x->held_gather);
   memset(x->unsharded, 0, (layers + 1) * sizeof *x->unsharded);
   x->keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
   x->b.n = 0;
@@ -1625,7 +1827,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.rc = 0;
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
-  x->forward_workspace = x->backward_workspace = 0;
+  x->forward_workspace = x->backward_workspace = x->reduce_buckets = 0;
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
    * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole
@@ -1765,68 +1967,137 @@ int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, con
   return vf_estimate_replaying(m, s, p, alloc, UINT64_MAX, fn, arg, out, d);
 }
 
+/* What a pipeline rank's replay leaves to report. */
+struct rank_result {
+  struct result r;
+  uint64_t rank, layers, paged;
+  uint64_t params, trainable_params; /* the whole model's */
+};
+
+/* One pipeline rank replayed: its blocks, its share of the parts outside them (the
+ * embedding on the first, the head and loss on the last), the micro batches it holds. */
+static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
+                       struct rank_result *out) {
+  const struct vf_setup *s = x->s;
+  struct vf_params ps;
+  int rc = vf_params_build(&ps, x->m, s, x->p, x->task);
+  if (rc) return rc;
+  x->has_embedding = rank == 0;
+  x->has_head = rank + 1 == s->pp;
+  if (s->pp > 1) vf_params_keep_root(&ps, x->has_embedding, x->has_head);
+  x->ps = &ps;
+  x->stage = (int)rank;
+  x->chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->chunks, x->accumulation, rank);
+  out->rank = rank;
+  out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
+  rc = replay_layers(x, out->layers, alloc, &out->r);
+  if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&out->r);
+  out->paged = paged_state_bytes(x);
+  out->params = ps.total;
+  out->trainable_params = ps.trainable;
+  x->ps = NULL;
+  vf_params_cleanup(&ps);
+  return rc;
+}
+
+/* The blocks of the rank holding the most, to size the replay's per-layer tables. */
+static uint64_t most_layers(const struct ctx *x, const uint64_t *ranks, size_t n) {
+  uint64_t most = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t l = vf_pp_rank_layers(x->m->arch.layers, x->s->pp, x->chunks, ranks[i], x->p->pp_even_layers);
+    if (l > most) most = l;
+  }
+  return most;
+}
+
+/* Replays the ranks worth replaying and keeps the most loaded (the highest reserved peak);
+ * a timeline's listener then hears that rank's replay alone. */
+static int replay_ranks(struct ctx *x, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
+                        struct rank_result *best) {
+  uint64_t ranks[3];
+  size_t n = vf_pp_ranks_to_replay(x->s->pp, ranks);
+  vf_timeline_fn listener = x->listener;
+  if (n > 1) x->listener = NULL;
+  int rc = 0;
+  struct rank_result *r = malloc(sizeof *r);
+  if (!r) return VF_ENOMEM;
+  for (size_t i = 0; i < n && !rc; i++) {
+    rc = replay_rank(x, ranks[i], lengths, alloc, r);
+    if (!rc && (!i || reserved_of(&r->r) > reserved_of(&best->r))) *best = *r;
+  }
+  x->listener = listener;
+  if (!rc && listener && n > 1) rc = replay_rank(x, best->rank, lengths, alloc, r);
+  free(r);
+  return rc;
+}
+
+static void describe_layout(struct vf_estimate *out, const struct ctx *x, const struct rank_result *best) {
+  out->pp_schedule = x->s->pp_schedule;
+  out->pp_rank = best->rank;
+  out->pp_rank_layers = best->layers;
+  out->pp_in_flight =
+      (double)vf_pp_chunks_in_flight(x->s->pp_schedule, x->s->pp, x->chunks, x->accumulation, best->rank) /
+      (double)x->chunks;
+  out->sequence_parallel = x->d.sp;
+}
+
 int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                           const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn,
                           void *arg, struct vf_estimate *out, struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
-  struct vf_params ps;
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
+  if ((rc = vf_layout_validate(&resolved, m, p, d))) return rc;
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
-  struct ctx x = {.m = m, .s = s, .p = p, .ps = &ps, .task = resolved.task, .replay_max = replay_max,
+  struct ctx x = {.m = m, .s = &resolved, .p = p, .task = resolved.task, .replay_max = replay_max,
                   .listener = fn, .listener_arg = arg};
   x.attn = resolved.attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
   x.accumulation = resolved.accumulation;
-  enum vf_lengths lengths = resolved.lengths;
   x.eval = resolved.eval == VF_EVAL_YES;
-  if ((rc = vf_params_build(&ps, m, s, p, x.task))) return rc;
+  x.chunks = vf_pp_chunks(resolved.pp_schedule, p);
   dims_for(&x);
-  x.padded = lengths == VF_LENGTHS_VARIED && p->padding_mask;
+  x.padded = resolved.lengths == VF_LENGTHS_VARIED && p->padding_mask;
   x.sdpa = sdpa_backend(&x);
   x.kv_repeated = m->arch.kv_heads < m->arch.heads && (p->gqa_expand || (!sdpa_grouped(&x) && !raw_mqa(&x)));
-  uint64_t layers = m->arch.layers / s->pp;
+  uint64_t ranks[3];
+  uint64_t layers = most_layers(&x, ranks, vf_pp_ranks_to_replay(s->pp, ranks));
   size_t replayed = (layers <= replay_max ? layers : REPLAY_B) + 1;
   x.sv = malloc(replayed * sizeof *x.sv);
   x.unsharded = calloc(replayed, sizeof *x.unsharded);
+  x.held_gather = calloc(replayed, sizeof *x.held_gather);
   /* Sized once for a typical replay (a few thousand events), grown if needed. */
   x.b.ev = vf_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
-  if (!x.sv || !x.unsharded || !x.b.ev) rc = VF_ENOMEM;
-  /* A pipeline's first stage holds pp micro batches in flight (1F1B); its last holds one,
-   * and the logits. Without a pipeline the one stage does both. */
-  struct result best = {0};
-  for (int stage = 0; stage < (s->pp > 1 ? 2 : 1) && !rc; stage++) {
-    struct result r;
-    x.has_head = s->pp == 1 || stage == 1;
-    x.stage = stage;
-    x.d.in_flight = stage == 0 ? s->pp : 1;
-    rc = replay_layers(&x, layers, alloc, &r);
-    if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&r);
-    if (!rc && reserved_of(&r) > reserved_of(&best)) best = r;
-  }
-  uint64_t paged = paged_state_bytes(&x);
+  struct rank_result *best = malloc(sizeof *best);
+  if (!x.sv || !x.unsharded || !x.held_gather || !x.b.ev || !best) rc = VF_ENOMEM;
+  if (!rc) rc = replay_ranks(&x, resolved.lengths, alloc, best);
   free(x.b.ev);
   free(x.sv);
   free(x.unsharded);
+  free(x.held_gather);
   free(x.grads.id);
   free(x.graph.id);
   free(x.stale.id);
+  free(x.outputs.id);
   free(x.cast_cache.id);
   free(x.foreach_tmp.id);
-  out->params = ps.total;
-  out->trainable_params = ps.trainable;
-  vf_params_cleanup(&ps);
+  if (!rc) {
+    fill(out, &best->r, s);
+    describe_layout(out, &x, best);
+    out->by_category[VF_CAT_OPTIMIZER] += best->paged;
+    out->device_peak += best->paged;
+    out->params = best->params;
+    out->trainable_params = best->trainable_params;
+  }
+  free(best);
   if (rc) return rc;
-  fill(out, &best, s);
   out->attention = x.attn;
   out->accumulation = x.accumulation;
-  out->lengths = lengths;
+  out->lengths = resolved.lengths;
   out->eval = resolved.eval;
-  out->by_category[VF_CAT_OPTIMIZER] += paged;
-  out->device_peak += paged;
   return 0;
 }
 

@@ -129,18 +129,21 @@ static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
   return lo;
 }
 
-/* Frameworks that copy a tied embedding into a separate lm_head train and store both. */
+/* Frameworks that copy a tied embedding into a separate lm_head train and store both; so
+ * does a pipeline, whose last stage needs the head away from the first stage's embedding
+ * (Megatron's shared embedding, its gradient all-reduced between the two): counted then
+ * as the same parameters. */
 static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
                            const struct vf_profile *pr, enum vf_quant q, uint32_t adapter_wb) {
   const struct vf_arch *a = &m->arch;
-  bool full = s->method == VF_METHOD_FULL;
+  bool full = s->method == VF_METHOD_FULL, counted = pr->untie_embeddings;
   struct vf_param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
                           .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
   head.bytes = head.numel * vf_precision_bytes(s->weights);
   head.quantized = pr->quantize_head && q != VF_QUANT_NONE && !full;
   if (head.quantized) head.bytes = quantized_bytes(q, head.numel);
-  ps->total += a->vocab * a->hidden;
-  if (full) ps->trainable += a->vocab * a->hidden;
+  if (counted) ps->total += a->vocab * a->hidden;
+  if (counted && full) ps->trainable += a->vocab * a->hidden;
   int rc = push(ps, &head);
   if (!rc && lora_like(s->method) && (s->lora_targets & (1u << VF_KIND_HEAD)))
     rc = add_adapter(ps, s, -1, head.in, head.out, adapter_wb);
@@ -164,6 +167,8 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     if (task == VF_TASK_SEQ_CLS && t->kind == VF_KIND_HEAD) continue;
     /* A checkpoint may name layers its config does not have: count them outside the blocks. */
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
+    /* Under expert parallelism a GPU holds its share of each layer's experts. */
+    bool held = t->expert < 0 || (uint64_t)t->expert < m->arch.experts / s->ep;
     struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
                          .expert = t->expert >= 0};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
@@ -182,13 +187,14 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     }
     ps->total += n;
     if (full) ps->trainable += n;
+    if (!held) continue;
     rc = push(ps, &p);
     if (rc || full || !lora_like(s->method) || !p.linear) continue;
     uint64_t out = targeted_out(&m->arch, t->kind, p.out, s->lora_targets);
     if (!out || (t->kind == VF_KIND_HEAD && !(s->lora_targets & (1u << VF_KIND_HEAD)))) continue;
     rc = add_adapter(ps, s, layer, p.in, out / s->tp, adapter_wb);
   }
-  if (!rc && pr->untie_embeddings && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
+  if (!rc && (pr->untie_embeddings || s->pp > 1) && m->arch.tied_embeddings && task == VF_TASK_CAUSAL_LM)
     rc = add_untied_head(ps, m, s, pr, q, adapter_wb);
   if (!rc && (s->method == VF_METHOD_ADAPTER || s->method == VF_METHOD_ADAPTER_V2)) {
     /* Adapter prompts (10 tokens and a gate per head) in the prompted layers and, for v2, a
@@ -210,6 +216,15 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
 void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end) {
   *begin = first_at_least(ps, layer);
   *end = first_at_least(ps, layer + 1);
+}
+
+void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest) {
+  size_t begin, end, kept = 0;
+  vf_params_layer(ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (ps->v[i].embedding ? embedding : rest) ps->v[begin + kept++] = ps->v[i];
+  memmove(ps->v + begin + kept, ps->v + end, (ps->n - end) * sizeof *ps->v);
+  ps->n -= end - begin - kept;
 }
 
 void vf_params_cleanup(struct vf_params *ps) {

@@ -36,6 +36,10 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
                     const struct vf_profile *p, enum vf_task task);
 void vf_params_cleanup(struct vf_params *ps);
 
+/* A pipeline stage's share of the parts outside the blocks: the embedding on the first,
+ * the rest (final norm, head) on the last; whole-model counts stay. */
+void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest);
+
 /* The index range [*begin, *end) of a layer's parameters. */
 void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end);
 

@@ -7,11 +7,14 @@
  * levels, the least intrusive first: the given seq and method, then other methods,
  * then halved seqs; a tier settles at the first level where something fits. Within a
  * level every combination of precision, optimizer, checkpointing, shard and offload is
- * ranked by its throughput at the largest micro batch (an upper bound, as throughput
- * grows with the micro batch) and tried in that order until no bound beats the best
- * found; a binary search over the divisors finds the largest micro batch under each
- * budget, the peak growing with the micro batch. Ranking charges each changed knob 1%
- * so that a change must buy speed. */
+ * ranked by its throughput at its fastest micro batch, memory aside (an upper bound) and
+ * tried in that order until no bound beats the best found; a binary search over the
+ * divisors finds the largest micro batch under each budget, the peak growing with the
+ * micro batch. Ranking charges each changed knob 1% so that a change must buy speed.
+ *
+ * Layouts (gpus_per_node): every tp, pp, cp, ep and schedule the framework can run on the
+ * world is one more dimension of the combinations, with the shard; the other knobs stay
+ * as given. Each layout has its own samples per replica, so its own divisors. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +29,11 @@
 #define CHANGE_PENALTY 0.01
 #define MIN_SEQ 128
 #define MAX_PER_GPU (1ull << 30)
-/* Per level: 2 precisions x 4 optimizers x 3 checkpointing x 4 shards x 3 offloads. */
-#define MAX_CONFIGS 288
+/* Per level and layout: 2 precisions x 4 optimizers x 3 checkpointing x 4 shards x 3 offloads. */
+#define MAX_KNOBS 288
+/* Layouts searched at most (tp x pp x cp x schedule), and context-parallel sizes tried. */
+#define MAX_LAYOUTS 1024
+#define MAX_CP 8
 
 static const char *const tier_names[VF_TIER_COUNT] = {"safe", "balanced", "aggressive"};
 
@@ -55,7 +61,16 @@ int vf_keep_parse(const char *list, uint32_t *bits) {
 
 struct config {
   struct vf_setup s; /* batch and accumulation set per micro batch tried */
+  size_t layout;     /* its index in search.layouts */
+  uint64_t per_gpu;  /* samples each data-parallel replica takes per step in its layout */
   double bound;      /* ranking score at the largest micro batch */
+};
+
+/* A parallel layout of the world's GPUs. */
+struct layout {
+  uint64_t tp, pp, cp, ep;
+  enum vf_pp_schedule schedule;
+  bool fits; /* a setting of it fits at micro batch 1 (in the level searched) */
 };
 
 struct search {
@@ -64,11 +79,15 @@ struct search {
   uint64_t budget[VF_TIER_COUNT];
   double score[VF_TIER_COUNT];
   bool settled[VF_TIER_COUNT];
-  uint64_t per_gpu, *div;
+  uint64_t target;           /* the effective batch asked for */
+  uint64_t per_gpu, *div;    /* the samples per replica the divisors are of, and they */
   size_t n_div;
   struct vf_estimate *cache; /* per divisor, for the configuration being searched */
   uint8_t *cached;           /* 0: not tried, 1: estimated, 2: refused by the estimator */
-  struct config configs[MAX_CONFIGS];
+  struct plan_cluster cluster;
+  struct layout layouts[MAX_LAYOUTS];
+  size_t n_layouts;
+  struct config *configs;    /* n_layouts x MAX_KNOBS */
 };
 
 static uint64_t effective_batch(const struct vf_setup *s) {
@@ -90,8 +109,9 @@ static uint64_t judged_peak(const struct vf_plan_request *r, enum vf_tier t, con
 
 static struct vf_plan_choice choice(const struct vf_plan_request *r, const struct vf_setup *s,
                                     const struct vf_estimate *e, uint64_t budget) {
-  return (struct vf_plan_choice){true, *s, effective_batch(s), e->device_peak, budget,
-                                 vf_plan_tokens_per_second(r->model, s, e, r->gpu), device_range(r, s, e)};
+  struct plan_cluster c = plan_cluster_of(r);
+  double rate = plan_rate(r->model, s, e->params, e->trainable_params, e->by_category[VF_CAT_ACTIVATIONS], r->gpu, &c);
+  return (struct vf_plan_choice){true, *s, effective_batch(s), e->device_peak, budget, rate, device_range(r, s, e)};
 }
 
 /* Runs the estimator, keeping the lowest peak seen for the nothing-fits report. */
@@ -111,18 +131,31 @@ static int estimate(struct search *S, const struct vf_setup *s, struct vf_estima
 }
 
 static int changes_from_base(const struct vf_setup *base, const struct vf_setup *s) {
+  bool layout = s->tp != base->tp || s->pp != base->pp || s->cp != base->cp || s->ep != base->ep ||
+                (s->pp > 1 && s->pp_schedule != base->pp_schedule);
   return (s->seq != base->seq) + (s->method != base->method) + (s->amp != base->amp) +
          (s->optimizer != base->optimizer) + (s->grad_ckpt != base->grad_ckpt) +
-         (s->shard != base->shard) + (s->offload != base->offload);
+         (s->shard != base->shard) + (s->offload != base->offload) + layout;
 }
 
 static double score(const struct search *S, const struct vf_setup *s, double rate) {
   return rate * (1 - CHANGE_PENALTY * changes_from_base(&S->r->base, s));
 }
 
-/* The divisors of per_gpu, ascending: the micro batches tried. */
-static int divisors(struct search *S) {
-  uint64_t n = S->per_gpu, low = 0;
+static void free_divisors(struct search *S) {
+  free(S->div);
+  free(S->cache);
+  free(S->cached);
+  S->div = NULL, S->cache = NULL, S->cached = NULL;
+  S->n_div = 0;
+}
+
+/* The divisors of n samples per replica, ascending: the micro batches tried. */
+static int divisors(struct search *S, uint64_t n) {
+  if (S->div && S->per_gpu == n) return 0;
+  free_divisors(S);
+  S->per_gpu = n;
+  uint64_t low = 0;
   for (uint64_t b = 1; b * b <= n; b++) low += n % b == 0;
   S->div = malloc(2 * low * sizeof *S->div);
   S->cache = calloc(2 * low, sizeof *S->cache);
@@ -215,8 +248,49 @@ static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
 
 /* ---- the search ---- */
 
-/* Every combination of the knobs on top of level (method and seq set); the bound needs
- * the method's parameter counts. */
+/* Bytes of model states a GPU holds at least in setting s: its share of the weights,
+ * gradients and optimizer states as sharded, without activations or anything transient.
+ * Settings above a budget by this alone are not worth an estimate. */
+static double state_floor(const struct vf_setup *s, double params, double trainable) {
+  double split = (double)(s->tp * s->pp), shards = (double)(s->gpus / split);
+  double weight = vf_setup_quant(s) != VF_QUANT_NONE ? 0.5 : s->weights == VF_PREC_FP32 ? 4 : 2;
+  double state = s->optimizer == VF_OPT_ADAMW ? 8
+                 : s->optimizer == VF_OPT_ADAMW_8BIT || s->optimizer == VF_OPT_PAGED_ADAMW_8BIT ? 2
+                 : s->optimizer == VF_OPT_SGD_MOMENTUM || s->optimizer == VF_OPT_LION ? 4
+                                                                                      : 0;
+  double weights = (s->offload & VF_OFFLOAD_PARAMS) ? 0 : params * weight / (vf_shard_weights(s->shard) ? shards : 1);
+  double grads = trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
+  double states =
+      (s->offload & VF_OFFLOAD_OPTIMIZER) ? 0 : trainable * state / (s->shard >= VF_SHARD_ZERO1 ? shards : 1);
+  return (weights + grads + states) / split;
+}
+
+/* The samples per replica of layout s for the effective batch asked for (rounded to a
+ * whole number the replicas share). */
+static uint64_t samples_per_replica(const struct search *S, const struct vf_setup *s) {
+  uint64_t dp = plan_data_parallel(s), n = (S->target + dp / 2) / dp;
+  return n ? n : 1;
+}
+
+/* The ranking score of setting s at its fastest split of n samples per replica into micro
+ * batches, memory aside: an upper bound on what it can reach. Larger micro batches run
+ * faster; under a pipeline more of them shrink the bubble. */
+static double best_rate(const struct search *S, struct vf_setup *s, uint64_t n, uint64_t params, uint64_t trainable) {
+  double best = 0;
+  for (uint64_t b = 1; b * b <= n; b++) {
+    if (n % b) continue;
+    for (int i = 0; i < 2; i++) {
+      s->batch = i ? n / b : b, s->accumulation = n / s->batch;
+      double r = score(S, s, plan_rate(S->r->model, s, params, trainable, 0, S->r->gpu, &S->cluster));
+      if (r > best) best = r;
+    }
+  }
+  return best;
+}
+
+/* Every combination of the layouts and the knobs on top of level (method and seq set)
+ * that the model states alone do not rule out; the bound needs the method's parameter
+ * counts. A layout's bound takes its pipeline as full as the samples allow. */
 static size_t build_configs(struct search *S, const struct vf_setup *level, uint64_t params,
                             uint64_t trainable) {
   enum vf_precision amp[2];
@@ -226,18 +300,25 @@ static size_t build_configs(struct search *S, const struct vf_setup *level, uint
   uint32_t off[3];
   size_t na = precisions(S->r, amp), no = optimizers(S->r, opt), nc = ckpts(S->r, ck);
   size_t ns = shards(S->r, sh), nf = offloads(S->r, off), n = 0;
-  for (size_t a = 0; a < na; a++)
-    for (size_t o = 0; o < no; o++)
-      for (size_t c = 0; c < nc; c++)
-        for (size_t h = 0; h < ns; h++)
-          for (size_t f = 0; f < nf; f++) {
-            struct config *k = &S->configs[n++];
-            k->s = *level;
-            k->s.amp = amp[a], k->s.optimizer = opt[o], k->s.grad_ckpt = ck[c];
-            k->s.shard = sh[h], k->s.offload = off[f];
-            k->s.batch = S->per_gpu, k->s.accumulation = 1;
-            k->bound = score(S, &k->s, plan_rate(S->r->model, &k->s, params, trainable, 0, S->r->gpu));
-          }
+  double budget = (double)S->budget[VF_TIER_AGGRESSIVE];
+  for (size_t l = 0; l < S->n_layouts; l++)
+    for (size_t a = 0; a < na; a++)
+      for (size_t o = 0; o < no; o++)
+        for (size_t c = 0; c < nc; c++)
+          for (size_t h = 0; h < ns; h++)
+            for (size_t f = 0; f < nf; f++) {
+              struct config *k = &S->configs[n];
+              const struct layout *L = &S->layouts[l];
+              k->s = *level;
+              k->s.tp = L->tp, k->s.pp = L->pp, k->s.cp = L->cp, k->s.ep = L->ep, k->s.pp_schedule = L->schedule;
+              k->layout = l;
+              k->s.amp = amp[a], k->s.optimizer = opt[o], k->s.grad_ckpt = ck[c];
+              k->s.shard = sh[h], k->s.offload = off[f];
+              if (state_floor(&k->s, (double)params, (double)trainable) > budget) continue;
+              k->per_gpu = samples_per_replica(S, &k->s);
+              k->bound = best_rate(S, &k->s, k->per_gpu, params, trainable);
+              n++;
+            }
   return n;
 }
 
@@ -292,15 +373,30 @@ static void consider(struct search *S, enum vf_tier t, struct config *c, size_t 
 
 /* Tries c for every tier it could improve; false when it can improve none (nor can any
  * configuration ranked after it). Tighter budgets are tried only where looser ones fit. */
+/* Whether the layout of c with half its context-parallel size fits: splitting the tokens
+ * further then only adds traffic, the same tokens per GPU running at twice the micro batch. */
+static bool half_cp_fits(const struct search *S, const struct config *c) {
+  const struct layout *L = &S->layouts[c->layout];
+  for (size_t i = 0; i < S->n_layouts && L->cp > 1; i++) {
+    const struct layout *H = &S->layouts[i];
+    bool same_rest = H->tp == L->tp && H->pp == L->pp && H->ep == L->ep && H->schedule == L->schedule;
+    if (H->fits && H->cp * 2 == L->cp && same_rest) return true;
+  }
+  return false;
+}
+
 static bool try_config(struct search *S, struct config *c) {
   bool open[VF_TIER_COUNT], any = false;
   for (int t = 0; t < VF_TIER_COUNT; t++) any |= open[t] = !S->settled[t] && c->bound > S->score[t];
   if (!any) return false;
+  if (half_cp_fits(S, c)) return true;
+  if (divisors(S, c->per_gpu)) return false;
   memset(S->cached, 0, S->n_div * sizeof *S->cached);
   for (int t = VF_TIER_AGGRESSIVE; t >= 0; t--) {
     if (!open[t]) continue;
     long i = largest_fitting(S, c, (enum vf_tier)t);
     if (i < 0) break;
+    S->layouts[c->layout].fits = true;
     consider(S, (enum vf_tier)t, c, (size_t)i);
   }
   return true;
@@ -309,8 +405,9 @@ static bool try_config(struct search *S, struct config *c) {
 static void search_level(struct search *S, const struct vf_setup *level) {
   struct vf_setup probe = *level;
   struct vf_estimate ref;
-  probe.accumulation = S->per_gpu; /* batch 1 */
+  probe.accumulation = samples_per_replica(S, &probe); /* batch 1 */
   if (estimate(S, &probe, &ref)) return;
+  for (size_t l = 0; l < S->n_layouts; l++) S->layouts[l].fits = false;
   size_t n = build_configs(S, level, ref.params, ref.trainable_params);
   qsort(S->configs, n, sizeof *S->configs, by_bound);
   for (size_t i = 0; i < n;)
@@ -343,8 +440,58 @@ static int bad(struct vf_diag *d, const char *why) {
   return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
+/* Adds the layout of s when the framework can run it on the model. */
+static void add_layout(struct search *S, const struct vf_setup *s) {
+  struct vf_diag d;
+  struct vf_setup resolved = *s;
+  vf_setup_resolve(&resolved, S->r->model, S->r->profile);
+  if (S->n_layouts == MAX_LAYOUTS || vf_setup_validate(&resolved, S->r->model, &d) ||
+      vf_layout_validate(&resolved, S->r->model, S->r->profile, &d))
+    return;
+  S->layouts[S->n_layouts++] = (struct layout){s->tp, s->pp, s->cp, s->ep, resolved.pp_schedule, false};
+}
+
+/* Each pipeline schedule the framework runs for s's pp (none without a pipeline). */
+static void add_schedules(struct search *S, struct vf_setup *s) {
+  /* Expert parallelism over each divisor of the experts that divides dp x cp. */
+  uint64_t experts = S->r->model->arch.experts, ep = s->ep;
+  for (s->ep = 2; ep == 1 && experts && s->ep <= experts; s->ep++)
+    if (experts % s->ep == 0 && (s->gpus / (s->tp * s->pp)) % s->ep == 0) add_schedules(S, s);
+  s->ep = ep;
+  if (s->pp == 1) {
+    s->pp_schedule = VF_PP_DEFAULT;
+    add_layout(S, s);
+    return;
+  }
+  for (int k = VF_PP_GPIPE; k <= VF_PP_INTERLEAVED; k++) {
+    s->pp_schedule = (enum vf_pp_schedule)k;
+    if (S->r->profile->pp_schedules & (1u << k)) add_layout(S, s);
+  }
+}
+
+/* The layouts searched: the given one alone, or with gpus_per_node every tp within a
+ * node, pp and cp (up to MAX_CP) that divide the world, and each schedule. */
+static void find_layouts(struct search *S) {
+  const struct vf_plan_request *r = S->r;
+  struct vf_setup s = r->base;
+  if (!r->gpus_per_node) {
+    add_layout(S, &s);
+    return;
+  }
+  uint64_t world = r->base.gpus;
+  s.ep = 1;
+  for (s.tp = 1; s.tp <= r->gpus_per_node && s.tp <= world; s.tp++) {
+    if (world % s.tp) continue;
+    for (s.pp = 1; s.pp <= world / s.tp; s.pp++) {
+      if ((world / s.tp) % s.pp || (s.pp > 1 && !r->profile->pp_schedules)) continue;
+      for (s.cp = 1; s.cp <= MAX_CP && s.cp <= world / (s.tp * s.pp); s.cp *= 2)
+        if ((world / (s.tp * s.pp)) % s.cp == 0) add_schedules(S, &s);
+    }
+  }
+}
+
 /* The given setting as estimated, its accumulation resolved, and what the search needs
- * from it: the samples per replica and the budgets. */
+ * from it: the effective batch, the budgets, the layouts. */
 static int start(struct search *S, struct vf_diag *d) {
   const struct vf_plan_request *r = S->r;
   double safety = r->safety > 0 ? r->safety : DEFAULT_SAFETY;
@@ -355,16 +502,18 @@ static int start(struct search *S, struct vf_diag *d) {
   int rc = estimate_with(S, &given, &e, d);
   if (rc) return rc;
   given.accumulation = e.accumulation;
-  uint64_t dp = plan_data_parallel(&given);
-  uint64_t target = r->target_effective_batch ? r->target_effective_batch : effective_batch(&given);
-  S->per_gpu = (target + dp / 2) / dp ? (target + dp / 2) / dp : 1;
-  if (S->per_gpu > MAX_PER_GPU) return bad(d, "--target-effective-batch is implausibly large");
+  S->cluster = plan_cluster_of(r);
+  S->target = r->target_effective_batch ? r->target_effective_batch : effective_batch(&given);
+  if (samples_per_replica(S, &given) > MAX_PER_GPU) return bad(d, "--target-effective-batch is implausibly large");
   double cap = (double)r->base.capacity_bytes;
   double share[VF_TIER_COUNT] = {safety - SAFE_MARGIN, safety, safety > AGGRESSIVE_SHARE ? safety : AGGRESSIVE_SHARE};
   for (int t = 0; t < VF_TIER_COUNT; t++) S->budget[t] = share[t] > 0 ? (uint64_t)(share[t] * cap) : 0;
-  S->out->target_effective_batch = target;
+  S->out->target_effective_batch = S->target;
   S->out->given = choice(r, &given, &e, S->budget[VF_TIER_BALANCED]);
-  return divisors(S);
+  find_layouts(S);
+  S->configs = malloc((S->n_layouts ? S->n_layouts : 1) * MAX_KNOBS * sizeof *S->configs);
+  if (!S->configs) return VF_ENOMEM;
+  return divisors(S, samples_per_replica(S, &given));
 }
 
 /* Whether an exact (every layer replayed) estimate of tier t's choice c at micro batch
@@ -392,6 +541,7 @@ static size_t divisor_index(const struct search *S, uint64_t batch) {
  * next one fits. False when not even the smallest fits. */
 static bool settle(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   struct vf_estimate e, next;
+  if (divisors(S, c->setup.batch * c->setup.accumulation)) return false;
   size_t i = divisor_index(S, c->setup.batch);
   bool ok = exact_fits(S, t, c, i, &e);
   while (!ok && i > 0) ok = exact_fits(S, t, c, --i, &e);
@@ -427,15 +577,19 @@ int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, 
   memset(out, 0, sizeof *out);
   struct search *S = calloc(1, sizeof *S);
   if (!S) return VF_ENOMEM;
-  S->r = r;
+  /* A layout search changes the layout, the shard and the micro batch; the other knobs
+   * stay as given, which keeps it to a few hundred estimates. */
+  struct vf_plan_request layout_request = *r;
+  if (r->gpus_per_node)
+    layout_request.keep |= VF_KEEP_PRECISION | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_OFFLOAD;
+  S->r = &layout_request;
   S->out = out;
   int rc = start(S, d);
   if (!rc) search(S);
   if (!rc) confirm(S);
   if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
-  free(S->div);
-  free(S->cache);
-  free(S->cached);
+  free_divisors(S);
+  free(S->configs);
   free(S);
   return rc;
 }

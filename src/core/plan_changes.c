@@ -6,7 +6,7 @@
 
 #include "core/plan_internal.h"
 
-enum move { M_SEQ, M_METHOD, M_PRECISION, M_OPTIMIZER, M_CKPT, M_SHARD, M_OFFLOAD, M_COUNT };
+enum move { M_SEQ, M_METHOD, M_PRECISION, M_OPTIMIZER, M_CKPT, M_SHARD, M_LAYOUT, M_OFFLOAD, M_COUNT };
 
 void vf_offload_format(uint32_t bits, char *buf, size_t size) {
   static const char *const names[] = {"optimizer", "params", "activations"};
@@ -26,6 +26,9 @@ static bool differs(const struct vf_setup *a, const struct vf_setup *b, enum mov
   case M_OPTIMIZER: return a->optimizer != b->optimizer;
   case M_CKPT: return a->grad_ckpt != b->grad_ckpt;
   case M_SHARD: return a->shard != b->shard;
+  case M_LAYOUT:
+    return a->tp != b->tp || a->pp != b->pp || a->cp != b->cp || a->ep != b->ep ||
+           (b->pp > 1 && a->pp_schedule != b->pp_schedule);
   default: return a->offload != b->offload;
   }
 }
@@ -38,6 +41,9 @@ static void take(struct vf_setup *cur, const struct vf_setup *to, enum move m) {
   case M_OPTIMIZER: cur->optimizer = to->optimizer; break;
   case M_CKPT: cur->grad_ckpt = to->grad_ckpt; break;
   case M_SHARD: cur->shard = to->shard; break;
+  case M_LAYOUT:
+    cur->tp = to->tp, cur->pp = to->pp, cur->cp = to->cp, cur->ep = to->ep, cur->pp_schedule = to->pp_schedule;
+    break;
   default: cur->offload = to->offload; break;
   }
 }
@@ -51,6 +57,16 @@ static int describe_method(char *buf, size_t size, const struct vf_setup *from, 
     return snprintf(buf, size, "train QLoRA adapters (r %llu) on 4-bit base weights instead of %s", r,
                     from->method == VF_METHOD_FULL ? "the full model" : "16-bit ones");
   return snprintf(buf, size, "method %s → %s", vf_enum_name(VF_ENUM_METHOD, (int)from->method), m);
+}
+
+void vf_layout_format(const struct vf_setup *s, char *buf, size_t size) {
+  typedef unsigned long long ull;
+  int n = snprintf(buf, size, "tp %llu x pp %llu", (ull)s->tp, (ull)s->pp);
+  if (s->pp > 1 && (size_t)n < size)
+    n += snprintf(buf + n, size - (size_t)n, " (%s)", vf_enum_name(VF_ENUM_PP_SCHEDULE, s->pp_schedule));
+  if (s->cp > 1 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, " x cp %llu", (ull)s->cp);
+  if ((size_t)n < size) n += snprintf(buf + n, size - (size_t)n, " x dp %llu", (ull)plan_data_parallel(s));
+  if (s->ep > 1 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ", ep %llu", (ull)s->ep);
 }
 
 static int describe(char *buf, size_t size, enum move m, const struct vf_setup *from, const struct vf_setup *to) {
@@ -77,6 +93,10 @@ static int describe(char *buf, size_t size, enum move m, const struct vf_setup *
   case M_SHARD:
     return snprintf(buf, size, "shard %s → %s across %llu GPUs", vf_enum_name(VF_ENUM_SHARD, (int)from->shard),
                     vf_enum_name(VF_ENUM_SHARD, (int)to->shard), (unsigned long long)from->gpus);
+  case M_LAYOUT:
+    vf_layout_format(from, a, sizeof a);
+    vf_layout_format(to, b, sizeof b);
+    return snprintf(buf, size, "layout %s → %s", a, b);
   default:
     vf_offload_format(from->offload, a, sizeof a);
     vf_offload_format(to->offload, b, sizeof b);

@@ -13,9 +13,11 @@ static const char *const method_names[] = {"full", "lora", "qlora", "dora", "ada
 static const char *const quant_names[] = {"default", "none", "nf4", "nf4-dq", "int8", NULL};
 static const char *const ckpt_names[] = {"none", "full", "selective", NULL};
 static const char *const attention_names[] = {"default", "eager", "sdpa", "flash", NULL};
-static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", NULL};
+static const char *const shard_names[] = {"none", "zero1", "zero2", "zero3", "fsdp", "hsdp", NULL};
 static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
 static const char *const eval_names[] = {"default", "no", "yes", NULL};
+static const char *const pp_schedule_names[] = {"default", "none", "gpipe", "1f1b", "interleaved-1f1b", NULL};
+static const char *const sp_names[] = {"default", "no", "yes", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
@@ -23,6 +25,7 @@ static const char *const *const enum_tables[] = {
     [VF_ENUM_QUANT] = quant_names,       [VF_ENUM_CKPT] = ckpt_names,
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
     [VF_ENUM_LENGTHS] = lengths_names,   [VF_ENUM_EVAL] = eval_names,
+    [VF_ENUM_PP_SCHEDULE] = pp_schedule_names, [VF_ENUM_SP] = sp_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {
@@ -69,9 +72,13 @@ void vf_setup_default(struct vf_setup *s) {
   s->quant = VF_QUANT_DEFAULT;
   s->grad_ckpt = VF_CKPT_NONE;
   s->attention = VF_ATTN_DEFAULT;
-  s->gpus = s->tp = s->pp = s->cp = 1;
+  s->gpus = s->tp = s->pp = s->cp = s->ep = 1;
   s->shard = VF_SHARD_NONE;
+  s->dp_replicate = 1;
 }
+
+bool vf_shard_fsdp(enum vf_shard shard) { return shard == VF_SHARD_FSDP || shard == VF_SHARD_HSDP; }
+bool vf_shard_weights(enum vf_shard shard) { return shard == VF_SHARD_ZERO3 || vf_shard_fsdp(shard); }
 
 void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p) {
   if (s->task == VF_TASK_AUTO)
@@ -81,6 +88,11 @@ void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct
   if (s->lengths == VF_LENGTHS_DEFAULT)
     s->lengths = p->varied_lengths ? VF_LENGTHS_VARIED : VF_LENGTHS_FIXED;
   if (s->eval == VF_EVAL_DEFAULT) s->eval = p->validates ? VF_EVAL_YES : VF_EVAL_NO;
+  if (s->pp_schedule == VF_PP_DEFAULT) s->pp_schedule = s->pp > 1 ? p->pp_default_schedule : VF_PP_NONE;
+  /* Without tensor parallelism there is no sequence to split (Megatron turns it off,
+   * megatron/training/arguments.py: "Disabling sequence parallelism"). */
+  if (s->sequence_parallel == VF_SP_DEFAULT || s->tp == 1)
+    s->sequence_parallel = s->tp > 1 && p->sequence_parallel ? VF_SP_YES : VF_SP_NO;
 }
 
 int vf_lora_targets_parse(const char *text, uint32_t *bits) {
@@ -121,6 +133,39 @@ static int bad(struct vf_diag *d, const char *why) {
   return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
+/* Expert parallelism splits each MoE layer's experts over ep of the data- and
+ * context-parallel GPUs (Megatron's expert model parallel group, torchtitan's ep mesh
+ * borrowed from dp_shard x cp). */
+static int check_experts(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
+  char msg[256];
+  typedef unsigned long long ull;
+  uint64_t dp_cp = s->gpus / (s->tp * s->pp);
+  if (!s->ep) return bad(d, "--ep must be at least 1");
+  if (s->ep == 1) return 0;
+  if (!m->arch.experts) return bad(d, "--ep needs a mixture-of-experts model");
+  if (m->arch.experts % s->ep) {
+    snprintf(msg, sizeof msg, "--ep %llu does not divide the %llu experts", (ull)s->ep, (ull)m->arch.experts);
+    return bad(d, msg);
+  }
+  if (dp_cp % s->ep == 0) return 0;
+  snprintf(msg, sizeof msg, "--ep %llu does not divide the %llu data- and context-parallel GPUs (--gpus / (tp x pp))",
+           (ull)s->ep, (ull)dp_cp);
+  return bad(d, msg);
+}
+
+/* HSDP: replicas that each shard over a whole group of the data-parallel GPUs. */
+static int check_replicas(const struct vf_setup *s, struct vf_diag *d) {
+  char msg[256];
+  uint64_t dp = s->gpus / (s->tp * s->pp * s->cp);
+  if (!s->dp_replicate) return bad(d, "--dp-replicate must be at least 1");
+  if (s->shard != VF_SHARD_HSDP) return s->dp_replicate > 1 ? bad(d, "--dp-replicate needs --shard hsdp") : 0;
+  if (s->dp_replicate < 2) return bad(d, "--shard hsdp needs --dp-replicate N, its replicas (2 or more)");
+  if (dp % s->dp_replicate == 0 && dp > s->dp_replicate) return 0;
+  snprintf(msg, sizeof msg, "--dp-replicate %llu does not split the %llu data-parallel GPUs into shard groups of "
+           "2 or more", (unsigned long long)s->dp_replicate, (unsigned long long)dp);
+  return bad(d, msg);
+}
+
 static int check_parallel(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
   char msg[256];
   if (!s->gpus) return bad(d, "--gpus must be at least 1");
@@ -131,7 +176,12 @@ static int check_parallel(const struct vf_setup *s, const struct vf_model *m, st
              (unsigned long long)s->gpus);
     return bad(d, msg);
   }
-  if (s->gpus % (s->tp * s->pp * s->cp)) return bad(d, "--gpus must be a multiple of tp x pp x cp");
+  if (s->gpus % (s->tp * s->pp * s->cp)) {
+    snprintf(msg, sizeof msg, "--gpus %llu is not a multiple of --tp %llu x --pp %llu x --cp %llu: the data-parallel "
+             "replicas would not be whole", (unsigned long long)s->gpus, (unsigned long long)s->tp,
+             (unsigned long long)s->pp, (unsigned long long)s->cp);
+    return bad(d, msg);
+  }
   if (m->has_arch && (m->arch.heads % s->tp || m->arch.kv_heads % s->tp)) {
     snprintf(msg, sizeof msg, "--tp %llu does not divide the %llu attention heads (%llu kv heads)",
              (unsigned long long)s->tp, (unsigned long long)m->arch.heads,
@@ -140,7 +190,8 @@ static int check_parallel(const struct vf_setup *s, const struct vf_model *m, st
   }
   if (m->has_arch && s->pp > m->arch.layers) return bad(d, "--pp is larger than the number of layers");
   if (s->seq % s->cp) return bad(d, "--seq must be a multiple of --cp");
-  return 0;
+  int rc = check_experts(s, m, d);
+  return rc ? rc : check_replicas(s, d);
 }
 
 int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct vf_diag *d) {
@@ -163,10 +214,10 @@ int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct
       (!s->lora_r || !s->lora_targets))
     return bad(d, "--lora-r must be at least 1 with a LoRA method");
   if (m->has_arch && s->lora_r > m->arch.hidden) return bad(d, "--lora-r is larger than the hidden size");
-  if ((s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP) && s->tp > s->gpus)
+  if (vf_shard_weights(s->shard) && s->tp > s->gpus)
     return bad(d, "--shard with --tp larger than --gpus is impossible");
-  if ((s->offload & VF_OFFLOAD_PARAMS) && s->shard != VF_SHARD_ZERO3 && s->shard != VF_SHARD_FSDP)
-    return bad(d, "--offload params needs --shard zero3 or fsdp");
+  if ((s->offload & VF_OFFLOAD_PARAMS) && !vf_shard_weights(s->shard))
+    return bad(d, "--offload params needs --shard zero3, fsdp or hsdp");
   if (s->task == VF_TASK_CAUSAL_LM && m->arch.family == VF_FAMILY_BERT)
     return bad(d, "--task causal-lm does not apply to an encoder; use masked-lm or seq-classification");
   if (s->task == VF_TASK_MASKED_LM && m->arch.family != VF_FAMILY_BERT)

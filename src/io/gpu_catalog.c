@@ -14,7 +14,7 @@
 #define MIB (1024.0 * 1024.0)
 
 enum { COL_NAME, COL_ALIASES, COL_FULL, COL_VENDOR, COL_ARCH, COL_CC, COL_MIB, COL_BW,
-       COL_BF16, COL_FP16, COL_FP32, COL_NOTES, NCOLS };
+       COL_BF16, COL_FP16, COL_FP32, COL_LINK, COL_NOTES, NCOLS };
 
 static void copy_field(char *dst, size_t size, const char *src, size_t len) {
   if (len >= size) len = size - 1;
@@ -57,6 +57,7 @@ static int parse_row(const char *line, size_t len, struct vf_gpu_spec *out) {
   out->bf16_tflops = field_num(col[COL_BF16], clen[COL_BF16]);
   out->fp16_tflops = field_num(col[COL_FP16], clen[COL_FP16]);
   out->fp32_tflops = field_num(col[COL_FP32], clen[COL_FP32]);
+  out->link_gbps = field_num(col[COL_LINK], clen[COL_LINK]);
   return out->name[0] && out->capacity_bytes ? 0 : VF_EFORMAT;
 }
 

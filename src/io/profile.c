@@ -19,7 +19,7 @@
 #include "io/data.h"
 #include "io/json_util.h"
 
-enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES };
+enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES };
 
 struct field {
   const char *key;
@@ -32,6 +32,11 @@ struct field {
 #define LIST(k, member, count)                                                                \
   {k, F_U32_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                   \
    offsetof(struct vf_profile, count)}
+/* A list of pipeline schedules: a bit per schedule, and the first listed as the default. */
+#define SCHEDULES(k, bits, first)                                                             \
+  {k, F_PP_SCHEDULES, offsetof(struct vf_profile, bits), MEMBER_SIZE(bits),                   \
+   offsetof(struct vf_profile, first)}
+_Static_assert(sizeof(enum vf_pp_schedule) == sizeof(uint32_t), "a list's second member is copied as 32 bits");
 
 #define NAMES(k, member, count)                                                               \
   {k, F_NAME_LIST, offsetof(struct vf_profile, member), MEMBER_SIZE(member),                  \
@@ -97,6 +102,17 @@ static const struct field fields[] = {
     FIELD("padding_mask", F_BOOL, padding_mask),
     FIELD("rope_table_bytes", F_TYPE_VALUES, rope_table_bytes),
     FIELD("lora_rope_table_per_layer", F_TYPE_VALUES, lora_rope_table_per_layer),
+    SCHEDULES("pp_schedules", pp_schedules, pp_default_schedule),
+    FIELD("pp_stages_per_rank", F_U32, pp_stages_per_rank),
+    FIELD("pp_even_layers", F_BOOL, pp_even_layers),
+    FIELD("pp_torch_pipelining", F_BOOL, pp_torch_pipelining),
+    FIELD("sequence_parallel", F_BOOL, sequence_parallel),
+    FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
+    FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
+    FIELD("cp_kv_all_gather", F_BOOL, cp_kv_all_gather),
+    FIELD("moe_capacity_factor", F_DOUBLE, moe_capacity_factor),
+    FIELD("zero_reduce_buckets", F_U32, zero_reduce_buckets),
+    FIELD("zero_reduce_bucket_elems", F_U32, zero_reduce_bucket_elems),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 
@@ -107,6 +123,26 @@ static const struct field *field_named(const char *key) {
   for (size_t i = 0; i < NFIELDS; i++)
     if (strcmp(fields[i].key, key) == 0) return &fields[i];
   return NULL;
+}
+
+/* ["1f1b", "gpipe"]: each a schedule (not "none" or "default"), none twice; [] for none. */
+static bool set_schedules(struct vf_profile *p, const struct field *f, json_t *v) {
+  if (!json_is_array(v)) return false;
+  uint32_t bits = 0;
+  int first = VF_PP_NONE, k;
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    if (!json_is_string(e) || vf_enum_parse(VF_ENUM_PP_SCHEDULE, json_string_value(e), &k) || k == VF_PP_NONE ||
+        (bits & (1u << k)))
+      return false;
+    bits |= 1u << k;
+    if (!i) first = k;
+  }
+  char *base = (char *)p;
+  *(uint32_t *)(base + f->offset) = bits;
+  *(enum vf_pp_schedule *)(base + f->count_offset) = (enum vf_pp_schedule)first;
+  return true;
 }
 
 /* A list of model types (config.json model_type names). */
@@ -176,6 +212,8 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
     *(uint32_t *)(base + f->count_offset) = (uint32_t)json_array_size(v);
     return true;
   }
+  case F_PP_SCHEDULES:
+    return set_schedules(p, f, v);
   case F_NAME_LIST:
     return set_names(base, f, v);
   }
@@ -184,7 +222,7 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
 
 static void copy_value(struct vf_profile *to, const struct vf_profile *from, const struct field *f) {
   memcpy((char *)to + f->offset, (const char *)from + f->offset, f->size);
-  if (f->type == F_U32_LIST || f->type == F_NAME_LIST)
+  if (f->type == F_U32_LIST || f->type == F_NAME_LIST || f->type == F_PP_SCHEDULES)
     memcpy((char *)to + f->count_offset, (const char *)from + f->count_offset, sizeof(uint32_t));
 }
 

@@ -86,7 +86,7 @@ grep -q '"lengths": "varied"' "$TMP/out" && ok || bad "no assumed lengths in --j
 run estimate llama-3.2-1b --weights bf16 --lengths fixed --json
 fixed=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
 [ "$varied" -gt "$fixed" ] && ok || bad "varied lengths ($varied) not above fixed ($fixed)"
-succeeds '^torchtune 0.1 \(torch 2.2\): sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
+succeeds '^torchtune 0.6 \(torch 2.13\): sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
 
 # ---- impossible or contradictory setups: exit 2 with the reason ---------------------------
 fails 2 'contradicts --quant none' estimate llama-2-7b --method qlora --quant none
@@ -94,8 +94,29 @@ fails 2 '--tp 3 does not divide the 32 attention heads' estimate llama-2-7b --tp
 fails 2 '--seq must be at least 1' estimate llama-2-7b --seq 0
 fails 2 '--gpus must be at least 1' estimate llama-2-7b --gpus 0
 fails 2 '--tp larger than --gpus' estimate llama-2-7b --shard zero3 --tp 8 --gpus 4
-fails 2 '--offload params needs --shard zero3 or fsdp' estimate llama-2-7b --offload params
+fails 2 '--offload params needs --shard zero3, fsdp or hsdp' estimate llama-2-7b --offload params
 fails 2 '--task causal-lm does not apply to an encoder' estimate bert-base-uncased --task causal-lm
+
+# ---- parallel layouts: the layout shown, and the ones a framework cannot run refused --------
+succeeds '^pipeline: 1f1b, 8 micro batches; the peak is rank 1.s \(16 blocks\), 7 micro batches in flight$' \
+  estimate llama-3.1-405b --framework torchtitan --weights fp32 --amp bf16 --batch 4 --accumulation 8 --seq 8192 --grad-ckpt full \
+  --gpus 512 --shard fsdp --tp 8 --pp 8
+run estimate llama-3.1-405b --framework torchtitan --accumulation 8 --gpus 512 --shard fsdp --tp 8 --pp 8 --pp-schedule gpipe --json
+layout=$(python3 -c 'import json, sys; l = json.load(open(sys.argv[1]))["layout"]
+print(l["gpus"], l["dp"], l["tp"], l["pp"], l["cp"], l["pp_schedule"], l["micro_batches_in_flight"])' "$TMP/out")
+[ "$rc" -eq 0 ] && [ "$layout" = "512 8 8 8 1 gpipe 8.0" ] && ok || bad "estimate --json layout: '$layout'"
+fails 2 '^vramfit estimate: --pp 5 does not divide the 126 layers: megatron gives every stage as many$' \
+  estimate llama-3.1-405b --framework megatron --gpus 320 --tp 8 --pp 5
+fails 2 '^vramfit estimate: --gpus 500 is not a multiple of --tp 8 x --pp 8 x --cp 1' estimate llama-3.1-405b --framework torchtitan --gpus 500 --tp 8 --pp 8
+fails 2 '^vramfit estimate: --pp 4: hf has no pipeline parallelism$' estimate llama-2-7b --gpus 4 --pp 4
+fails 2 '^vramfit estimate: --pp-schedule gpipe: megatron runs 1f1b, interleaved-1f1b$' estimate llama-2-7b --framework megatron --gpus 4 --pp 4 --pp-schedule gpipe
+fails 2 '^vramfit estimate: --pp-schedule needs --pp 2 or more$' estimate llama-2-7b --framework torchtitan --pp-schedule 1f1b
+fails 2 "^vramfit estimate: --pp-schedule: 'zb' is not one of gpipe, 1f1b, interleaved-1f1b$" estimate llama-2-7b --pp-schedule zb
+fails 2 "^vramfit estimate: --sequence-parallel: 'maybe' is not one of no, yes$" estimate llama-2-7b --sequence-parallel maybe
+fails 2 '^vramfit estimate: --ep 3 does not divide the 8 experts$' estimate mixtral-8x7b --gpus 8 --ep 3
+fails 2 '^vramfit estimate: --ep needs a mixture-of-experts model$' estimate llama-2-7b --gpus 8 --ep 2
+succeeds '^layout: tp 2 with sequence parallelism x pp 2 x dp 2 = 8 GPUs, experts over ep 2$' estimate mixtral-8x7b --framework megatron --weights bf16 \
+  --gpus 8 --tp 2 --pp 2 --ep 2 --sequence-parallel yes
 
 # ---- bad flags and values -----------------------------------------------------------------
 fails 2 "^vramfit estimate: --batch expects a whole number, got 'x'$" estimate gpt2 --batch x

@@ -70,7 +70,7 @@ fails 2 "^vramfit plan: --optimizer: 'adam' is not one of" plan gpt2 --gpu rtx-4
 fails 2 "^vramfit plan: unknown option '--bogus'; see 'vramfit plan --help'$" plan gpt2 --bogus
 fails 2 '^vramfit plan: --batch needs a value$' plan gpt2 --gpu rtx-4090 --batch
 fails 2 "^vramfit plan: --gpu: unknown GPU 'nope'" plan gpt2 --gpu nope
-fails 2 '--offload params needs --shard zero3 or fsdp' plan gpt2 --gpu rtx-4090 --offload params
+fails 2 '--offload params needs --shard zero3, fsdp or hsdp' plan gpt2 --gpu rtx-4090 --offload params
 
 # ---- the plan, applied ----------------------------------------------------------------------
 cat >"$TMP/train.yaml" <<'YAML'
@@ -104,6 +104,24 @@ elif ! cmp -s "$TMP/train.yaml" "$TMP/train.orig"; then
 else
   ok
 fi
+
+# ---- layouts: --gpus-per-node lays out the world ----------------------------------------------
+run plan llama-3.1-70b --framework megatron --weights bf16 --amp bf16 --seq 4096 --accumulation 16 --gpus 32 \
+  --gpus-per-node 8 --gpu h100-80gb --json
+layout=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["recommended"]
+ok = r["tp"] * r["pp"] * r["cp"] * r["dp"] == r["gpus"] == 32 and r["tp"] <= 8 and 64 % r["tp"] == 0 \
+     and 80 % r["pp"] == 0 and r["pp_schedule"] in ("none", "1f1b", "interleaved-1f1b")
+print("ok" if ok else r)' "$TMP/out")
+[ "$rc" -eq 0 ] && [ "$layout" = ok ] && ok || bad "plan --gpus-per-node: exit $rc, layout $layout"
+succeeds '^ +layout: tp [0-9]+ x pp [0-9]+' plan llama-3.1-8b --framework torchtitan --gpus 16 --gpus-per-node 8 --gpu a100-40gb
+run plan mixtral-8x7b --framework megatron --weights bf16 --amp bf16 --seq 4096 --accumulation 8 --grad-ckpt full --gpus 64 \
+  --gpus-per-node 8 --gpu h100-80gb --json
+ep=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["recommended"]; print(8 % r["ep"] == 0 and (r["dp"] * r["cp"]) % r["ep"] == 0)' "$TMP/out")
+[ "$rc" -eq 0 ] && [ "$ep" = True ] && ok || bad "plan --gpus-per-node on a mixture of experts: exit $rc, ep fits: $ep"
+fails 2 "^vramfit plan: --gpus-per-node must be at least 1$" plan gpt2 --gpu rtx-4090 --gpus-per-node 0
+fails 2 "^vramfit plan: --network-gbps expects GB/s above 0, got 'fast'$" plan gpt2 --gpu rtx-4090 --network-gbps fast
 
 succeeds '^usage: vramfit plan MODEL' plan --help
 finish

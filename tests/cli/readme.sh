@@ -2,8 +2,8 @@
 # Every README example that shows output ("    $ vramfit ..." followed by indented lines) is
 # run, and its output must match what the README shows. A line "..." stands for any number
 # of lines and "..." inside a line for any text: the README's own abbreviations. Only what
-# must vary is normalized: the folder the example runs in (shown as /home/me/run) and the
-# time and peak of each probe launch. Examples run in a folder holding the files they name
+# must vary is normalized: the folder the example runs in (shown as /home/me/run), the
+# time and peak of each probe launch, and the dates of the run history. Examples run in a folder holding the files they name
 # (tests/data/readme, the apply example's configs, a log), with the fake NVML playing the
 # machine the example describes and a stand-in `python` for the probe's training script.
 NAME=readme
@@ -104,9 +104,10 @@ for rec in "$TMP"/examples/*; do
   # The example's own words, run by the shell in the example folder.
   (cd "$dir" && PATH="$DATA/bin:$PATH" FAKE_NVML_SCRIPT=$(scenario "${cmd#vramfit }") \
     timeout 60 bash -c "vramfit() { \"\$VRAMFIT\" \"\$@\"; }; $cmd" >"$TMP/actual" 2>&1 </dev/null)
-  sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/contrastive-embedder|/home/me/contrastive-embedder|g" \
-    -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' "$TMP/actual"
-  sed -i -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' "$TMP/expected"
+  sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/contrastive-embedder|/home/me/contrastive-embedder|g" "$TMP/actual"
+  sed -i -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' \
+    -e 's/^20[0-9][0-9]-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]  /WHEN  /' \
+    -e 's/, 20[0-9][0-9]-[01][0-9]-[0-3][0-9]; this estimate/, WHEN; this estimate/' "$TMP/actual" "$TMP/expected"
   # A fresh copy of the configs for the next example that edits them.
   cp "$SRC/tests/data/apply/deepspeed/train.yaml" "$RUN/"
   cp "$SRC/tests/data/apply/deepspeed/configs/ds_zero2.json" "$RUN/configs/"

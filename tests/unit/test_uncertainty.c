@@ -315,7 +315,7 @@ static void plan_tiers_judge_the_high_end(void **state) {
   /* the micro batch is the one knob: 48 samples a step have many divisors */
   uint32_t keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_GRAD_CKPT | VF_KEEP_OPTIMIZER | VF_KEEP_PRECISION |
                   VF_KEEP_OFFLOAD;
-  struct vf_plan_request r = {&m, &p, &conf, &gpu, {0}, 0.90, 48, keep, 0, &t};
+  struct vf_plan_request r = {&m, &p, &conf, &gpu, {0}, 0.90, 48, keep, 0, &t, 0, 0};
   vf_setup_default(&r.base);
   r.base.capacity_bytes = 28ull << 30; /* batch 6 fits 90% at the point, 4 at the high end */
   struct vf_plan_result *judged = malloc(sizeof *judged), *point = malloc(sizeof *point);

@@ -481,6 +481,9 @@ def run(spec: Spec, run: Run) -> None:
     script = importlib.import_module(f"litgpt.finetune.{SCRIPTS[spec.method]}")
     fields = litgpt_config(spec)
     config = script.Config(**{**fields, **_method_fields(spec, fields)})
+    if spec.seq > config.block_size:
+        raise Unsupported(f"--seq {spec.seq}: litgpt attends to at most {config.block_size} positions "
+                          f"(block_size of {spec.model}; GPT.forward refuses longer inputs)")
     if spec.method == "adapter" and config.adapter_start_layer >= config.n_layer:
         raise Unsupported(f"--method adapter: litgpt's adapter starts at layer {config.adapter_start_layer} "
                           f"(adapter_start_layer) and {spec.model} has {config.n_layer}: nothing to train")

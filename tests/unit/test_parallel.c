@@ -1,0 +1,470 @@
+/* Parallel layouts: how pipeline schedules split the layers and hold micro batches (hand
+ * computed per schedule), what a pipeline rank keeps, tensor and sequence parallelism,
+ * Megatron's fp32 gradient buffer, and the layouts a framework refuses. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/pipeline.h"
+#include "vramfit.h"
+
+/* The toy model of test_estimate.c with 8 layers: hidden 64, 4 heads, MLP 128, vocab 256. */
+static const char toy8_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 8,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+/* The same with 4 experts in each MLP, 2 of them per token. */
+static const char toy_moe_config[] =
+    "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 8,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"float32\"}";
+
+/* One micro batch of 1 x 1024 tokens through the 64-wide residual stream in fp32. */
+#define STREAM (1024ull * 64 * 4)
+
+static void load(struct vf_model *m, const char *name) {
+  struct vf_diag d;
+  vf_model_init(m);
+  const char *config = name && !strcmp(name, "toy-moe") ? toy_moe_config : toy8_config;
+  int rc = name && strcmp(name, "toy-moe") ? vf_model_load(m, name, &d)
+                                           : vf_model_from_config_json(m, config, strlen(config), "toy.json", &d);
+  assert_int_equal(rc, 0);
+}
+
+static int estimate(const char *model, const struct vf_setup *s, const char *framework, vf_timeline_fn fn,
+                    void *arg, struct vf_estimate *e, struct vf_diag *d) {
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  load(&m, model);
+  assert_int_equal(vf_profile_load(framework, NULL, &p, d), 0);
+  vf_alloc_conf_default(&c);
+  vf_diag_clear(d);
+  int rc = fn ? vf_estimate_timeline(&m, s, &p, &c, fn, arg, e, d) : vf_estimate(&m, s, &p, &c, e, d);
+  vf_model_cleanup(&m);
+  return rc;
+}
+
+static struct vf_estimate run(const char *model, const struct vf_setup *s, const char *framework) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate(model, s, framework, NULL, NULL, &e, &d)) fail_msg("%s", d.msg);
+  return e;
+}
+
+/* torchtitan@9dec370 splits 126 layers over 8 stages as 15, 16 x 6, 15, and over 16 as
+ * 7, 8 x 14, 7; Megatron gives every stage the quotient. */
+static void test_stage_layers(void **state) {
+  (void)state;
+  assert_int_equal(vf_pp_stage_layers(126, 8, 0, false), 15);
+  for (uint64_t s = 1; s < 7; s++) assert_int_equal(vf_pp_stage_layers(126, 8, s, false), 16);
+  assert_int_equal(vf_pp_stage_layers(126, 8, 7, false), 15);
+  assert_int_equal(vf_pp_stage_layers(126, 16, 0, false), 7);
+  assert_int_equal(vf_pp_stage_layers(126, 16, 15, false), 7);
+  /* Rank 1 of 8 with two chunks holds stages 1 and 9: 8 + 8. */
+  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 1, false), 16);
+  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 0, false), 15);
+  /* A remainder larger than the middle stages goes to the last: 5 over 3 is 1, 2, 2. */
+  assert_int_equal(vf_pp_stage_layers(5, 3, 2, false), 2);
+  assert_int_equal(vf_pp_stage_layers(32, 4, 3, true), 8);
+}
+
+/* Model-chunk forwards held at once, by hand from each schedule's definition. */
+static void test_in_flight_counts(void **state) {
+  (void)state;
+  /* GPipe: all forwards before any backward. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 0), 8);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 3), 8);
+  /* 1F1B over 4 ranks, 8 micro batches: rank r warms up with 4 - r forwards. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 0), 4);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 1), 3);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 3), 1);
+  /* With fewer micro batches than ranks, all of them. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 2, 0), 2);
+  /* Interleaved, 4 ranks x 2 chunks, 8 micro batches in rounds of 4: rank 0 warms up with
+   * one round of the first chunk (4) plus 2 per rank after it (6), then one more: 11 of the
+   * 16 chunk forwards; the last rank 4 + 0 + 1. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 0), 11);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 3), 5);
+  /* Capped at every chunk forward: 4 micro batches x 2 chunks. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 4, 0), 8);
+}
+
+/* Sums the live activations of the replayed rank until its first micro batch reaches the
+ * loss: the checkpointed inputs of the micro batches in flight, the stage's input, the
+ * receive buffers. */
+struct kept {
+  int64_t live, at_loss;
+  bool done;
+};
+
+static void count_kept(void *arg, const struct vf_timeline_event *e) {
+  struct kept *k = arg;
+  if (k->done) return;
+  if (e->phase == VF_PHASE_LOSS) {
+    k->done = true;
+    k->at_loss = k->live;
+  } else if (e->category == VF_CAT_ACTIVATIONS) {
+    k->live += e->op == VF_TIMELINE_ALLOC ? (int64_t)e->bytes : -(int64_t)e->bytes;
+  }
+}
+
+static void pipeline_setup(struct vf_setup *s, enum vf_pp_schedule schedule, uint64_t pp, uint64_t micro) {
+  vf_setup_default(s);
+  s->seq = 1024;
+  s->grad_ckpt = VF_CKPT_FULL;
+  s->optimizer = VF_OPT_SGD;
+  s->pp = s->gpus = pp;
+  s->pp_schedule = schedule;
+  s->accumulation = micro;
+}
+
+static struct kept kept_at_loss(const char *framework, const struct vf_setup *s, struct vf_estimate *e) {
+  struct kept k = {0};
+  struct vf_diag d;
+  if (estimate(NULL, s, framework, count_kept, &k, e, &d)) fail_msg("%s", d.msg);
+  assert_true(k.done);
+  return k;
+}
+
+/* Full checkpointing keeps each block's input (one STREAM per micro batch in flight), and
+ * the stage's input is alive: a rank holding F chunk forwards of its L blocks in c chunks
+ * keeps F / c x L + 1 streams when its first micro batch reaches the loss. */
+static void test_kept_per_schedule(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_estimate e;
+  /* Megatron 1F1B, 2 ranks of 4 blocks, 4 micro batches: rank 0 holds 2 (the most). */
+  pipeline_setup(&s, VF_PP_1F1B, 2, 4);
+  struct kept k = kept_at_loss("megatron", &s, &e);
+  assert_int_equal(e.pp_rank, 0);
+  assert_int_equal(k.at_loss, (2 * 4 + 1) * STREAM);
+  /* Megatron interleaved, 2 chunks of 2 blocks per rank: rank 0 warms up with one round of
+   * 2 micro batches plus 2 for the rank after it, then one more: 5 chunk forwards of the
+   * 8, 2.5 of its 4 blocks' worth. */
+  pipeline_setup(&s, VF_PP_INTERLEAVED, 2, 4);
+  k = kept_at_loss("megatron", &s, &e);
+  assert_int_equal(e.pp_rank, 0);
+  assert_int_equal(k.at_loss, (uint64_t)(2.5 * 4 + 1) * STREAM);
+  /* torchtitan GPipe: every rank holds all 4; torch.distributed.pipelining adds a receive
+   * buffer per micro batch (activations on the last rank, gradients on the first). */
+  pipeline_setup(&s, VF_PP_GPIPE, 2, 4);
+  k = kept_at_loss("torchtitan", &s, &e);
+  assert_int_equal(k.at_loss, (4 * 4 + 1 + 4) * STREAM);
+  /* torchtitan 1F1B: the first rank holds 2, the last one. */
+  pipeline_setup(&s, VF_PP_1F1B, 2, 4);
+  struct vf_estimate one_f_one_b = run(NULL, &s, "torchtitan");
+  assert_true(e.allocated_peak > one_f_one_b.allocated_peak);
+}
+
+/* Finds a forward temporary of exactly `bytes`. */
+struct sized {
+  uint64_t bytes;
+  bool seen;
+};
+
+static void find_forward_temporary(void *arg, const struct vf_timeline_event *e) {
+  struct sized *z = arg;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES &&
+             e->bytes == z->bytes;
+}
+
+static bool forward_temporary(const char *model, const char *framework, const struct vf_setup *s, uint64_t bytes) {
+  struct sized z = {bytes, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate(model, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
+  return z.seen;
+}
+
+/* Ring attention over cp 2, by hand for the toy model (512 of the 1024 tokens per GPU, 64
+ * query and 64 key/value channels, fp32): this rank's keys and values (512 x 2 x 64 x 4 =
+ * 256 KiB) next to those received and the fp32 partial outputs being merged (512 x 64 x 4
+ * x 2 = 256 KiB). torchtitan (torch's context_parallel) gathers both ranks' (512 KiB):
+ * 1 MiB; Megatron passes one rank's at a time (256 KiB): 768 KiB. */
+static void test_ring_attention_buffers(void **state) {
+  (void)state;
+  struct vf_setup s;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.cp = s.gpus = 2;
+  assert_true(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
+  assert_false(forward_temporary(NULL, "torchtitan", &s, 768 * 1024));
+  assert_true(forward_temporary(NULL, "megatron", &s, 768 * 1024));
+  s.cp = 1;
+  assert_false(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
+}
+
+/* Finds a backward gradient block of exactly `bytes`. */
+static void find_backward_gradient(void *arg, const struct vf_timeline_event *e) {
+  struct sized *z = arg;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_BACKWARD && e->category == VF_CAT_GRADIENTS &&
+             e->bytes == z->bytes;
+}
+
+/* DeepSpeed's ZeRO-2 backward makes two reduce buckets of hidden x hidden bf16 elements
+ * (the HF integration's "auto", overlap_comm): 2 x 4096 x 4096 x 2 bytes = 64 MiB for
+ * Llama 2 7B, in one block; FSDP has none. */
+static void test_zero_reduce_buckets(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 128, s.weights = VF_PREC_BF16, s.gpus = 2, s.shard = VF_SHARD_ZERO2, s.optimizer = VF_OPT_SGD;
+  struct sized z = {64ull << 20, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
+  assert_true(z.seen);
+  z.seen = false;
+  s.shard = VF_SHARD_FSDP;
+  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
+  assert_false(z.seen);
+}
+
+/* Expert parallelism over 2 of the toy MoE's 4 experts: without sharding each GPU loads 2
+ * experts of 3 x 64 x 128 fp32 weights in each of 8 layers fewer (1.5 MiB), and Megatron's
+ * fp32 gradient buffer made at load is as much smaller (3 MiB in all); sharded over
+ * 4 GPUs, each expert over the 2 of its expert-data-parallel group, the shards weigh the
+ * same. The all-to-all sends the 1024 tokens x 2 experts x 64 channels x 4 bytes (512 KiB)
+ * next to those it receives: 1 MiB. */
+static void test_expert_parallelism(void **state) {
+  (void)state;
+  struct vf_setup s;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.gpus = 4;
+  uint64_t whole = run("toy-moe", &s, "megatron").phase_allocated[VF_PHASE_LOAD];
+  assert_false(forward_temporary("toy-moe", "megatron", &s, 1024 * 1024));
+  s.ep = 2;
+  uint64_t half = run("toy-moe", &s, "megatron").phase_allocated[VF_PHASE_LOAD];
+  assert_int_equal(whole - half, 2 * 8ull * 2 * 3 * 64 * 128 * 4);
+  assert_true(forward_temporary("toy-moe", "megatron", &s, 1024 * 1024));
+  s.shard = VF_SHARD_FSDP;
+  uint64_t sharded_ep = run("toy-moe", &s, "torchtitan").phase_allocated[VF_PHASE_LOAD];
+  s.ep = 1;
+  assert_int_equal(run("toy-moe", &s, "torchtitan").phase_allocated[VF_PHASE_LOAD], sharded_ep);
+}
+
+/* Llama 3.1 8B under torchtitan, FSDP over 2 replicas, 8 micro batches of 1 x 4096. */
+static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp, uint64_t cp) {
+  vf_setup_default(s);
+  s->seq = 4096;
+  s->accumulation = 8;
+  s->weights = VF_PREC_FP32;
+  s->amp = VF_PREC_BF16;
+  s->grad_ckpt = VF_CKPT_FULL;
+  s->shard = VF_SHARD_FSDP;
+  s->tp = tp;
+  s->pp = pp;
+  s->cp = cp;
+  s->gpus = 2 * tp * pp * cp;
+}
+
+/* GPipe holds every micro batch where 1F1B holds at most pp of them. */
+static void test_gpipe_above_1f1b(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 1, 4, 1);
+  s.pp_schedule = VF_PP_1F1B;
+  struct vf_estimate one_f_one_b = run("llama-3.1-8b", &s, "torchtitan");
+  s.pp_schedule = VF_PP_GPIPE;
+  struct vf_estimate gpipe = run("llama-3.1-8b", &s, "torchtitan");
+  assert_true(gpipe.device_peak > one_f_one_b.device_peak);
+  assert_true(gpipe.pp_in_flight == 8.0 && one_f_one_b.pp_in_flight <= 4.0);
+}
+
+/* The same work over more GPUs: per GPU, memory never rises as tp, pp or cp grows. */
+static void test_more_parallel_never_more_memory(void **state) {
+  (void)state;
+  static const char *const names[] = {"tp", "pp", "cp"};
+  struct vf_setup s;
+  for (int axis = 0; axis < 3; axis++) {
+    uint64_t last = UINT64_MAX;
+    for (uint64_t n = 1; n <= 8; n *= 2) {
+      titan_setup(&s, axis == 0 ? n : 1, axis == 1 ? n : 1, axis == 2 ? n : 1);
+      uint64_t peak = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+      if (peak > last)
+        fail_msg("%s %llu: %llu bytes, above %s %llu's %llu", names[axis], (unsigned long long)n,
+                 (unsigned long long)peak, names[axis], (unsigned long long)n / 2, (unsigned long long)last);
+      last = peak;
+    }
+  }
+}
+
+/* Published layouts that ran come out as fitting their GPUs. */
+struct published {
+  const char *what, *model, *framework;
+  uint64_t batch, seq, accumulation, gpus, tp, pp, cp;
+  enum vf_shard shard;
+  enum vf_precision weights;
+  enum vf_pp_schedule schedule;
+  enum vf_ckpt ckpt;
+  const char *gpu; /* catalogue name */
+};
+
+static const struct published published[] = {
+    /* pytorch/torchtitan docs/performance.md, its 2024 version (before eaea6f6 rewrote it):
+     * Llama 3.1 405B on 128 H100s of 95 GB, FSDP 16 x TP 8, local batch 2 of 8192 tokens,
+     * full activation checkpointing. */
+    {"torchtitan 405B", "llama-3.1-405b", "torchtitan", 2, 8192, 1, 128, 8, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
+     VF_PP_DEFAULT, VF_CKPT_FULL, "h100-96gb"},
+    /* The same page (and at 0413364): Llama 3 70B with FSDP over 64 A100s of 80 GB, local
+     * batch 1. */
+    {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
+     VF_PP_DEFAULT, VF_CKPT_FULL, "a100-80gb"},
+    /* NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py:
+     * LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16, 64 H100s of 80 GB, TP 4 x PP 4 (interleaved) x CP 2,
+     * micro batch 1, global batch 128 (64 micro batches per replica), distributed optimizer. */
+    {"Megatron 70B", "llama-3.1-70b", "megatron", 1, 8192, 64, 64, 4, 4, 2, VF_SHARD_ZERO1, VF_PREC_BF16,
+     VF_PP_INTERLEAVED, VF_CKPT_NONE, "h100-80gb"},
+};
+
+static void test_published_layouts_fit(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof published / sizeof *published; i++) {
+    const struct published *c = &published[i];
+    struct vf_setup s;
+    vf_setup_default(&s);
+    s.batch = c->batch, s.seq = c->seq, s.accumulation = c->accumulation;
+    s.gpus = c->gpus, s.tp = c->tp, s.pp = c->pp, s.cp = c->cp, s.shard = c->shard;
+    s.weights = c->weights, s.amp = VF_PREC_BF16, s.pp_schedule = c->schedule, s.grad_ckpt = c->ckpt;
+    s.sequence_parallel = VF_SP_YES;
+    struct vf_gpu_spec gpu;
+    assert_int_equal(vf_gpu_lookup(c->gpu, &gpu), 0);
+    uint64_t peak = run(c->model, &s, c->framework).device_peak;
+    if (peak > gpu.capacity_bytes)
+      fail_msg("%s: %.2f GiB, more than %s's %.2f GiB", c->what, (double)peak / 1073741824.0, c->gpu,
+               (double)gpu.capacity_bytes / 1073741824.0);
+  }
+}
+
+/* Sequence parallelism splits what full checkpointing keeps (each block's input) by tp;
+ * without it every GPU keeps the whole sequence. */
+static void test_checkpoint_split_by_sequence_parallelism(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_estimate e;
+  pipeline_setup(&s, VF_PP_DEFAULT, 1, 1);
+  s.tp = s.gpus = 2;
+  s.sequence_parallel = VF_SP_YES;
+  struct kept sp = kept_at_loss("megatron", &s, &e);
+  assert_true(e.sequence_parallel);
+  assert_int_equal(sp.at_loss, (8 + 1) * STREAM / 2);
+  s.sequence_parallel = VF_SP_NO;
+  struct kept whole = kept_at_loss("megatron", &s, &e);
+  assert_false(e.sequence_parallel);
+  assert_int_equal(whole.at_loss, (8 + 1) * STREAM);
+  /* Megatron's default is without; torchtitan has no tensor parallelism without it. */
+  s.sequence_parallel = VF_SP_DEFAULT;
+  assert_false(run(NULL, &s, "megatron").sequence_parallel);
+  assert_true(run(NULL, &s, "torchtitan").sequence_parallel);
+}
+
+/* Megatron keeps every gradient in one fp32 buffer made at the start, whatever the
+ * weights' dtype. */
+static void test_megatron_fp32_gradients(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 16;
+  s.weights = VF_PREC_BF16;
+  s.optimizer = VF_OPT_SGD;
+  struct vf_estimate e = run(NULL, &s, "megatron");
+  /* 8 layers of 2 norms (64), q, k, v, o (64 x 64), gate, up, down (64 x 128), plus the
+   * embedding and head (256 x 64) and the final norm: 361,536 parameters, x 4 bytes in
+   * one 512-byte rounded block. */
+  assert_int_equal(e.by_category[VF_CAT_GRADIENTS], 1446400);
+  struct vf_estimate hf = run(NULL, &s, "hf");
+  assert_true(hf.phase_allocated[VF_PHASE_LOAD] < e.phase_allocated[VF_PHASE_LOAD]);
+}
+
+/* HSDP over 8 GPUs in 2 replicas shards each model state over 4: as FSDP over 4 GPUs. */
+static void test_hsdp_shards_within_a_replica(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 1, 1, 1);
+  s.gpus = 4;
+  uint64_t fsdp4 = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  s.gpus = 8;
+  uint64_t fsdp8 = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  s.shard = VF_SHARD_HSDP;
+  s.dp_replicate = 2;
+  uint64_t hsdp = run("llama-3.1-8b", &s, "torchtitan").device_peak;
+  assert_int_equal(hsdp, fsdp4);
+  assert_true(fsdp8 < hsdp);
+}
+
+static void expect_refused(const char *model, const struct vf_setup *s, const char *framework, const char *why) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  assert_int_equal(estimate(model, s, framework, NULL, NULL, &e, &d), VF_EINVAL);
+  if (!strstr(d.msg, why)) fail_msg("message '%s' lacks '%s'", d.msg, why);
+}
+
+static void test_bad_layouts(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.tp = s.gpus = 3;
+  expect_refused("llama-2-7b", &s, "megatron", "--tp 3 does not divide the 32 attention heads");
+  vf_setup_default(&s);
+  s.pp = s.gpus = 5;
+  expect_refused("llama-2-7b", &s, "megatron", "--pp 5 does not divide the 32 layers: megatron gives every stage");
+  s.pp = s.gpus = 4;
+  s.pp_schedule = VF_PP_GPIPE;
+  expect_refused("llama-2-7b", &s, "megatron", "--pp-schedule gpipe: megatron runs 1f1b, interleaved-1f1b");
+  s.pp_schedule = VF_PP_DEFAULT;
+  expect_refused("llama-2-7b", &s, "hf", "--pp 4: hf has no pipeline parallelism");
+  s.gpus = 6;
+  expect_refused("llama-2-7b", &s, "megatron", "--gpus 6 is not a multiple of --tp 1 x --pp 4 x --cp 1");
+  vf_setup_default(&s);
+  s.pp_schedule = VF_PP_1F1B;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--pp-schedule needs --pp 2 or more");
+  vf_setup_default(&s);
+  s.pp = s.gpus = 8;
+  s.pp_schedule = VF_PP_INTERLEAVED;
+  s.accumulation = 12;
+  expect_refused("llama-2-7b", &s, "megatron", "in whole groups of --pp 8");
+  s.pp = s.gpus = 32;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--pp 32 x 2 model chunks makes 64 stages, more than the 32 layers");
+  vf_setup_default(&s);
+  s.gpus = 8;
+  s.shard = VF_SHARD_HSDP;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--shard hsdp needs --dp-replicate N");
+  s.dp_replicate = 3;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate 3 does not split the 8 data-parallel GPUs");
+  s.shard = VF_SHARD_FSDP;
+  expect_refused("llama-2-7b", &s, "torchtitan", "--dp-replicate needs --shard hsdp");
+  vf_setup_default(&s);
+  s.gpus = 8;
+  s.ep = 2;
+  expect_refused("llama-2-7b", &s, "megatron", "--ep needs a mixture-of-experts model");
+  s.ep = 3;
+  expect_refused("mixtral-8x7b", &s, "megatron", "--ep 3 does not divide the 8 experts");
+  s.ep = 4, s.tp = 2, s.pp = 2;
+  expect_refused("mixtral-8x7b", &s, "megatron", "--ep 4 does not divide the 2 data- and context-parallel GPUs");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stage_layers),
+      cmocka_unit_test(test_in_flight_counts),
+      cmocka_unit_test(test_kept_per_schedule),
+      cmocka_unit_test(test_gpipe_above_1f1b),
+      cmocka_unit_test(test_more_parallel_never_more_memory),
+      cmocka_unit_test(test_published_layouts_fit),
+      cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
+      cmocka_unit_test(test_ring_attention_buffers),
+      cmocka_unit_test(test_expert_parallelism),
+      cmocka_unit_test(test_zero_reduce_buckets),
+      cmocka_unit_test(test_megatron_fp32_gradients),
+      cmocka_unit_test(test_hsdp_shards_within_a_replica),
+      cmocka_unit_test(test_bad_layouts),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
