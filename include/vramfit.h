@@ -21,5 +21,6 @@
 #include "vramfit/history.h"
 #include "vramfit/plot.h"
 #include "vramfit/uncertainty.h"
+#include "vramfit/workload.h"
 
 #endif

@@ -28,10 +28,29 @@ int cli_exit_code(int err) {
   }
 }
 
+/* Where a command's --json output and its one-line error go when the Python binding runs
+ * it in-process (api.c); NULL: stdout and stderr. */
+static struct cli_capture *capture;
+
+void cli_capture_to(struct cli_capture *c) { capture = c; }
+
 static void say(const char *cmd, const char *fmt, va_list ap) {
+  if (capture) {
+    int n = snprintf(capture->error, sizeof capture->error, "vramfit %s: ", cmd);
+    if (n >= 0 && (size_t)n < sizeof capture->error) vsnprintf(capture->error + n, sizeof capture->error - (size_t)n, fmt, ap);
+    return;
+  }
   fprintf(stderr, "vramfit %s: ", cmd);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+static void say_line(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say_line(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(cmd, fmt, ap);
+  va_end(ap);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
@@ -58,7 +77,7 @@ int cli_option_error(const char *cmd, int c, char **argv) {
 int cli_diag_error(const char *cmd, int err, const struct vf_diag *d) {
   char msg[1200];
   vf_diag_format(d, msg, sizeof msg);
-  fprintf(stderr, "vramfit %s: %s\n", cmd, msg);
+  say_line(cmd, "%s", msg);
   return cli_exit_code(err);
 }
 
@@ -66,6 +85,11 @@ int cli_print_json(json_t *v) {
   if (!v) {
     fprintf(stderr, "vramfit: out of memory\n");
     return EXIT_INTERNAL;
+  }
+  if (capture) {
+    json_decref(capture->json);
+    capture->json = v;
+    return EXIT_OK;
   }
   int rc = json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(v);

@@ -46,6 +46,17 @@ int cli_diag_error(const char *cmd, int err, const struct vf_diag *d);
 /* Writes v to stdout as indented JSON followed by a newline, and releases v. */
 int cli_print_json(json_t *v);
 
+/* The Python binding runs commands in-process (api.c): while a capture is set, the JSON a
+ * command prints is kept in json (the capture owns it) and its error line in error. */
+struct cli_capture {
+  json_t *json;
+  char error[1400];
+};
+void cli_capture_to(struct cli_capture *c);
+
+/* The subcommand named by argv[1] (argv[0] is the program), as `vramfit ARGS` runs it. */
+int cli_run(int argc, char **argv);
+
 /* True when the user asked for --help (argv scanned up to "--"). */
 bool cli_wants_help(int argc, char **argv);
 

@@ -5,9 +5,11 @@
 
 #include "cli/history_cli.h"
 #include "cli/setup_opts.h"
+#include "cli/workload_cli.h"
 
 static const char usage[] =
-    "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n\n"
+    "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n"
+    "       vramfit plan --workload FILE --gpu G [--safety F] [--target-effective-batch N] [--json]\n\n"
     "The fastest training setting that fits the GPU, within the changes allowed: micro batch\n"
     "and accumulation (keeping the effective batch), gradient checkpointing, optimizer,\n"
     "autocast precision, ZeRO sharding and CPU offload; method (LoRA, QLoRA) and, as a last\n"
@@ -31,7 +33,10 @@ static const char usage[] =
     "  --gpus-per-node M            search the layout too: --gpus is the world size in nodes of M\n"
     "                               GPUs; tp (dividing the heads, at most M), pp, cp, ep, the\n"
     "                               schedule\n"
-    "  --network-gbps B             GB/s per GPU between nodes, one direction (50)\n\n"
+    "  --network-gbps B             GB/s per GPU between nodes, one direction (50)\n"
+    "  --workload FILE              plan every stage of a workload.yaml instead of MODEL: the\n"
+    "                               shared micro batch and accumulation and each stage's knobs\n"
+    "                               (--safety 0.85 unless the workload says otherwise)\n\n"
     "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
     "--lengths, --accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt,\n"
     "--gpus, ...).\n\n"
@@ -41,7 +46,7 @@ static const char usage[] =
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 
-enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_GPUS_PER_NODE, O_NETWORK };
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_GPUS_PER_NODE, O_NETWORK, O_WORKLOAD };
 
 static const struct option opts[] = {
     SETUP_OPTIONS,
@@ -53,6 +58,7 @@ static const struct option opts[] = {
     {"calibrate", no_argument, NULL, O_CALIBRATE},
     {"gpus-per-node", required_argument, NULL, O_GPUS_PER_NODE},
     {"network-gbps", required_argument, NULL, O_NETWORK},
+    {"workload", required_argument, NULL, O_WORKLOAD},
     {NULL, 0, NULL, 0}};
 
 struct plan_args {
@@ -61,7 +67,8 @@ struct plan_args {
   uint64_t target, gpus_per_node;
   double network_gbps;
   uint32_t keep;
-  bool json, calibrate;
+  bool json, calibrate, safety_given;
+  const char *workload;
 };
 
 /* A number above 0 and at most max: --safety (a fraction), --network-gbps. */
@@ -83,8 +90,11 @@ static int parse_count(const char *flag, const char *arg, uint64_t *out) {
 
 static int plan_option(struct plan_args *a, int c, const char *arg) {
   switch (c) {
-  case O_SAFETY: return parse_positive("--safety", arg, 1, "a fraction above 0 and at most 1", &a->safety);
+  case O_SAFETY:
+    a->safety_given = true;
+    return parse_positive("--safety", arg, 1, "a fraction above 0 and at most 1", &a->safety);
   case O_TARGET: return parse_count("--target-effective-batch", arg, &a->target);
+  case O_WORKLOAD: a->workload = arg; return 0;
   case O_KEEP:
     if (vf_keep_parse(arg, &a->keep) == 0) return 0;
     cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
@@ -224,6 +234,9 @@ int cmd_plan(int argc, char **argv) {
     if (c == ':' || c == '?') return cli_option_error("plan", c, argv);
     if (plan_option(&a, c, optarg)) return EXIT_BAD_INPUT;
   }
+  if (a.workload && optind != argc)
+    return cli_usage_error("plan", "--workload: the workload names its model; give no MODEL");
+  if (a.workload) return plan_workload(&a.setup, a.workload, a.safety_given ? a.safety : 0, a.target, a.json);
   if (optind != argc - 1)
     return cli_usage_error("plan", optind == argc ? "MODEL is missing; see 'vramfit plan --help'"
                                                   : "expects exactly one MODEL");

@@ -8,11 +8,13 @@
 #include "cli/cli.h"
 #include "cli/history_cli.h"
 #include "cli/probe_run.h"
+#include "cli/probe_stage.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
     "usage: vramfit probe [--min N] [--max N] [--timeout S] [--grace S] [--json]\n"
-    "                     [--model MODEL [estimate options]] -- CMD ARGS...\n\n"
+    "                     [--model MODEL [estimate options]] -- CMD ARGS...\n"
+    "       vramfit probe --workload FILE --stage NAME [--gpu G] [options] -- CMD ARGS...\n\n"
     "Finds the largest micro batch that fits by running your own training command at\n"
     "different batches. '{batch}' in ARGS is replaced by the batch to try, and VRAMFIT_BATCH\n"
     "holds it. Make the command short: a few steps (the second step is the peak).\n\n"
@@ -27,7 +29,14 @@ static const char usage[] =
     "                the one NVML finds) for MODEL with the options of 'vramfit estimate'\n"
     "                (--seq, --method, --weights, ...; not --batch); fits by the estimate\n"
     "                itself, not the high end of its range: the likeliest batch is where\n"
-    "                the fewest launches find the answer\n\n"
+    "                the fewest launches find the answer\n"
+    "  --workload FILE --stage NAME\n"
+    "                confirm a curriculum stage of a workload.yaml: the workload is planned\n"
+    "                for the GPU (--gpu, else the one NVML finds), '{KNOB}' in ARGS becomes\n"
+    "                the stage's planned value ({n_positives}, {n_negatives}, {accumulation};\n"
+    "                VRAMFIT_N_POSITIVES, ... hold them), and the search starts at the\n"
+    "                estimate's largest micro batch for the stage; the stage is confirmed\n"
+    "                when its planned micro batch fits\n\n"
     "A launch fits when it exits 0 and runs out of memory when it fails with an\n"
     "out-of-memory report (PyTorch, CUDA, cuBLAS, cuDNN, NCCL, JAX, TensorFlow, host) in its\n"
     "output. Peaks are the most the command's processes held on one GPU, sampled through\n"
@@ -48,14 +57,14 @@ static const char usage[] =
 
 #define NAME "probe"
 
-enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_GRACE, O_JSON, O_MODEL };
+enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_GRACE, O_JSON, O_MODEL, O_WORKLOAD, O_STAGE };
 
 struct request {
   uint64_t min, max;
   double timeout_s, grace_s;
   bool json;
   char **cmd;
-  const char *model;
+  const char *model, *workload, *stage;
   struct setup_request setup;
   const char *setup_flag; /* the first estimate option given; they need --model */
 };
@@ -76,9 +85,12 @@ static int take_option(int c, const char *name, char **argv, struct request *r) 
   if (c == O_GRACE) return parse_seconds("--grace", optarg, true, &r->grace_s);
   if (c == O_JSON) r->json = true;
   else if (c == O_MODEL) r->model = optarg;
+  else if (c == O_WORKLOAD) r->workload = optarg;
+  else if (c == O_STAGE) r->stage = optarg;
   else if (c == O_BATCH) return cli_usage_error(NAME, "--batch is what probe finds; bound it with --min and --max");
   else if (c >= O_BATCH && c < O_SETUP_END) {
-    if (!r->setup_flag) r->setup_flag = name;
+    /* --gpu also names the GPU a workload's stage is planned for. */
+    if (!r->setup_flag && c != O_GPU) r->setup_flag = name;
     return setup_option(&r->setup, c, optarg) ? EXIT_BAD_INPUT : 0;
   } else return cli_option_error(NAME, c, argv);
   return 0;
@@ -90,6 +102,7 @@ static int parse_args(int argc, char **argv, struct request *r) {
       {"min", required_argument, NULL, O_MIN},         {"max", required_argument, NULL, O_MAX},
       {"timeout", required_argument, NULL, O_TIMEOUT}, {"json", no_argument, NULL, O_JSON},
       {"model", required_argument, NULL, O_MODEL},     {"grace", required_argument, NULL, O_GRACE},
+      {"workload", required_argument, NULL, O_WORKLOAD}, {"stage", required_argument, NULL, O_STAGE},
       {NULL, 0, NULL, 0}};
   *r = (struct request){.min = 1, .max = 4096, .grace_s = -1};
   setup_request_init(&r->setup, NAME);
@@ -102,6 +115,11 @@ static int parse_args(int argc, char **argv, struct request *r) {
   }
   if (r->setup_flag && !r->model)
     return cli_usage_error(NAME, "--%s is an estimate option: it needs --model", r->setup_flag);
+  if (r->setup.gpu && !r->model && !r->workload)
+    return cli_usage_error(NAME, "--gpu needs --model or --workload: the GPU of the estimate to start from");
+  if (!r->workload != !r->stage)
+    return cli_usage_error(NAME, "--workload and --stage go together: the stage of which workload to confirm");
+  if (r->workload && r->model) return cli_usage_error(NAME, "--workload: the workload names its model; no --model");
   bool dashdash = optind > 1 && strcmp(argv[optind - 1], "--") == 0;
   if (!dashdash)
     return cli_usage_error(NAME, optind < argc ? "unexpected argument '%s'; put the command after '--'"
@@ -161,6 +179,7 @@ struct start {
   double slope;           /* the estimate's bytes per sample around it; 0: none */
   struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
   char *setup;            /* the estimate's setup for the history; NULL without --model */
+  struct probe_stage stage; /* --workload --stage: the stage as planned; stage.cmd NULL otherwise */
 };
 
 /* The estimate's growth per sample near the hint, from two estimates half the hint apart. */
@@ -175,10 +194,23 @@ static double estimate_slope(const struct setup_context *ctx, const struct vf_se
   return (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
 }
 
+/* A workload's stage: the command gets the stage's knobs, the search the estimate's start. */
+static int stage_hint(struct request *r, struct start *st) {
+  int code = probe_stage_prepare(&r->setup, r->workload, r->stage, r->cmd, r->min, r->max, &st->stage);
+  if (code) return code;
+  r->cmd = st->stage.cmd;
+  st->hint = st->stage.hint;
+  st->slope = st->stage.slope;
+  st->gpu = st->stage.gpu;
+  st->setup = strdup(st->stage.setup);
+  return st->setup ? EXIT_OK : EXIT_INTERNAL;
+}
+
 /* The estimator's largest batch that fits the GPU; 0 without --model, without a GPU (none
  * given, none found) or when by the estimate not even --min fits. Returns an exit code. */
 static int estimate_hint(struct request *r, struct start *st) {
   memset(st, 0, sizeof *st);
+  if (r->workload) return stage_hint(r, st);
   if (!r->model) return EXIT_OK;
   struct vf_diag d;
   vf_diag_clear(&d);
@@ -195,6 +227,15 @@ static int estimate_hint(struct request *r, struct start *st) {
   if (rc) return cli_diag_error(NAME, rc, &d);
   st->setup = history_setup_json(&r->setup, r->model);
   return st->setup ? EXIT_OK : EXIT_INTERNAL;
+}
+
+static void print_stage(const struct request *r, const struct start *st) {
+  printf("stage %s of %s:", st->stage.name, r->workload);
+  const char *key;
+  json_t *v;
+  int i = 0;
+  json_object_foreach(st->stage.knobs, key, v) printf("%s %s %lld", i++ ? "," : "", key, (long long)json_integer_value(v));
+  printf("; planned micro batch %llu\n", (unsigned long long)st->stage.planned);
 }
 
 static void print_start(const struct request *r, const struct start *st) {
@@ -280,17 +321,39 @@ static void print_result(const struct search *s, const struct request *r) {
     printf("no batch fits: batch %llu (--min) ran out of memory\n", (unsigned long long)r->min);
 }
 
+/* A stage is confirmed when its planned micro batch fits the real GPU. */
+static bool stage_confirmed(const struct search *s, const struct start *st) {
+  return vf_probe_result(&s->p) >= st->stage.planned;
+}
+
+static void print_stage_result(const struct search *s, const struct start *st) {
+  if (stage_confirmed(s, st))
+    printf("stage %s confirmed: the planned micro batch %llu fits\n", st->stage.name,
+           (unsigned long long)st->stage.planned);
+  else
+    printf("stage %s not confirmed: the planned micro batch %llu does not fit; plan again with a lower --safety\n",
+           st->stage.name, (unsigned long long)st->stage.planned);
+}
+
+static json_t *stage_json(const struct search *s, const struct start *st) {
+  return json_pack("{s:s, s:O, s:I, s:b}", "name", st->stage.name, "knobs", st->stage.knobs, "planned_batch",
+                   (json_int_t)st->stage.planned, "confirmed", stage_confirmed(s, st));
+}
+
 static int report(struct search *s, const struct request *r, const struct start *st, int code) {
   /* A failed launch still leaves the trials so far for scripts. */
   if (r->json && (code == EXIT_OK || s->p.launches)) {
     json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s->p),
                           "launches", (json_int_t)s->p.launches, "estimate_batch",
                           st->hint ? json_integer((json_int_t)st->hint) : json_null(), "trials", s->trials);
+    if (st->stage.cmd) json_object_set_new(o, "stage", stage_json(s, st));
     int rc = cli_print_json(o);
     if (rc) code = rc;
   } else if (code == EXIT_OK) {
     print_result(s, r);
+    if (st->stage.cmd) print_stage_result(s, st);
   }
+  if (code == EXIT_OK && st->stage.cmd && !stage_confirmed(s, st)) return EXIT_NO;
   return code == EXIT_OK && !vf_probe_result(&s->p) ? EXIT_NO : code;
 }
 
@@ -311,7 +374,8 @@ int cmd_probe(int argc, char **argv) {
   if (code) return code;
   struct start st;
   if ((code = estimate_hint(&r, &st))) return code;
-  if (r.model && !r.json) print_start(&r, &st);
+  if (r.workload && !r.json) print_stage(&r, &st);
+  if ((r.model || r.workload) && !r.json) print_start(&r, &st);
   struct search s = {.runner = {.cmd = r.cmd, .timeout_s = r.timeout_s, .grace_s = r.grace_s},
                      .setup = st.setup};
   vf_probe_init(&s.p, r.min, r.max, st.hint);
@@ -330,5 +394,6 @@ int cmd_probe(int argc, char **argv) {
   json_decref(s.trials);
   free(s.launch);
   free(st.setup);
+  probe_stage_cleanup(&st.stage);
   return code;
 }

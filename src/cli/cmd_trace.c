@@ -6,10 +6,12 @@
 
 #include "cli/setup_opts.h"
 #include "cli/trace_run.h"
+#include "cli/workload_cli.h"
 #include "io/fileio.h"
 
 static const char usage[] =
-    "usage: vramfit trace MODEL [estimate options] [--json] [--events FILE] [--timeout S]\n\n"
+    "usage: vramfit trace MODEL [estimate options] [--json] [--events FILE] [--timeout S]\n"
+    "       vramfit trace --workload FILE [--gpu G] [--json] [--timeout S]\n\n"
     "Runs the framework's own training code for the setup (two optimizer steps of\n"
     "--accumulation micro batches, from building the model on) on this machine's CPU, with\n"
     "every tensor on a fake CUDA device, and measures what torch.cuda.max_memory_allocated()\n"
@@ -23,25 +25,32 @@ static const char usage[] =
     "and --offload are not traced.\n\n"
     "  --json         machine-readable output\n"
     "  --events FILE  keep the allocation events (one per line) in FILE\n"
-    "  --timeout S    stop the tracer after S seconds (exit 4)\n\n"
+    "  --timeout S    stop the tracer after S seconds (exit 4)\n"
+    "  --workload FILE  trace the workload's own model (model.factory in FILE) at its\n"
+    "                 trace.points (default: a few around the first stage's minimums), fit\n"
+    "                 how the peak grows with the sequences and the loss's size, and write\n"
+    "                 the fit beside FILE (NAME.trace.json), where 'plan --workload' uses it\n"
+    "                 for a model given by its factory only\n\n"
     "The tracer runs in the Python environments 'make trace-env' builds, one per framework\n"
     "(torch 2.13 for the CPU and the framework's pinned release) under .venv-trace/;\n"
     "VRAMFIT_TRACE_ENV names another root.\n\n"
     "Exit status: 0; 2 bad input or a setup the framework cannot run; 3 the environment or\n"
     "the framework is missing; 4 the tracer failed or ran past --timeout.\n";
 
-enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_TIMEOUT };
+enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_TIMEOUT, O_WORKLOAD };
 
 static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
                                      {"events", required_argument, NULL, O_EVENTS},
                                      {"timeout", required_argument, NULL, O_TIMEOUT},
+                                     {"workload", required_argument, NULL, O_WORKLOAD},
                                      {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0}};
 
 struct trace_args {
   struct setup_request r;
   enum vf_attention attention; /* as given, before the profile's default fills it */
   bool json;
-  const char *events, *model;
+  const char *events, *model, *workload;
+  const char *setup_flag; /* the first setup option given other than --gpu and --alloc-conf */
   uint64_t timeout_s;
 };
 
@@ -236,15 +245,26 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
   setup_request_init(&a->r, "trace");
   optind = 1;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+  int at = -1;
+  for (int c; (c = getopt_long(argc, argv, ":h", opts, &at)) != -1; at = -1) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), -1;
     if (c == ':' || c == '?') return cli_option_error("trace", c, argv);
     if (c == O_JSON) a->json = true;
     else if (c == O_EVENTS) a->events = optarg;
+    else if (c == O_WORKLOAD) a->workload = optarg;
     else if (c == O_TIMEOUT) {
       if (cli_parse_u64("trace", "--timeout", optarg, &a->timeout_s)) return EXIT_BAD_INPUT;
-    } else if (setup_option(&a->r, c, optarg)) return EXIT_BAD_INPUT;
+    } else {
+      /* A workload says what it runs; only the GPU and the allocator are the tracer's. */
+      if (c != O_GPU && c != O_ALLOC_CONF && !a->setup_flag && at >= 0) a->setup_flag = opts[at].name;
+      if (setup_option(&a->r, c, optarg)) return EXIT_BAD_INPUT;
+    }
   }
+  if (a->workload && a->setup_flag)
+    return cli_usage_error("trace", "--%s: the workload gives its own setup; with --workload only --gpu and "
+                                    "--alloc-conf apply", a->setup_flag);
+  if (a->workload)
+    return optind == argc ? EXIT_OK : cli_usage_error("trace", "--workload: the workload names its model; give no MODEL");
   if (optind != argc - 1)
     return cli_usage_error("trace", optind == argc ? "MODEL is missing; see 'vramfit trace --help'"
                                                    : "expects exactly one MODEL");
@@ -321,6 +341,7 @@ int cmd_trace(int argc, char **argv) {
   struct trace_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code) return code < 0 ? EXIT_OK : code;
+  if (a.workload) return trace_workload(&a.r, a.workload, a.json, (double)a.timeout_s);
   struct setup_context ctx;
   /* The traced loop validates where the framework's own does (litgpt's scripts). */
   if (a.r.setup.eval != VF_EVAL_DEFAULT)

@@ -16,10 +16,8 @@
 
 #define SAMPLE_S 0.1 /* NVML readings cost well under a millisecond */
 
-/* text with every "{batch}" replaced by batch. */
-static char *substitute(const char *text, const char *batch) {
-  static const char key[] = "{batch}";
-  size_t n = 0, klen = sizeof key - 1, blen = strlen(batch);
+char *probe_substitute(const char *text, const char *key, const char *batch) {
+  size_t n = 0, klen = strlen(key), blen = strlen(batch);
   for (const char *p = text; (p = strstr(p, key)); p += klen) n++;
   char *out = malloc(strlen(text) + n * blen + 1), *o = out;
   if (!out) return NULL;
@@ -46,7 +44,7 @@ static char **command_for(char **cmd, const char *batch) {
   while (cmd[n]) n++;
   char **argv = calloc(n + 1, sizeof *argv);
   for (size_t i = 0; argv && i < n; i++)
-    if (!(argv[i] = substitute(cmd[i], batch))) return free_argv(argv), NULL;
+    if (!(argv[i] = probe_substitute(cmd[i], "{batch}", batch))) return free_argv(argv), NULL;
   return argv;
 }
 

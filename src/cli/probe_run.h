@@ -45,4 +45,7 @@ struct probe_launch {
 int probe_launch(const struct probe_runner *r, uint64_t batch, struct probe_launch *out,
                  struct vf_diag *d);
 
+/* text with every key ("{batch}") replaced by value, malloc'd; NULL when out of memory. */
+char *probe_substitute(const char *text, const char *key, const char *value);
+
 #endif

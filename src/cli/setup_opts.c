@@ -186,7 +186,7 @@ static int gpu_for(const struct setup_request *r, struct vf_gpu_spec *gpu) {
   return cli_diag_error(r->cmd, rc, &d);
 }
 
-int setup_context_load(struct setup_request *r, const char *model, struct setup_context *c) {
+int setup_context_load_env(struct setup_request *r, struct setup_context *c) {
   struct vf_diag d;
   vf_diag_clear(&d);
   vf_model_init(&c->model);
@@ -200,6 +200,14 @@ int setup_context_load(struct setup_request *r, const char *model, struct setup_
   s->capacity_bytes = c->gpu.capacity_bytes;
   bool distributed = s->gpus > 1 || s->tp > 1 || s->pp > 1 || s->cp > 1;
   if (vf_runtime_context_bytes(s->gpu_cc_major, distributed, &s->context_bytes)) s->context_bytes = 0;
+  return EXIT_OK;
+}
+
+int setup_context_load(struct setup_request *r, const char *model, struct setup_context *c) {
+  int rc = setup_context_load_env(r, c);
+  if (rc) return rc;
+  struct vf_diag d;
+  vf_diag_clear(&d);
   if ((rc = vf_model_load(&c->model, model, &d))) {
     vf_model_cleanup(&c->model);
     return cli_diag_error(r->cmd, rc, &d);

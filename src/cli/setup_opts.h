@@ -66,5 +66,7 @@ struct setup_context {
  * code, the error printed; on EXIT_OK the caller releases c with setup_context_cleanup(). */
 int setup_context_load(struct setup_request *r, const char *model, struct setup_context *c);
 void setup_context_cleanup(struct setup_context *c);
+/* The same without a model (c->model stays empty): for workloads, which name their own. */
+int setup_context_load_env(struct setup_request *r, struct setup_context *c);
 
 #endif

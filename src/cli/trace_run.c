@@ -75,8 +75,16 @@ static int watch_child(struct vf_child *c, double timeout_s, int stop_fd, bool *
 
 int trace_run(const struct trace_env *e, const char *setup_path, const char *events_path,
               const char *summary_path, double timeout_s) {
-  char *argv[] = {(char *)e->python, "-m", "vramfit.trace", "--setup", (char *)setup_path,
-                  "--events", (char *)events_path, "--summary", (char *)summary_path, NULL};
+  const char *args[] = {"vramfit.trace", "--setup", setup_path, "--events", events_path,
+                        "--summary", summary_path, NULL};
+  return trace_run_module(e, args, timeout_s);
+}
+
+int trace_run_module(const struct trace_env *e, const char *const *args, double timeout_s) {
+  char *argv[16] = {(char *)e->python, "-m"};
+  size_t n = 2;
+  for (; args[n - 2] && n + 1 < sizeof argv / sizeof *argv; n++) argv[n] = (char *)args[n - 2];
+  argv[n] = NULL;
   if (setenv("PYTHONPATH", e->package_dir, 1) || setenv("VRAMFIT_FAKECUDA_SHIM", e->shim, 1) ||
       setenv("PYTHONUNBUFFERED", "1", 1))
     return cli_error("trace", EXIT_INTERNAL, "out of memory");

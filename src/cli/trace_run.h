@@ -25,4 +25,8 @@ int trace_env_find(struct trace_env *e, const char *framework);
 int trace_run(const struct trace_env *e, const char *setup_path, const char *events_path,
               const char *summary_path, double timeout_s);
 
+/* The same for another module of the tracer: `python -m args[0] args[1] ...` (args ends
+ * with NULL; at most 13). */
+int trace_run_module(const struct trace_env *e, const char *const *args, double timeout_s);
+
 #endif

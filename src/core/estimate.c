@@ -1616,7 +1616,12 @@ static void one_step(struct ctx *x, bool last_micro) {
       forward_keeping_nothing(x, (int32_t)l);
     } else if (x->s->grad_ckpt == VF_CKPT_FULL) {
       autocast_copies(x, (int32_t)l, &sv[l], false);
-      keep(x, &sv[l], stream);
+      /* The checkpoint keeps the layer's input: the residual stream, in the weights' dtype
+       * under autocast (transformers 5.23 modeling_llama.py `residual + hidden_states`
+       * promotes a 16-bit output to the fp32 stream; modeling_bert.py's post-norm
+       * LayerNorm(hidden_states + input_tensor) is on autocast's fp32 list,
+       * aten/src/ATen/autocast_mode.cpp in torch 2.13). */
+      keep(x, &sv[l], x->d.Ts * x->d.h * stream_bytes(x));
       forward_keeping_nothing(x, (int32_t)l);
     } else {
       autocast_copies(x, (int32_t)l, &sv[l], false);

@@ -73,15 +73,17 @@ static int shard_stage(const char *file, const char *shard, const char **out, st
                     "the plan asks for shard %s, which apply cannot write: set it up by hand", shard);
 }
 
-static int read_fields(struct store *st, const char *file, const json_t *o, struct list *l,
+/* set_only: the object's "set" alone (a workload plan's stage, whose batch and
+ * accumulation belong to the main config). */
+static int read_fields(struct store *st, const char *file, const json_t *o, bool set_only, struct list *l,
                        struct vf_diag *d) {
-  for (size_t i = 0; i < sizeof direct_fields / sizeof *direct_fields; i++) {
+  for (size_t i = 0; !set_only && i < sizeof direct_fields / sizeof *direct_fields; i++) {
     const json_t *v = json_object_get(o, direct_fields[i]);
     if (!v || json_is_null(v)) continue;
     int rc = push(l, direct_fields[i], as_text(st, v, false), 1);
     if (rc) return rc;
   }
-  const char *shard = json_string_value(json_object_get(o, "shard")), *stage = NULL;
+  const char *shard = set_only ? NULL : json_string_value(json_object_get(o, "shard")), *stage = NULL;
   if (shard) {
     int rc = shard_stage(file, shard, &stage, d);
     if (!rc) rc = push(l, "zero_stage", stage, 1);
@@ -138,7 +140,7 @@ static int build_inputs(struct vf_plan *p, struct store *st, const size_t *li,
   return 0;
 }
 
-static int match_stages(struct store *st, const char *file, const json_t *stages,
+static int match_stages(struct store *st, const char *file, const json_t *stages, bool set_only,
                         const char *const *files, size_t n_files, size_t *li, struct vf_diag *d) {
   size_t i;
   const json_t *stage;
@@ -146,7 +148,7 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
     struct list *l = new_list(st);
     if (!l) return VF_ENOMEM;
     size_t hits = 0, idx = st->nlists - 1;
-    int rc = read_fields(st, file, stage, l, d);
+    int rc = read_fields(st, file, stage, set_only, l, d);
     for (size_t f = 0; f < n_files && !rc; f++) {
       if (!stage_matches(stage, files[f])) continue;
       if (li[f] != 0)
@@ -171,6 +173,10 @@ static int load(struct vf_plan *p, struct store *st, const char *file, const jso
   const json_t *base = tier ? json_object_get(json_object_get(root, "tiers"), tier)
                             : json_object_get(root, "recommended");
   const json_t *stages = json_object_get(root, "stages");
+  /* A workload's plan: "recommended" is its first stage, values of that stage's file; the
+   * main config takes the values every stage shares. */
+  const json_t *shared = json_object_get(root, "shared");
+  if (!tier && json_is_array(stages) && json_is_object(shared)) base = shared;
   if (tier && !base)
     return vf_diag_at(d, VF_EINVAL, file, UINT64_MAX, "the plan has no tier '%s'", tier);
   if (!json_is_object(base) && !json_is_array(stages))
@@ -178,10 +184,10 @@ static int load(struct vf_plan *p, struct store *st, const char *file, const jso
                       "not a plan: no \"recommended\" object and no \"stages\" list");
   struct list *l0 = new_list(st);
   if (!l0) return VF_ENOMEM;
-  int rc = base ? read_fields(st, file, base, l0, d) : 0;
+  int rc = base ? read_fields(st, file, base, false, l0, d) : 0;
   size_t *li = calloc(n_files ? n_files : 1, sizeof *li);
   if (!li) return VF_ENOMEM;
-  if (!rc && stages) rc = match_stages(st, file, stages, files, n_files, li, d);
+  if (!rc && stages) rc = match_stages(st, file, stages, base == shared, files, n_files, li, d);
   if (!rc) rc = build_inputs(p, st, li, files, n_files, extra, n_extra);
   free(li);
   const json_t *conf = json_object_get(base, "alloc_conf");

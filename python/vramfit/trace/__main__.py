@@ -87,15 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setup", default="-", help="setup JSON file (- for stdin)")
     args = parser.parse_args(argv)
     _quiet()
-    try:
+
+    def work() -> dict:
         text = sys.stdin.read() if args.setup == "-" else open(args.setup).read()
         spec = Spec.from_json(text)
         fakecuda.load_shim()
-        summary = trace(spec, args.events)
+        return trace(spec, args.events)
+
+    return run_reporting(work, args.summary, _framework_missing, "internal error in the tracer")
+
+
+def run_reporting(work: "callable", summary_path: str, missing: "callable", failure: str) -> int:
+    """Runs work() and writes the summary it returns; a failure becomes one line on stderr
+    and the exit status vramfit reads (bad setup, environment, internal). missing() gives the
+    exception type of a missing package: called only once something failed, since importing
+    the drivers imports torch, which must come after the fake device's shim."""
+    try:
+        summary = work()
     except Unsupported as e:
         print(f"vramfit trace: {e}", file=sys.stderr)
         return EXIT_BAD_SETUP
-    except (fakecuda.ShimMissing, _framework_missing()) as e:
+    except (fakecuda.ShimMissing, missing()) as e:
         print(f"vramfit trace: {e}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except Exception as e:  # one line for the user; the traceback for us
@@ -104,10 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(log, "a") as f:
                 traceback.print_exc(file=f)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"vramfit trace: internal error in the tracer: {type(e).__name__}: {first}",
-              file=sys.stderr)
+        print(f"vramfit trace: {failure}: {type(e).__name__}: {first}", file=sys.stderr)
         return EXIT_INTERNAL
-    with open(args.summary, "w") as f:
+    with open(summary_path, "w") as f:
         json.dump(summary, f)
     return 0
 

@@ -1,0 +1,70 @@
+"""The Python binding (vramfit.estimate, plan, plan_workload over libvramfit.so): the same
+answers as the command's --json, "no" answers as dicts, errors as VramfitError. Needs the
+plain build (make build: build/libvramfit.so and build/vramfit, or $VRAMFIT_LIBRARY and
+$VRAMFIT)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+import vramfit
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+EXAMPLE = os.path.join(ROOT, "examples", "contrastive-embedder", "workload.yaml")
+
+
+def cli(*args: str) -> dict[str, Any]:
+    binary = os.environ.get("VRAMFIT", os.path.join(ROOT, "build", "vramfit"))
+    run = subprocess.run([binary, *args, "--json"], capture_output=True, text=True,
+                         env=dict(os.environ, XDG_STATE_HOME=os.environ["XDG_STATE_HOME"]))
+    assert run.returncode in (0, 1), run.stderr
+    result: dict[str, Any] = json.loads(run.stdout)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def own_history(tmp_path, monkeypatch):
+    # plan keeps its plans in the run history: the test's own, never the user's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def test_estimate_is_the_commands_json():
+    got = vramfit.estimate("llama-3.2-1b", batch=2, seq=512, method="lora", weights="bf16", gpu="24GiB")
+    assert got == cli("estimate", "llama-3.2-1b", "--batch", "2", "--seq", "512", "--method", "lora",
+                      "--weights", "bf16", "--gpu", "24GiB")
+    assert got["fits"] is True and got["peak"]["device_bytes"] > got["peak"]["allocated_bytes"] > 0
+
+
+def test_a_no_is_still_an_answer():
+    got = vramfit.estimate("llama-3.1-8b", batch=8, seq=4096, gpu="8GiB")
+    assert got["fits"] is False and got["capacity_bytes"] == 8 * 2**30
+
+
+def test_plan_and_plan_workload():
+    got = vramfit.plan("llama-3.2-1b", gpu="rtx-4090", weights="bf16", amp="bf16", method="lora")
+    assert got["recommended"]["batch"] >= 1
+    work = vramfit.plan_workload(EXAMPLE, gpu="24GiB")
+    assert work == cli("plan", "--workload", EXAMPLE, "--gpu", "24GiB")
+    assert all(s["peak_device_bytes"] <= 0.85 * 24 * 2**30 for s in work["stages"])
+    more = vramfit.plan_workload(EXAMPLE, gpu="80GiB", safety=0.5, target_effective_batch=512)
+    assert more["target_effective_batch"] == 512 and more["budget_bytes"] == int(0.5 * 80 * 2**30)
+
+
+def test_errors_raise_with_the_exit_status():
+    with pytest.raises(vramfit.VramfitError, match="unknown model 'no-such-model'") as e:
+        vramfit.estimate("no-such-model")
+    assert e.value.code == 2
+    with pytest.raises(vramfit.VramfitError, match="--batch") as e:
+        vramfit.estimate("gpt2", batch=0)
+    assert e.value.code == 2
+    # One call's failure leaves the next call clean.
+    assert vramfit.estimate("gpt2", batch=1)["peak"]["device_bytes"] > 0
+
+
+def test_flags():
+    assert vramfit.binding.flags({"lora_r": 16, "json": True, "gpu": None, "eval": False}) == \
+        ["--lora-r", "16", "--json"]

@@ -1,0 +1,142 @@
+/* Workloads on the command line (see workload_cli.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/history_cli.h"
+#include "cli/workload_cli.h"
+#include "io/workload_json.h"
+
+int workload_context_load(struct setup_request *r, const char *file, struct workload_context *c) {
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  vf_workload_init(&c->w);
+  int rc = vf_workload_load(&c->w, file, &d);
+  if (rc) {
+    vf_workload_cleanup(&c->w);
+    return cli_diag_error(r->cmd, rc == VF_EIO ? VF_EINVAL : rc, &d);
+  }
+  /* The workload says which framework runs it; its profile gives what the encoders keep. */
+  r->framework = c->w.framework;
+  vf_framework_spec_parse(r->framework, &r->spec, NULL);
+  if ((rc = setup_context_load_env(r, &c->env))) {
+    vf_workload_cleanup(&c->w);
+    return rc;
+  }
+  c->wl_env = (struct vf_wl_env){&c->env.profile, &c->env.conf, r->setup.gpu_cc_major, r->setup.gpu_cc_minor,
+                                 r->setup.context_bytes};
+  return EXIT_OK;
+}
+
+void workload_context_cleanup(struct workload_context *c) {
+  vf_workload_cleanup(&c->w);
+  setup_context_cleanup(&c->env);
+}
+
+/* ---- plan --workload, as text ---- */
+
+static const char *stage_name(const struct vf_workload *w, size_t st) {
+  return st < w->n_stages ? w->stages[st].name : "default";
+}
+
+static void stage_table(const struct vf_workload *w, const struct vf_wl_plan *p, uint64_t capacity) {
+  printf("  %-8s", "stage");
+  for (size_t k = 0; k < w->n_knobs; k++)
+    if (w->knobs[k].role == VF_WL_KNOB) printf(" %12s", w->knobs[k].name);
+  printf(" %10s %12s %7s  %s\n", "sequences", "peak", "of GPU", "file");
+  for (size_t st = 0; st < p->n_stages; st++) {
+    const struct vf_wl_stage_plan *sp = &p->stages[st];
+    char seqs[32], peak[32];
+    printf("  %-8s", stage_name(w, st));
+    for (size_t k = 0; k < w->n_knobs; k++)
+      if (w->knobs[k].role == VF_WL_KNOB) printf(" %12lld", (long long)sp->point.values[k]);
+    cli_group_digits(sp->shape.sequences, seqs, sizeof seqs);
+    cli_format_bytes(sp->est.device_peak, peak, sizeof peak);
+    printf(" %10s %12s %6.1f%%  %s\n", seqs, peak, 100.0 * (double)sp->est.device_peak / (double)capacity,
+           st < w->n_stages && w->stages[st].file[0] ? w->stages[st].file : "-");
+  }
+}
+
+static void breakdown_row(const struct vf_wl_plan *p, const char *label, int which) {
+  printf("  %-18s", label);
+  for (size_t st = 0; st < p->n_stages; st++) {
+    const struct vf_estimate *e = &p->stages[st].est;
+    uint64_t v = which >= 0 ? e->by_category[which] : which == -1 ? e->allocator_slack : e->context + e->by_category[VF_CAT_RUNTIME];
+    char b[32];
+    cli_format_bytes(v, b, sizeof b);
+    printf(" %11s", b);
+  }
+  printf("\n");
+}
+
+static void breakdown_table(const struct vf_workload *w, const struct vf_wl_plan *p) {
+  printf("\n  %-18s", "at the peak");
+  for (size_t st = 0; st < p->n_stages; st++) printf(" %11s", stage_name(w, st));
+  printf("\n  %-18s", "phase");
+  for (size_t st = 0; st < p->n_stages; st++) printf(" %11s", vf_phase_name(p->stages[st].est.peak_phase));
+  printf("\n");
+  for (int k = VF_CAT_WEIGHTS; k < VF_CAT_RUNTIME; k++) breakdown_row(p, vf_category_name((enum vf_category)k), k);
+  breakdown_row(p, "allocator slack", -1);
+  breakdown_row(p, "CUDA, cuBLAS", -2);
+}
+
+static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu, const char *gpu_arg,
+                      const struct vf_wl_plan *p) {
+  char cap[32], budget[32];
+  cli_format_bytes(gpu->capacity_bytes, cap, sizeof cap);
+  cli_format_bytes(p->budget_bytes, budget, sizeof budget);
+  printf("%s on %s (%s): budget %.0f%%, %s\n", w->name[0] ? w->name : w->file, gpu->name[0] ? gpu->name : gpu_arg, cap,
+         100 * p->safety, budget);
+  if (w->fit.n_points)
+    printf("estimated from the trace of %s (%zu points, largest error %.1f%%)\n", w->factory, w->fit.n_points,
+           100 * w->fit.max_error);
+  if (p->found) {
+    printf("micro batch %llu, accumulation %llu: effective batch %llu", (unsigned long long)p->batch,
+           (unsigned long long)p->accumulation, (unsigned long long)p->effective_batch);
+    if (p->target_effective_batch) printf(" (target %llu)", (unsigned long long)p->target_effective_batch);
+    printf("\n");
+  }
+  printf("\n");
+  stage_table(w, p, gpu->capacity_bytes);
+  breakdown_table(w, p);
+  if (!p->found) {
+    char peak[32];
+    cli_format_bytes(p->stages[p->tightest].est.device_peak, peak, sizeof peak);
+    printf("\nnothing fits: stage %s needs %s at its knobs' minimums and a micro batch of %lld, over the budget of %s\n",
+           stage_name(w, p->tightest), peak, (long long)p->stages[p->tightest].point.values[w->batch], budget);
+    return;
+  }
+  printf("\n");
+  if (!p->n_changes) printf("  the configs hold this plan already\n");
+  for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
+}
+
+int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, bool json) {
+  if (!r->gpu) return cli_usage_error(r->cmd, "--gpu is required: the GPU to plan for");
+  struct workload_context *c = calloc(1, sizeof *c);
+  struct vf_wl_plan *p = malloc(sizeof *p);
+  struct vf_wl_point *given = calloc(VF_WL_MAX_STAGES, sizeof *given);
+  int code = c && p && given ? workload_context_load(r, file, c) : cli_error(r->cmd, EXIT_INTERNAL, "out of memory");
+  if (code) {
+    free(c), free(p), free(given);
+    return code;
+  }
+  vf_workload_given(&c->w, given);
+  struct vf_wl_plan_request req = {&c->w, c->wl_env, c->env.gpu.capacity_bytes, safety, target, given};
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  int rc = vf_workload_plan(&req, p, &d);
+  if (rc) code = cli_diag_error(r->cmd, rc, &d);
+  json_t *o = rc ? NULL : vf_workload_plan_json(&c->w, p, c->env.gpu.capacity_bytes);
+  if (o && p->found) {
+    char label[VF_WL_PATH + 64];
+    snprintf(label, sizeof label, "%s on %s", file, c->env.gpu.name[0] ? c->env.gpu.name : r->gpu);
+    history_save_plan(label, o);
+  }
+  if (o && json) code = cli_print_json(json_incref(o));
+  else if (o) plan_text(&c->w, &c->env.gpu, r->gpu, p);
+  if (code == EXIT_OK && !p->found) code = EXIT_NO;
+  json_decref(o);
+  workload_context_cleanup(c);
+  free(c), free(p), free(given);
+  return code;
+}
