@@ -128,6 +128,7 @@ struct vf_profile {
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */
+  bool ckpt_input_grads;   /* checkpointing makes the embeddings' output require grad */
   bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
   /* 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the HF Trainer
    * registers them so), and one fp32 absmax per block of this many elements of an 8-bit

@@ -1233,6 +1233,49 @@ static uint64_t embedding_bytes(const struct ctx *x) {
   return bytes;
 }
 
+/* Whether the embeddings' output is in autograd's graph: the embeddings train, or the
+ * framework makes it require grad for checkpointing (transformers' modeling_utils.py
+ * gradient_checkpointing_enable calls enable_input_require_grads for text models: profile
+ * field ckpt_input_grads). */
+static bool embeddings_in_graph(const struct ctx *x) {
+  return x->base_trainable || (x->p->ckpt_input_grads && x->s->grad_ckpt != VF_CKPT_NONE);
+}
+
+/* What the embeddings' own post-processing keeps: BERT and RoBERTa normalize the summed
+ * embeddings, the LayerNorm keeping its input in the stream's dtype, then drop out (a bool
+ * mask), as modeling_bert.py BertEmbeddings.forward does; GPT-2 drops out the sum
+ * (modeling_gpt2.py GPT2Model.forward, self.drop). Nothing when outside the graph. */
+struct embedding_kept {
+  uint32_t norm_input, mask;
+};
+
+static struct embedding_kept embedding_forward(struct ctx *x) {
+  struct embedding_kept k = {0, 0};
+  enum vf_family f = x->m->arch.family;
+  uint64_t elems = x->d.Ts * x->d.h;
+  if (!embeddings_in_graph(x) || (f != VF_FAMILY_BERT && f != VF_FAMILY_GPT2)) return k;
+  if (f == VF_FAMILY_BERT) k.norm_input = take(x, elems * stream_bytes(x), VF_CAT_ACTIVATIONS);
+  k.mask = take(x, elems, VF_CAT_ACTIVATIONS);
+  return k;
+}
+
+/* Their backward, the pass's last: the dropout's input gradient replaces the stream's, and
+ * the LayerNorm's is made beside it. Returns the gradient left for the embeddings. */
+static uint32_t embedding_post_backward(struct ctx *x, uint32_t grad_stream, struct embedding_kept k) {
+  if (!k.mask) return grad_stream;
+  uint64_t bytes = x->d.Ts * x->d.h * stream_bytes(x);
+  uint32_t grad = take(x, bytes, VF_CAT_TEMPORARIES);
+  give(x, grad_stream);
+  give(x, k.mask);
+  if (k.norm_input) {
+    uint32_t norm_grad = take(x, bytes, VF_CAT_TEMPORARIES);
+    give(x, grad);
+    give(x, k.norm_input);
+    grad = norm_grad;
+  }
+  return grad;
+}
+
 /* The swapped-in embedding's backward (bitsandbytes nn/modules.py StableEmbedding: a
  * LayerNorm over the looked-up rows, which it keeps): the norm's input gradient, then the
  * embedding's own, which the first backward leaves as the weight's gradient and every
@@ -1607,6 +1650,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
   uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
+  struct embedding_kept emb = embedding_forward(x);
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -1653,6 +1697,7 @@ static void one_step(struct ctx *x, bool last_micro) {
     if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
   }
   mark(x, ST_ROOT_BACKWARD);
+  grad_stream = embedding_post_backward(x, grad_stream, emb);
   if (embedded) stable_embedding_backward(x, grad_stream, embedded);
   else give(x, grad_stream);
   /* The embedding's gradient is the stage's last. */

@@ -90,6 +90,7 @@ static const struct field fields[] = {
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
     FIELD("generates", F_BOOL, generates),
+    FIELD("ckpt_input_grads", F_BOOL, ckpt_input_grads),
     FIELD("lion_fp32_states", F_BOOL, lion_fp32_states),
     FIELD("embedding_states_fp32", F_BOOL, embedding_states_fp32),
     FIELD("optim8bit_block", F_U32, optim8bit_block),

@@ -1261,6 +1261,19 @@ static void test_final_softcap(void **state) {
 }
 
 
+static void input_grads_flag(struct vf_profile *p, bool on) { p->ckpt_input_grads = on; }
+static void lora_ckpt(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->grad_ckpt = VF_CKPT_FULL; }
+
+/* Checkpointing makes the embeddings' output require grad (transformers'
+ * enable_input_require_grads): GPT-2's embedding dropout then keeps its mask, 8 x 64 bools
+ * (a 512-byte block), through the forward and the loss; full fine-tuning has it in the
+ * graph either way. */
+static void test_checkpointed_input_grads(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(gpt2_config, "hf", input_grads_flag, lora_ckpt, VF_PHASE_LOSS), 512);
+  assert_int_equal(config_gain(gpt2_config, "hf", input_grads_flag, full_ft, VF_PHASE_LOSS), 0);
+}
+
 static void generates_flag(struct vf_profile *p, bool on) { p->generates = on; }
 static void lora_seq64(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->seq = 64; }
 
@@ -1378,7 +1391,7 @@ int main(void) {
       cmocka_unit_test(test_adafactor_largest_tensor),
       cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
-      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample),     cmocka_unit_test(test_accumulating_tied_grads),
+      cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample), cmocka_unit_test(test_checkpointed_input_grads),     cmocka_unit_test(test_accumulating_tied_grads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
