@@ -52,7 +52,6 @@ struct vf_probe {
   double prior_slope;    /* bytes per sample the estimate expects; 0: none */
   struct vf_probe_point points[VF_PROBE_MAX_POINTS];
   unsigned npoints;
-  bool slow;             /* a steered launch did not halve a closed bracket: the next bisects */
   bool overshot;         /* the last launch was a prediction that ran out of memory */
   uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: the
                           * fit's own spread */
