@@ -175,11 +175,11 @@ static double band(const struct vf_probe *p, const struct curve *f, double x) {
   return f->noise * weights;
 }
 
-/* Whether a bend can be seen at all: some point well inside the span of the points (points
- * bunched at the ends show a slope, and noise, but no bend). */
-static bool spread_out(const struct vf_probe *p) {
-  double lo = (double)p->points[0].batch, hi = lo;
-  for (unsigned i = 1; i < p->npoints; i++) {
+/* Whether a bend can be seen at all over the points and up to batch: some point well inside
+ * that span (points bunched at its ends show a slope, and noise, but no bend). */
+static bool spread_to(const struct vf_probe *p, double batch) {
+  double lo = batch, hi = batch;
+  for (unsigned i = 0; i < p->npoints; i++) {
     lo = fmin(lo, (double)p->points[i].batch);
     hi = fmax(hi, (double)p->points[i].batch);
   }
@@ -189,6 +189,8 @@ static bool spread_out(const struct vf_probe *p) {
   }
   return false;
 }
+
+static bool spread_out(const struct vf_probe *p) { return spread_to(p, (double)largest(p)->batch); }
 
 /* A line's misfit, as a share of the largest peak, that is more than NVML's noise (peaks
  * move by allocator segments of 2 to 20 MiB, and by what the driver adds): with three points
@@ -276,10 +278,16 @@ struct ceiling {
   double low, high;
 };
 
+/* A line through points that show no bend: its band leaves out how far the peak may bend. */
+static bool unbent(const struct vf_probe *p, const struct curve *f) {
+  return f->kind == LEAST_SQUARES && f->degree == 1 && !spread_out(p);
+}
+
 static struct ceiling ceiling_of(const struct vf_probe *p, const struct curve *f) {
   double capacity = (double)p->ceiling, x = (double)p->oom;
   bool short_of_it = p->revealed && (double)p->revealed + OOM_SHORTFALL < capacity;
-  if (!p->oom || (!short_of_it && at(f, x) + band(p, f, x) > capacity)) return (struct ceiling){capacity, capacity};
+  bool under_it = !unbent(p, f) && at(f, x) + band(p, f, x) <= capacity;
+  if (!p->oom || !(short_of_it || under_it)) return (struct ceiling){capacity, capacity};
   double low = reached(p);
   return (struct ceiling){low, fmax(low, fmin(at(f, x) + band(p, f, x), low + OOM_SHORTFALL))};
 }
@@ -327,11 +335,11 @@ static bool extrapolated(const struct vf_probe *p, const struct curve *f, uint64
   return f->kind != THROUGH_ORIGIN && high - low > points_span(p);
 }
 
-/* Points bunched at the ends of their span show no bend, and a line through them
- * extrapolated far past them overshoots a peak that bends upwards: the next launch goes
- * halfway, for a point that spreads the fit. */
+/* A line through points that, with the target, would still show no bend is extrapolated
+ * so far that it overshoots a peak that bends upwards: the next launch goes halfway, for a
+ * point that spreads the fit. */
 static uint64_t approach(const struct vf_probe *p, const struct curve *f, uint64_t lo, uint64_t target) {
-  bool guess = f->kind == LEAST_SQUARES && !spread_out(p) && target - lo > points_span(p) + 1;
+  bool guess = f->kind == LEAST_SQUARES && !spread_to(p, (double)target) && target - lo > points_span(p) + 1;
   return guess ? lo + (target - lo + 1) / 2 : target;
 }
 
@@ -357,12 +365,18 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
   uint64_t low = last_under(p, f, lo, hi - 1, k.low, 1), high = last_under(p, f, lo, hi - 1, k.high, -1);
   if (high < low) high = low;
   if (high <= lo) return confirm(p, lo, hi, m);
-  /* A prediction that just ran out of memory, with the curve still putting the answer right
-   * below it: the curve overshoots (it bends more than it knows), so bisect for a point
-   * between. */
-  if (p->overshot && low + 1 >= hi) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
+  /* A prediction that just ran out of memory under the GPU's memory, from a line through
+   * points that show no bend, or with the curve still putting the answer right below it: the
+   * curve overshoots (it bends more than it knows), so bisect for a point between. */
+  bool guessed = unbent(p, f) && k.low >= (double)p->ceiling;
+  if (p->overshot && (guessed || low + 1 >= hi)) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
+  /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer,
+   * and a launch there as likely to fit as not. When that is the top of the region (the
+   * curve puts the answer at or past the batch that last ran out), the region's middle. */
+  uint64_t center = last_under(p, f, lo, hi - 1, (k.low + k.high) / 2, 0);
+  center = center <= lo ? lo + 1 : center >= high ? low + (high - low + 1) / 2 : center;
   bool bottom = low > lo && (low == high || extrapolated(p, f, low, high));
-  uint64_t target = bottom ? low : low + (high - low + 1) / 2, at_x = approach(p, f, lo, target);
+  uint64_t target = bottom ? low : center, at_x = approach(p, f, lo, target);
   return move(m, at_x != target || (bottom && low != high) ? VF_PROBE_APPROACH : VF_PROBE_PREDICTED, at_x);
 }
 
