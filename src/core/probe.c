@@ -360,7 +360,7 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
   /* Out of memory where the curve says it fits even under what was reached: the curve
    * cannot find this boundary. */
   bool contradicted = p->oom && at(f, (double)p->oom) + band(p, f, (double)p->oom) < reached(p);
-  if (contradicted || (p->fit && p->oom && peaks_not_helping(p))) return without_peaks(p, m);
+  if (contradicted || peaks_not_helping(p)) return without_peaks(p, m);
   struct ceiling k = ceiling_of(p, f);
   uint64_t low = last_under(p, f, lo, hi - 1, k.low, 1), high = last_under(p, f, lo, hi - 1, k.high, -1);
   if (high < low) high = low;
