@@ -159,20 +159,23 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
 struct start {
   uint64_t hint;          /* the estimator's largest batch that fits; 0: none */
   double slope;           /* the estimate's bytes per sample around it; 0: none */
+  double fixed;           /* its line's bytes at no samples there; 0: none */
   struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
   char *setup;            /* the estimate's setup for the history; NULL without --model */
 };
 
-/* The estimate's growth per sample near the hint, from two estimates half the hint apart. */
-static double estimate_slope(const struct setup_context *ctx, const struct vf_setup *s, uint64_t hint) {
+/* The estimate's line near the hint, from two estimates half the hint apart: its growth per
+ * sample and its bytes at no samples (both 0 when the estimates do not grow). */
+static void estimate_line(const struct setup_context *ctx, const struct vf_setup *s, struct start *st) {
   struct vf_setup a = *s, b = *s;
-  a.batch = hint / 2 ? hint / 2 : 1;
-  b.batch = a.batch < hint ? hint : hint + 1;
+  a.batch = st->hint / 2 ? st->hint / 2 : 1;
+  b.batch = a.batch < st->hint ? st->hint : st->hint + 1;
   struct vf_estimate ea, eb;
   if (vf_estimate(&ctx->model, &a, &ctx->profile, &ctx->conf, &ea, NULL) ||
       vf_estimate(&ctx->model, &b, &ctx->profile, &ctx->conf, &eb, NULL) || eb.device_peak <= ea.device_peak)
-    return 0;
-  return (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
+    return;
+  st->slope = (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
+  st->fixed = (double)eb.device_peak - st->slope * (double)b.batch;
 }
 
 /* The estimator's largest batch that fits the GPU; 0 without --model, without a GPU (none
@@ -190,7 +193,7 @@ static int estimate_hint(struct request *r, struct start *st) {
   int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
-  if (st->hint) st->slope = estimate_slope(&ctx, &r->setup.setup, st->hint);
+  if (st->hint) estimate_line(&ctx, &r->setup.setup, st);
   setup_context_cleanup(&ctx);
   if (rc) return cli_diag_error(NAME, rc, &d);
   st->setup = history_setup_json(&r->setup, r->model);
@@ -219,7 +222,7 @@ static void steer(struct vf_probe *p, struct vf_nvml *nvml, const struct start *
   if (vf_nvml_visible(nvml, &index, NULL) || vf_nvml_sample(nvml, index, &gpu) ||
       !(gpu.fields & VF_FIELD_MEMORY) || !gpu.free_bytes)
     return;
-  vf_probe_steer(p, gpu.free_bytes, st->slope);
+  vf_probe_steer(p, gpu.free_bytes, st->slope, st->fixed);
   if (json) return;
   char room[32];
   cli_format_bytes(gpu.free_bytes, room, sizeof room);

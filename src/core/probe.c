@@ -29,9 +29,11 @@ int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint)
   return 0;
 }
 
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample) {
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample,
+                    double fixed_bytes) {
   p->ceiling = ceiling_bytes;
   p->prior_slope = slope_bytes_per_sample > 0 ? slope_bytes_per_sample : 0;
+  p->prior_fixed = fixed_bytes > 0 ? fixed_bytes : 0;
 }
 
 /* ---- the fit of peak(batch) ---- */
@@ -49,6 +51,7 @@ void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_byt
 #define OOM_SHORTFALL (256.0 * 1048576)
 
 enum curve_kind {
+  PIVOTED,        /* one point and the estimate's fixed bytes */
   FROM_PRIOR,     /* one point with the estimate's slope */
   THROUGH_ORIGIN, /* the steepest line the points allow: all of the memory grows per sample */
   LEAST_SQUARES,  /* a line, or a parabola */
@@ -78,14 +81,20 @@ static const struct vf_probe_point *largest(const struct vf_probe *p) {
   return top;
 }
 
-/* Through the largest point with the estimate's slope, else through the origin as well,
- * which takes all of its memory for per-sample memory: too steep, so the prediction falls
- * short of the ceiling and fits, and the next point lies far from this one. */
+/* Through the largest point and the estimate's fixed bytes where that slope is within
+ * PRIOR_ERROR of the estimate's (an estimate errs mostly in what grows with the batch:
+ * weights and optimizer states are counted, activations modelled); else with the estimate's
+ * slope; else through the origin as well, which takes all of its memory for per-sample
+ * memory: too steep, so the prediction falls short of the ceiling and fits, and the next
+ * point lies far from this one. */
 static struct curve through_largest(const struct vf_probe *p, bool prior) {
   double x = (double)largest(p)->batch, y = (double)largest(p)->peak_bytes;
   bool from_prior = prior && p->prior_slope > 0;
-  double slope = from_prior ? p->prior_slope : y / x;
-  struct curve f = {.kind = from_prior ? FROM_PRIOR : THROUGH_ORIGIN, .a = y - slope * x, .b = slope};
+  double pivot = p->prior_fixed > 0 ? (y - p->prior_fixed) / x : 0;
+  bool pivoted = from_prior && fabs(pivot / p->prior_slope - 1) <= PRIOR_ERROR;
+  double slope = pivoted ? pivot : from_prior ? p->prior_slope : y / x;
+  struct curve f = {.kind = pivoted ? PIVOTED : from_prior ? FROM_PRIOR : THROUGH_ORIGIN, .a = y - slope * x,
+                    .b = slope};
   f.resid = largest_residual(p, &f);
   f.noise = fmax(PEAK_NOISE, f.resid);
   return f;
@@ -158,7 +167,7 @@ static bool least_squares(const struct vf_probe *p, int degree, struct curve *f)
  * that is about the noise; extrapolated far past points close together, many times it. */
 static double band(const struct vf_probe *p, const struct curve *f, double x) {
   double extrapolated = fabs(x - (double)largest(p)->batch);
-  if (f->kind == FROM_PRIOR) return f->noise + PRIOR_ERROR * f->b * extrapolated;
+  if (f->kind == FROM_PRIOR || f->kind == PIVOTED) return f->noise + PRIOR_ERROR * f->b * extrapolated;
   if (f->kind == THROUGH_ORIGIN) return f->noise;
   int n = f->degree + 1;
   double m[3][4], v[3], scale = batch_scale(p), pw[5], weights = 0;
@@ -332,7 +341,7 @@ static uint64_t points_span(const struct vf_probe *p) {
  * past them: a launch at its bottom (likely to fit) spreads the points and narrows the band
  * more than splitting the region would. */
 static bool extrapolated(const struct vf_probe *p, const struct curve *f, uint64_t low, uint64_t high) {
-  return f->kind != THROUGH_ORIGIN && high - low > points_span(p);
+  return (f->kind == LEAST_SQUARES || f->kind == FROM_PRIOR) && high - low > points_span(p);
 }
 
 /* A line through points that, with the target, would still show no bend is extrapolated

@@ -24,7 +24,7 @@ static uint64_t steered_search(uint64_t min, uint64_t max, uint64_t hint, uint64
                                peak_fn peak, void *arg, unsigned *launches) {
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, min, max, hint), 0);
-  if (ceiling) vf_probe_steer(&p, ceiling, 0);
+  if (ceiling) vf_probe_steer(&p, ceiling, 0, 0);
   uint64_t tried[MAX_LAUNCHES];
   unsigned n = 0;
   for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
@@ -196,7 +196,7 @@ static void estimate_slope_and_one_fit(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 900), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5, 0);
   enum vf_probe_move m;
   assert_int_equal(vf_probe_next(&p, &m), 900);
   assert_int_equal(m, VF_PROBE_START);
@@ -225,7 +225,7 @@ static void out_of_memory_reveals_the_ceiling(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 0), 0);
-  vf_probe_steer(&p, (uint64_t)(100 * GIB), 0);
+  vf_probe_steer(&p, (uint64_t)(100 * GIB), 0, 0);
   assert_int_equal(vf_probe_record(&p, 1, VF_PROBE_OK, (uint64_t)(17 * GIB)), 0);
   /* Through the origin: 100/17 GiB, so 5; then the line through both points reaches 100 GiB
    * at 84, but two points close together show no bend: halfway first. */
