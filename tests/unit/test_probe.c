@@ -149,6 +149,29 @@ static void linear_peaks_find_it_in_seven(void **state) {
   assert_true(most <= 7);
 }
 
+/* The same peaks, reported up to 20 MiB off (an allocator segment) by a fixed pattern. */
+static uint64_t noisy_linear_peak(uint64_t batch, uint64_t t, void *arg) {
+  uint32_t *seed = arg;
+  *seed = *seed * 1664525u + 1013904223u;
+  return linear_peak(batch, t, NULL) + (*seed >> 8) % (40u << 20) - (20u << 20);
+}
+
+/* The fit's band covers the noise: the largest batch is still found exactly, in at most 8
+ * launches over every boundary to 4096, where a sample adds as little as 16 MiB (splitting
+ * the band's region instead of confirming upwards from the prediction: 12 in bench_probe's
+ * noisy row before). */
+static void noisy_peaks_find_it_in_eight(void **state) {
+  (void)state;
+  unsigned n, most = 0;
+  for (uint64_t t = 1; t <= 4096; t++) {
+    uint32_t seed = (uint32_t)t;
+    uint64_t got = steered_search(1, 4096, 0, t, (uint64_t)(80 * GIB), noisy_linear_peak, &seed, &n);
+    if (got != t) fail_msg("T %llu: found %llu", (unsigned long long)t, (unsigned long long)got);
+    if (n > most) most = n;
+  }
+  assert_true(most <= 8);
+}
+
 /* Peaks that say nothing useful cannot make the search wrong or endless. */
 static uint64_t nonsense_peak(uint64_t batch, uint64_t t, void *arg) {
   uint32_t *seed = arg;
@@ -216,6 +239,46 @@ static void estimate_slope_and_one_fit(void **state) {
   assert_int_equal(vf_probe_result(&p), 1000);
   assert_int_equal(p.revealed, (uint64_t)(79 * GIB));
   assert_string_equal(vf_probe_move_name(VF_PROBE_CONFIRM), "confirm");
+}
+
+/* Peaks 16 GiB + 1 GiB per sample under 80 GiB: 64 fits. The estimate says 16 GiB + 1.05 GiB
+ * per sample (5% high in what grows), so its largest batch is 60. */
+static uint64_t gib_per_sample(uint64_t batch) { return (uint64_t)((16.0 + (double)batch) * GIB); }
+
+/* One point and the estimate's fixed bytes: (76 - 16) / 60 = 1 GiB per sample, within an
+ * eighth of the estimate's 1.05, so the line through them predicts 64 exactly. */
+static void estimate_fixed_bytes_pivot_one_point(void **state) {
+  (void)state;
+  struct vf_probe p;
+  enum vf_probe_move m;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 60), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 1.05 * GIB, 16 * GIB);
+  assert_int_equal(vf_probe_record(&p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 64);
+  assert_int_equal(m, VF_PROBE_PREDICTED);
+  assert_int_equal(vf_probe_predict(&p, 64), (uint64_t)(80 * GIB));
+  assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OK, gib_per_sample(64)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 65);
+  assert_int_equal(m, VF_PROBE_CONFIRM);
+  assert_int_equal(vf_probe_record(&p, 65, VF_PROBE_OOM, (uint64_t)(79.9 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, NULL), 0);
+  assert_int_equal(vf_probe_result(&p), 64);
+  assert_int_equal(p.launches, 3);
+}
+
+/* Fixed bytes that disagree (40 GiB: 0.6 GiB per sample, 43% off) are not used: the
+ * estimate's slope through the point, off by up to an eighth, puts the answer in 63 to 64
+ * (76 + 1.05 d + 20 MiB + 0.125 x 1.05 d <= 80: d <= 3.37; 76 + 1.05 d - ... <= 80: d <= 4.37),
+ * and the launch goes to the bottom of that band, which certainly fits. */
+static void disagreeing_fixed_bytes_are_ignored(void **state) {
+  (void)state;
+  struct vf_probe p;
+  enum vf_probe_move m;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 60), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 1.05 * GIB, 40 * GIB);
+  assert_int_equal(vf_probe_record(&p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 63);
+  assert_int_equal(m, VF_PROBE_APPROACH);
 }
 
 /* An out-of-memory launch that reached far less than the GPU's memory (fragmentation)
@@ -301,8 +364,11 @@ int main(void) {
       cmocka_unit_test(min_out_of_memory_means_no_fit),
       cmocka_unit_test(error_stops_and_bad_calls_refused),
       cmocka_unit_test(linear_peaks_find_it_in_seven),
+      cmocka_unit_test(noisy_peaks_find_it_in_eight),
       cmocka_unit_test(any_peaks_still_find_it),
       cmocka_unit_test(estimate_slope_and_one_fit),
+      cmocka_unit_test(estimate_fixed_bytes_pivot_one_point),
+      cmocka_unit_test(disagreeing_fixed_bytes_are_ignored),
       cmocka_unit_test(out_of_memory_reveals_the_ceiling),
       cmocka_unit_test(estimate_max_batch),
   };
