@@ -54,6 +54,7 @@ struct vf_probe {
   struct vf_probe_point points[VF_PROBE_MAX_POINTS];
   unsigned npoints;
   bool overshot;         /* the last launch was a prediction that ran out of memory */
+  bool predicted;        /* the last launch was a prediction */
   uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: the
                           * fit's own spread */
 };

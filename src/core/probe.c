@@ -378,12 +378,14 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
    * points that show no bend, or with the curve still putting the answer right below it: the
    * curve overshoots (it bends more than it knows), so bisect for a point between. */
   bool guessed = unbent(p, f) && k.low >= (double)p->ceiling;
-  if (p->overshot && (guessed || low + 1 >= hi)) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
-  /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer,
-   * and a launch there as likely to fit as not. When that is the top of the region (the
-   * curve puts the answer at or past the batch that last ran out), the region's middle. */
+  if (p->overshot && guessed) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
+  /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer.
+   * When that is the top of the region (the curve puts the answer at or past the batch that
+   * last ran out), or a prediction did not end the search (the curve is off by more than
+   * its noise, one way), the region's middle. */
   uint64_t center = last_under(p, f, lo, hi - 1, (k.low + k.high) / 2, 0);
-  center = center <= lo ? lo + 1 : center >= high ? low + (high - low + 1) / 2 : center;
+  if (center >= high || p->predicted) center = low + (high - low + 1) / 2;
+  if (center <= lo) center = lo + 1;
   bool bottom = low > lo && (low == high || extrapolated(p, f, low, high));
   uint64_t target = bottom ? low : center, at_x = approach(p, f, lo, target);
   return move(m, at_x != target || (bottom && low != high) ? VF_PROBE_APPROACH : VF_PROBE_PREDICTED, at_x);
@@ -412,7 +414,8 @@ int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o,
   if (fitted && peak_bytes && p->ceiling && p->npoints < VF_PROBE_MAX_POINTS)
     p->points[p->npoints++] = (struct vf_probe_point){batch, peak_bytes};
   if (m == VF_PROBE_STEP && p->step <= UINT64_MAX / 2) p->step *= 2;
-  p->overshot = m == VF_PROBE_PREDICTED && o == VF_PROBE_OOM;
+  p->predicted = m == VF_PROBE_PREDICTED;
+  p->overshot = p->predicted && o == VF_PROBE_OOM;
   /* A confirmation that fitted: the curve falls short, so the next one reaches twice as far. */
   p->reach = m == VF_PROBE_CONFIRM && fitted && batch - lo <= UINT64_MAX / 4 ? 2 * (batch - lo) : 0;
   return 0;
