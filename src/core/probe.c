@@ -194,7 +194,7 @@ static bool spread_to(const struct vf_probe *p, double batch) {
   }
   for (unsigned i = 0; i < p->npoints; i++) {
     double at_share = ((double)p->points[i].batch - lo) / (hi - lo);
-    if (at_share > 0.2 && at_share < 0.8) return true;
+    if (at_share >= 0.2 && at_share <= 0.8) return true;
   }
   return false;
 }
