@@ -245,16 +245,21 @@ static void estimate_slope_and_one_fit(void **state) {
  * per sample (5% high in what grows), so its largest batch is 60. */
 static uint64_t gib_per_sample(uint64_t batch) { return (uint64_t)((16.0 + (double)batch) * GIB); }
 
+/* Starts at the estimate's 60 with its slope and fixed bytes; returns the next batch. */
+static uint64_t after_the_hint(struct vf_probe *p, double fixed, enum vf_probe_move *m) {
+  assert_int_equal(vf_probe_init(p, 1, 4096, 60), 0);
+  vf_probe_steer(p, (uint64_t)(80 * GIB), 1.05 * GIB, fixed);
+  assert_int_equal(vf_probe_record(p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
+  return vf_probe_next(p, m);
+}
+
 /* One point and the estimate's fixed bytes: (76 - 16) / 60 = 1 GiB per sample, within an
  * eighth of the estimate's 1.05, so the line through them predicts 64 exactly. */
 static void estimate_fixed_bytes_pivot_one_point(void **state) {
   (void)state;
   struct vf_probe p;
   enum vf_probe_move m;
-  assert_int_equal(vf_probe_init(&p, 1, 4096, 60), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 1.05 * GIB, 16 * GIB);
-  assert_int_equal(vf_probe_record(&p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 64);
+  assert_int_equal(after_the_hint(&p, 16 * GIB, &m), 64);
   assert_int_equal(m, VF_PROBE_PREDICTED);
   assert_int_equal(vf_probe_predict(&p, 64), (uint64_t)(80 * GIB));
   assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OK, gib_per_sample(64)), 0);
@@ -274,10 +279,7 @@ static void disagreeing_fixed_bytes_are_ignored(void **state) {
   (void)state;
   struct vf_probe p;
   enum vf_probe_move m;
-  assert_int_equal(vf_probe_init(&p, 1, 4096, 60), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 1.05 * GIB, 40 * GIB);
-  assert_int_equal(vf_probe_record(&p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 63);
+  assert_int_equal(after_the_hint(&p, 40 * GIB, &m), 63);
   assert_int_equal(m, VF_PROBE_APPROACH);
 }
 
