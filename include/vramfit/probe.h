@@ -49,6 +49,7 @@ struct vf_probe {
   uint64_t ceiling;      /* the most a launch can hold: the GPU's free memory; 0: unknown
                           * (no steering) */
   uint64_t revealed;     /* the highest peak an out-of-memory launch reached; 0: none */
+  uint64_t revealed_least; /* the lowest such peak; 0: none */
   double prior_slope;    /* bytes per sample the estimate expects; 0: none */
   double prior_fixed;    /* the estimate's bytes at no samples (its line's intercept); 0: none */
   struct vf_probe_point points[VF_PROBE_MAX_POINTS];

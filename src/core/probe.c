@@ -298,7 +298,9 @@ static struct ceiling ceiling_of(const struct vf_probe *p, const struct curve *f
   bool under_it = !unbent(p, f) && at(f, x) + band(p, f, x) <= capacity;
   if (!p->oom || !(short_of_it || under_it)) return (struct ceiling){capacity, capacity};
   double low = reached(p);
-  return (struct ceiling){low, fmax(low, fmin(at(f, x) + band(p, f, x), low + OOM_SHORTFALL))};
+  /* Every out-of-memory launch fell short of the ceiling by at most OOM_SHORTFALL. */
+  double least = p->revealed_least ? (double)p->revealed_least : low;
+  return (struct ceiling){low, fmax(low, fmin(at(f, x) + band(p, f, x), least + OOM_SHORTFALL))};
 }
 
 struct under_arg {
@@ -410,6 +412,8 @@ int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o,
   else p->fit = batch;
   /* An out-of-memory launch got at least as far as its peak before the GPU said no. */
   if (o == VF_PROBE_OOM && peak_bytes > p->revealed) p->revealed = peak_bytes;
+  if (o == VF_PROBE_OOM && peak_bytes && (!p->revealed_least || peak_bytes < p->revealed_least))
+    p->revealed_least = peak_bytes;
   bool fitted = o == VF_PROBE_OK || o == VF_PROBE_TIMEOUT;
   if (fitted && peak_bytes && p->ceiling && p->npoints < VF_PROBE_MAX_POINTS)
     p->points[p->npoints++] = (struct vf_probe_point){batch, peak_bytes};
