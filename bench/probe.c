@@ -3,12 +3,12 @@
  *
  * A trainer's peak is fixed memory (a fifth of the GPU) plus a batch-dependent part that is
  * linear, or a quarter quadratic at the boundary; the part is scaled so that the largest
- * batch that fits is exactly the boundary. Variants: peaks reported exactly, with +-1%
- * noise (far more than the 2 MiB segments NVML peaks really move by), with fragmentation
- * (out of memory 5% below where the line reaches the ceiling), and no peaks at all (NVML
- * unavailable: doubling and bisecting). An out-of-memory launch reports what filled the GPU.
- * The estimate's variants start from its largest batch and its slope, the estimate being
- * exact or off by 5% or 10% in its batch-dependent part.
+ * batch that fits is exactly the boundary. Variants: peaks reported exactly, with up to
+ * 20 MiB of noise either way, with fragmentation (out of memory 5% below where the line
+ * reaches the ceiling), and no peaks at all (NVML unavailable: doubling and bisecting). An
+ * out-of-memory launch reports what filled the GPU, less up to 256 MiB. The estimate's
+ * variants start from its largest batch and its line there (slope and intercept), the
+ * estimate being exact or off by 5% or 10% in its batch-dependent part.
  *
  * Usage: bench_probe. Exits 1 when a search finds a wrong answer. */
 #include <math.h>
