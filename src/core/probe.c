@@ -377,8 +377,8 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
   if (high < low) high = low;
   if (high <= lo) return confirm(p, lo, hi, m);
   /* A prediction that just ran out of memory under the GPU's memory, from a line through
-   * points that show no bend, or with the curve still putting the answer right below it: the
-   * curve overshoots (it bends more than it knows), so bisect for a point between. */
+   * points that show no bend: the line may overshoot a peak that bends upwards by far more
+   * than its band, so bisect for a point between. */
   bool guessed = unbent(p, f) && k.low >= (double)p->ceiling;
   if (p->overshot && guessed) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
   /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer.
