@@ -30,9 +30,11 @@ struct vf_probe_point {
 /* How the next batch was chosen. */
 enum vf_probe_move {
   VF_PROBE_START,     /* the first launch: the hint, else min */
-  VF_PROBE_PREDICTED, /* the largest batch the peaks fitted so far put under the ceiling */
-  VF_PROBE_APPROACH,  /* halfway there, while the fit rests on points close together */
-  VF_PROBE_CONFIRM,   /* just past the prediction, to find where it stops fitting */
+  VF_PROBE_PREDICTED, /* where the peaks fitted so far cross the ceiling (or the middle of
+                       * the batches their noise band leaves open) */
+  VF_PROBE_APPROACH,  /* the bottom of a band much wider than the points are spread, or
+                       * halfway there while the points show no bend */
+  VF_PROBE_CONFIRM,   /* just past the largest fit, where the band puts the answer */
   VF_PROBE_BISECT,    /* the middle of the bracket: the peaks cannot steer (or did not) */
   VF_PROBE_STEP,      /* stepping out from the one side known, doubling (no peaks) */
 };
@@ -56,8 +58,7 @@ struct vf_probe {
   unsigned npoints;
   bool overshot;         /* the last launch was a prediction that ran out of memory */
   bool predicted;        /* the last launch was a prediction */
-  uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: the
-                          * fit's own spread */
+  uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: one */
 };
 
 /* Searches [min, max] (1 <= min <= max). hint: a batch expected to be close to the answer
