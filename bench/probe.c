@@ -3,12 +3,12 @@
  *
  * A trainer's peak is fixed memory (a fifth of the GPU) plus a batch-dependent part that is
  * linear, or a quarter quadratic at the boundary; the part is scaled so that the largest
- * batch that fits is exactly the boundary. Variants: peaks reported exactly, with +-1%
- * noise (far more than the 2 MiB segments NVML peaks really move by), with fragmentation
- * (out of memory 5% below where the line reaches the ceiling), and no peaks at all (NVML
- * unavailable: doubling and bisecting). An out-of-memory launch reports what filled the GPU.
- * The estimate's variants start from its largest batch and its slope, the estimate being
- * exact or off by 5% or 10% in its batch-dependent part.
+ * batch that fits is exactly the boundary. Variants: peaks reported exactly, with up to
+ * 20 MiB of noise either way, with fragmentation (out of memory 5% below where the line
+ * reaches the ceiling), and no peaks at all (NVML unavailable: doubling and bisecting). An
+ * out-of-memory launch reports what filled the GPU, less up to 256 MiB. The estimate's
+ * variants start from its largest batch and its line there (slope and intercept), the
+ * estimate being exact or off by 5% or 10% in its batch-dependent part.
  *
  * Usage: bench_probe. Exits 1 when a search finds a wrong answer. */
 #include <math.h>
@@ -69,9 +69,11 @@ static void sim_init(struct sim *s, const struct trainer *t, uint64_t boundary) 
   s->line_at = t->frag ? ((double)boundary + 0.5) / (1 - t->frag) : (double)boundary + 0.5;
 }
 
-/* The estimate, off by err in its batch-dependent part: its largest batch and its slope. */
-static uint64_t estimate(const struct sim *s, double err, double *slope) {
+/* The estimate, off by err in its batch-dependent part: its largest batch, its slope there
+ * and its line's intercept (what `vramfit probe` takes from two estimates). */
+static uint64_t estimate(const struct sim *s, double err, double *slope, double *fixed) {
   double lo = 1, hi = MAX_BATCH + 1;
+  *fixed = 0;
   if ((true_peak(s, 1) - FIXED) * (1 + err) + FIXED > CAPACITY) return *slope = 0, 0;
   while (hi - lo > 1) {
     double mid = floor((lo + hi) / 2);
@@ -79,6 +81,7 @@ static uint64_t estimate(const struct sim *s, double err, double *slope) {
     else hi = mid;
   }
   *slope = (true_peak(s, lo + 1) - true_peak(s, lo)) * (1 + err);
+  *fixed = (true_peak(s, lo) - FIXED) * (1 + err) + FIXED - *slope * lo;
   return (uint64_t)lo;
 }
 
@@ -86,11 +89,11 @@ static uint64_t estimate(const struct sim *s, double err, double *slope) {
 static unsigned search(const struct trainer *t, uint64_t boundary, bool hinted, double err) {
   struct sim s;
   sim_init(&s, t, boundary);
-  double slope = 0;
-  uint64_t hint = hinted ? estimate(&s, err, &slope) : 0;
+  double slope = 0, fixed = 0;
+  uint64_t hint = hinted ? estimate(&s, err, &slope, &fixed) : 0;
   struct vf_probe p;
   vf_probe_init(&p, 1, MAX_BATCH, hint);
-  vf_probe_steer(&p, (uint64_t)CAPACITY, slope);
+  vf_probe_steer(&p, (uint64_t)CAPACITY, slope, fixed);
   for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
     uint64_t peak;
     enum vf_probe_outcome o = launch(&s, b, &peak);

@@ -30,9 +30,11 @@ struct vf_probe_point {
 /* How the next batch was chosen. */
 enum vf_probe_move {
   VF_PROBE_START,     /* the first launch: the hint, else min */
-  VF_PROBE_PREDICTED, /* the largest batch the peaks fitted so far put under the ceiling */
-  VF_PROBE_APPROACH,  /* halfway there, while the fit rests on points close together */
-  VF_PROBE_CONFIRM,   /* just past the prediction, to find where it stops fitting */
+  VF_PROBE_PREDICTED, /* where the peaks fitted so far cross the ceiling (or the middle of
+                       * the batches their noise band leaves open) */
+  VF_PROBE_APPROACH,  /* the bottom of a band much wider than the points are spread, or
+                       * halfway there while the points show no bend */
+  VF_PROBE_CONFIRM,   /* just past the largest fit, where the band puts the answer */
   VF_PROBE_BISECT,    /* the middle of the bracket: the peaks cannot steer (or did not) */
   VF_PROBE_STEP,      /* stepping out from the one side known, doubling (no peaks) */
 };
@@ -49,13 +51,14 @@ struct vf_probe {
   uint64_t ceiling;      /* the most a launch can hold: the GPU's free memory; 0: unknown
                           * (no steering) */
   uint64_t revealed;     /* the highest peak an out-of-memory launch reached; 0: none */
+  uint64_t revealed_least; /* the lowest such peak; 0: none */
   double prior_slope;    /* bytes per sample the estimate expects; 0: none */
+  double prior_fixed;    /* the estimate's bytes at no samples (its line's intercept); 0: none */
   struct vf_probe_point points[VF_PROBE_MAX_POINTS];
   unsigned npoints;
-  bool slow;             /* a steered launch did not halve a closed bracket: the next bisects */
   bool overshot;         /* the last launch was a prediction that ran out of memory */
-  uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: the
-                          * fit's own spread */
+  bool predicted;        /* the last launch was a prediction */
+  uint64_t reach;        /* how far the next confirmation goes past the largest fit; 0: one */
 };
 
 /* Searches [min, max] (1 <= min <= max). hint: a batch expected to be close to the answer
@@ -66,16 +69,24 @@ struct vf_probe {
 int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
 
 /* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the free
- * memory of the GPU the runs get); slope the bytes per sample the estimate expects (0:
+ * memory of the GPU the runs get); slope the bytes per sample the estimate expects and fixed
+ * its bytes at no samples, the intercept of its line near its largest fitting batch (0:
  * unknown). From then on every launch that fits with a peak adds a point; peak(batch) is
- * fitted to the points (one point: the estimate's slope, else through the origin; a line; a
- * parabola where well-spread points bend upwards beyond NVML's noise), and the next launch
- * is the largest batch the fit puts under the ceiling, then the one just past it. When a
- * launch runs out of memory below where the fit reaches the ceiling, the ceiling is taken
- * as the most the launches reached (out-of-memory ones included); a fit contradicted even
- * by that, or a steered launch that did not halve the bracket, leaves the next launch to
- * bisection. Without peaks (NVML saw nothing) the search is as without steering. */
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample);
+ * fitted to the points (one point: the line through it and the estimate's fixed bytes where
+ * its slope is within an eighth of the estimate's, else with the estimate's slope, else
+ * through the origin; a line; a parabola where well-spread points bend upwards beyond
+ * NVML's noise) with a band (each peak may be off by NVML's noise, the estimate's slope by an
+ * eighth). The answer lies between where the top and the bottom of the band cross the
+ * ceiling; the next launch is where the curve itself crosses it, or the bottom of a band
+ * much wider than the points are spread, and the launch just past the largest fit where
+ * the band puts the answer there. A launch that runs out of memory more than 256 MiB short
+ * of the ceiling, or where the band puts it under it, makes the ceiling what the launches
+ * reached plus up to 256 MiB; a curve contradicted even by that, a line overshooting from
+ * points that show no bend, or peaks that did not help within twice bisection's launches
+ * leave the next launch to bisection. Without peaks (NVML saw nothing) the search is as
+ * without steering. */
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample,
+                    double fixed_bytes);
 
 /* The batch to launch next, never one launched before and always in [min, max]; 0 when the
  * search is over. move (may be NULL) says why. */

@@ -41,12 +41,13 @@ static const char usage[] =
     "out-of-memory report (PyTorch, CUDA, cuBLAS, cuDNN, NCCL, JAX, TensorFlow, host) in its\n"
     "output. Peaks are the most the command's processes held on one GPU, sampled through\n"
     "NVML every 0.1 s. They steer the search: peak(batch) is fitted to the launches that fit\n"
-    "(a line, or a curve where the peaks bend), the next launch is the largest batch it puts\n"
-    "under the GPU's free memory (or under what an out-of-memory launch reached), then the\n"
-    "one just past it; where the fit fails, the rest is bisected. Without peaks (no NVML):\n"
-    "the search starts at the estimate and steps out by an eighth of it, doubling each step\n"
-    "(without --model: doubles from --min), then bisects. The command's output is captured\n"
-    "(the last 64 KiB of each stream) and shown only when a launch fails.\n\n"
+    "(a line, or a curve where the peaks bend) with a band for NVML's noise, and the next\n"
+    "launch is where it crosses the GPU's free memory (or what an out-of-memory launch far\n"
+    "short of it reached), splitting the batches the band leaves open; where the fit fails,\n"
+    "the rest is bisected. Without peaks (no NVML): the search starts at the estimate and\n"
+    "steps out by an eighth of it, doubling each step (without --model: doubles from\n"
+    "--min), then bisects. The command's output is captured (the last 64 KiB of each\n"
+    "stream) and shown only when a launch fails.\n\n"
     "Each launch runs in its own process group; its whole tree (children that left the\n"
     "group included) is ended at the time limit, when it exits leaving processes behind, and\n"
     "when vramfit gets Ctrl-C, SIGTERM or SIGHUP (passed on, then SIGKILL after the grace\n"
@@ -177,21 +178,24 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
 struct start {
   uint64_t hint;          /* the estimator's largest batch that fits; 0: none */
   double slope;           /* the estimate's bytes per sample around it; 0: none */
+  double fixed;           /* its line's bytes at no samples there; 0: none */
   struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
   char *setup;            /* the estimate's setup for the history; NULL without --model */
   struct probe_stage stage; /* --workload --stage: the stage as planned; stage.cmd NULL otherwise */
 };
 
-/* The estimate's growth per sample near the hint, from two estimates half the hint apart. */
-static double estimate_slope(const struct setup_context *ctx, const struct vf_setup *s, uint64_t hint) {
+/* The estimate's line near the hint, from two estimates half the hint apart: its growth per
+ * sample and its bytes at no samples (both 0 when the estimates do not grow). */
+static void estimate_line(const struct setup_context *ctx, const struct vf_setup *s, struct start *st) {
   struct vf_setup a = *s, b = *s;
-  a.batch = hint / 2 ? hint / 2 : 1;
-  b.batch = a.batch < hint ? hint : hint + 1;
+  a.batch = st->hint / 2 ? st->hint / 2 : 1;
+  b.batch = a.batch < st->hint ? st->hint : st->hint + 1;
   struct vf_estimate ea, eb;
   if (vf_estimate(&ctx->model, &a, &ctx->profile, &ctx->conf, &ea, NULL) ||
       vf_estimate(&ctx->model, &b, &ctx->profile, &ctx->conf, &eb, NULL) || eb.device_peak <= ea.device_peak)
-    return 0;
-  return (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
+    return;
+  st->slope = (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
+  st->fixed = (double)eb.device_peak - st->slope * (double)b.batch;
 }
 
 /* A workload's stage: the command gets the stage's knobs, the search the estimate's start. */
@@ -222,7 +226,7 @@ static int estimate_hint(struct request *r, struct start *st) {
   int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
-  if (st->hint) st->slope = estimate_slope(&ctx, &r->setup.setup, st->hint);
+  if (st->hint) estimate_line(&ctx, &r->setup.setup, st);
   setup_context_cleanup(&ctx);
   if (rc) return cli_diag_error(NAME, rc, &d);
   st->setup = history_setup_json(&r->setup, r->model);
@@ -260,7 +264,7 @@ static void steer(struct vf_probe *p, struct vf_nvml *nvml, const struct start *
   if (vf_nvml_visible(nvml, &index, NULL) || vf_nvml_sample(nvml, index, &gpu) ||
       !(gpu.fields & VF_FIELD_MEMORY) || !gpu.free_bytes)
     return;
-  vf_probe_steer(p, gpu.free_bytes, st->slope);
+  vf_probe_steer(p, gpu.free_bytes, st->slope, st->fixed);
   if (json) return;
   char room[32];
   cli_format_bytes(gpu.free_bytes, room, sizeof room);

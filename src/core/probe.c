@@ -29,16 +29,40 @@ int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint)
   return 0;
 }
 
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample) {
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample,
+                    double fixed_bytes) {
   p->ceiling = ceiling_bytes;
   p->prior_slope = slope_bytes_per_sample > 0 ? slope_bytes_per_sample : 0;
+  p->prior_fixed = fixed_bytes > 0 ? fixed_bytes : 0;
 }
 
 /* ---- the fit of peak(batch) ---- */
 
-/* peak = a + b x + c x^2 (c = 0: a line), in bytes; resid: the largest residual. */
+/* NVML peaks of one setup move between runs by an allocator segment (PyTorch reserves large
+ * blocks in 20 MiB segments) and by what the driver adds: no measured peak is taken to be
+ * closer to the truth than this. */
+#define PEAK_NOISE (20.0 * 1048576)
+/* How far an estimate's growth per sample may be off: an eighth, as the steps taken from an
+ * estimate without peaks. */
+#define PRIOR_ERROR 0.125
+/* An out-of-memory launch stops at the request that failed, so it reached less than the most
+ * the GPU gives by up to one large activation: the ceiling is looked for within this much
+ * above what it reached first, and further only when the top of that fits. */
+#define OOM_SHORTFALL (256.0 * 1048576)
+
+enum curve_kind {
+  PIVOTED,        /* one point and the estimate's fixed bytes */
+  FROM_PRIOR,     /* one point with the estimate's slope */
+  THROUGH_ORIGIN, /* the steepest line the points allow: all of the memory grows per sample */
+  LEAST_SQUARES,  /* a line, or a parabola */
+};
+
+/* peak = a + b x + c x^2 (c = 0: a line), in bytes; resid: the largest residual; noise: how
+ * far a measured peak may be off (NVML's noise, or more where the points scatter more). */
 struct curve {
-  double a, b, c, resid;
+  enum curve_kind kind;
+  int degree;
+  double a, b, c, resid, noise;
 };
 
 static double at(const struct curve *f, double x) { return f->a + x * (f->b + x * f->c); }
@@ -57,30 +81,50 @@ static const struct vf_probe_point *largest(const struct vf_probe *p) {
   return top;
 }
 
-/* Through the largest point with the estimate's slope, else through the origin as well,
- * which takes all of its memory for per-sample memory: too steep, so the prediction falls
- * short of the ceiling and fits, and the next point lies far from this one. */
+/* Through the largest point and the estimate's fixed bytes where that slope is within
+ * PRIOR_ERROR of the estimate's (an estimate errs mostly in what grows with the batch:
+ * weights and optimizer states are counted, activations modelled); else with the estimate's
+ * slope; else through the origin as well, which takes all of its memory for per-sample
+ * memory: too steep, so the prediction falls short of the ceiling and fits, and the next
+ * point lies far from this one. */
 static struct curve through_largest(const struct vf_probe *p, bool prior) {
   double x = (double)largest(p)->batch, y = (double)largest(p)->peak_bytes;
-  double slope = prior && p->prior_slope > 0 ? p->prior_slope : y / x;
-  return (struct curve){.a = y - slope * x, .b = slope};
+  bool from_prior = prior && p->prior_slope > 0;
+  double pivot = p->prior_fixed > 0 ? (y - p->prior_fixed) / x : 0;
+  bool pivoted = from_prior && fabs(pivot / p->prior_slope - 1) <= PRIOR_ERROR;
+  double slope = pivoted ? pivot : from_prior ? p->prior_slope : y / x;
+  struct curve f = {.kind = pivoted ? PIVOTED : from_prior ? FROM_PRIOR : THROUGH_ORIGIN, .a = y - slope * x,
+                    .b = slope};
+  f.resid = largest_residual(p, &f);
+  f.noise = fmax(PEAK_NOISE, f.resid);
+  return f;
 }
 
-/* Least squares over the points with polynomial terms up to degree (1 or 2), solved by
- * Gaussian elimination on the normal equations; x is scaled to keep them well conditioned. */
-static bool least_squares(const struct vf_probe *p, int degree, struct curve *f) {
-  double scale = 0;
-  for (unsigned i = 0; i < p->npoints; i++) scale = fmax(scale, (double)p->points[i].batch);
-  int n = degree + 1;
-  double m[3][4] = {{0}};
+/* x's powers up to the fourth. */
+static void powers(double x, double pw[5]) {
+  pw[0] = 1;
+  for (int k = 1; k < 5; k++) pw[k] = pw[k - 1] * x;
+}
+
+/* x is scaled by the largest batch to keep the normal equations well conditioned. */
+static double batch_scale(const struct vf_probe *p) { return (double)largest(p)->batch; }
+
+/* The normal equations of a fit with n terms (1, x, x^2) over the points; column n is left
+ * for the right-hand side. */
+static void normal_equations(const struct vf_probe *p, int n, double m[3][4]) {
+  double scale = batch_scale(p), pw[5];
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c <= n; c++) m[r][c] = 0;
   for (unsigned i = 0; i < p->npoints; i++) {
-    double x = (double)p->points[i].batch / scale, y = (double)p->points[i].peak_bytes, pw[5] = {1};
-    for (int k = 1; k < 5; k++) pw[k] = pw[k - 1] * x;
-    for (int r = 0; r < n; r++) {
+    powers((double)p->points[i].batch / scale, pw);
+    for (int r = 0; r < n; r++)
       for (int c = 0; c < n; c++) m[r][c] += pw[r + c];
-      m[r][n] += pw[r] * y;
-    }
   }
+}
+
+/* Gauss-Jordan elimination with partial pivoting of n equations (column n: the right-hand
+ * side) into out; false when they are singular. */
+static bool solve(int n, double m[3][4], double out[3]) {
   for (int c = 0; c < n; c++) {
     int pivot = c;
     for (int r = c + 1; r < n; r++)
@@ -97,27 +141,65 @@ static bool least_squares(const struct vf_probe *p, int degree, struct curve *f)
       for (int k = c; k <= n; k++) m[r][k] -= factor * m[c][k];
     }
   }
-  double coef[3] = {0};
-  for (int r = 0; r < n; r++) coef[r] = m[r][n] / m[r][r];
-  *f = (struct curve){.a = coef[0], .b = coef[1] / scale, .c = coef[2] / (scale * scale)};
-  f->resid = largest_residual(p, f);
+  for (int r = 0; r < n; r++) out[r] = m[r][n] / m[r][r];
   return true;
 }
 
-/* Whether a bend can be seen at all: some point well inside the span of the points (points
- * bunched at the ends show a slope, and noise, but no bend). */
-static bool spread_out(const struct vf_probe *p) {
-  double lo = (double)p->points[0].batch, hi = lo;
-  for (unsigned i = 1; i < p->npoints; i++) {
+/* Least squares over the points with polynomial terms up to degree (1 or 2). */
+static bool least_squares(const struct vf_probe *p, int degree, struct curve *f) {
+  int n = degree + 1;
+  double m[3][4], coef[3] = {0}, scale = batch_scale(p), pw[5];
+  normal_equations(p, n, m);
+  for (unsigned i = 0; i < p->npoints; i++) {
+    powers((double)p->points[i].batch / scale, pw);
+    for (int r = 0; r < n; r++) m[r][n] += pw[r] * (double)p->points[i].peak_bytes;
+  }
+  if (!solve(n, m, coef)) return false;
+  *f = (struct curve){LEAST_SQUARES, degree, coef[0], coef[1] / scale, coef[2] / (scale * scale), 0, 0};
+  f->resid = largest_residual(p, f);
+  f->noise = fmax(PEAK_NOISE, f->resid);
+  return true;
+}
+
+/* How far the curve may be off at x, in bytes, when every point may be off by its noise:
+ * the fitted value is a weighted sum of the measured peaks (least squares is linear in
+ * them), so it may be off by the noise times the sum of the weights' sizes. Near the points
+ * that is about the noise; extrapolated far past points close together, many times it. */
+static double band(const struct vf_probe *p, const struct curve *f, double x) {
+  double extrapolated = fabs(x - (double)largest(p)->batch);
+  if (f->kind == FROM_PRIOR || f->kind == PIVOTED) return f->noise + PRIOR_ERROR * f->b * extrapolated;
+  if (f->kind == THROUGH_ORIGIN) return f->noise;
+  int n = f->degree + 1;
+  double m[3][4], v[3], scale = batch_scale(p), pw[5], weights = 0;
+  normal_equations(p, n, m);
+  powers(x / scale, pw);
+  for (int r = 0; r < n; r++) m[r][n] = pw[r];
+  if (!solve(n, m, v)) return INFINITY;
+  for (unsigned i = 0; i < p->npoints; i++) {
+    powers((double)p->points[i].batch / scale, pw);
+    double w = 0;
+    for (int r = 0; r < n; r++) w += v[r] * pw[r];
+    weights += fabs(w);
+  }
+  return f->noise * weights;
+}
+
+/* Whether a bend can be seen at all over the points and up to batch: some point well inside
+ * that span (points bunched at its ends show a slope, and noise, but no bend). */
+static bool spread_to(const struct vf_probe *p, double batch) {
+  double lo = batch, hi = batch;
+  for (unsigned i = 0; i < p->npoints; i++) {
     lo = fmin(lo, (double)p->points[i].batch);
     hi = fmax(hi, (double)p->points[i].batch);
   }
   for (unsigned i = 0; i < p->npoints; i++) {
     double at_share = ((double)p->points[i].batch - lo) / (hi - lo);
-    if (at_share > 0.2 && at_share < 0.8) return true;
+    if (at_share >= 0.2 && at_share <= 0.8) return true;
   }
   return false;
 }
+
+static bool spread_out(const struct vf_probe *p) { return spread_to(p, (double)largest(p)->batch); }
 
 /* A line's misfit, as a share of the largest peak, that is more than NVML's noise (peaks
  * move by allocator segments of 2 to 20 MiB, and by what the driver adds): with three points
@@ -141,22 +223,9 @@ static bool fit_curve(const struct vf_probe *p, struct curve *f) {
   if (!p->npoints || !p->ceiling) return false;
   if (p->npoints == 1) return *f = through_largest(p, true), f->b > 0;
   struct curve q;
-  if (!least_squares(p, 1, f) || f->b <= 0) {
-    *f = through_largest(p, false);
-    f->resid = largest_residual(p, f);
-    return true;
-  }
+  if (!least_squares(p, 1, f) || f->b <= 0) return *f = through_largest(p, false), true;
   if (p->npoints >= 3 && least_squares(p, 2, &q) && bends(p, f, &q)) *f = q;
   return true;
-}
-
-/* The largest batch (real) the curve puts at or under the ceiling; +inf when it never
- * reaches it, 0 when even batch 0 would not fit. */
-static double batch_at_ceiling(const struct curve *f, double ceiling) {
-  double room = ceiling - f->a;
-  if (room < 0) return 0;
-  if (f->c <= 0) return f->b > 0 ? room / f->b : INFINITY;
-  return (-f->b + sqrt(f->b * f->b + 4 * f->c * room)) / (2 * f->c);
 }
 
 uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch) {
@@ -164,14 +233,6 @@ uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch) {
   if (!fit_curve(p, &f)) return 0;
   double v = at(&f, (double)batch);
   return v > 0 ? (uint64_t)llround(v) : 0;
-}
-
-/* How many batches the curve's misfit spans at batch x: how far past a prediction the
- * answer may lie. At least 1. */
-static uint64_t spread(const struct curve *f, double x) {
-  double slope = f->b + 2 * f->c * x;
-  double n = slope > 0 ? ceil(2 * f->resid / slope) : 1;
-  return n < 1 ? 1 : n > 1e9 ? 1000000000 : (uint64_t)n;
 }
 
 /* ---- the next launch ---- */
@@ -218,52 +279,118 @@ static double reached(const struct vf_probe *p) {
   return (double)(p->revealed > highest_peak(p) ? p->revealed : highest_peak(p));
 }
 
-/* A fit resting on points close together, extrapolated much further than they span, is a
- * guess: the next launch goes halfway, for a point that spreads the fit. */
-static bool far_reach(const struct vf_probe *p, uint64_t lo, double x) {
-  if (p->npoints >= 3 || (p->npoints == 1 && p->prior_slope > 0)) return false;
-  uint64_t first = largest(p)->batch;
-  for (unsigned i = 0; i < p->npoints; i++)
-    if (p->points[i].batch < first) first = p->points[i].batch;
-  return x - (double)lo > 4.0 * (double)(lo - first + 1);
+/* Where the most a launch can hold lies: the GPU's free memory, until a launch runs out of
+ * memory short of it by more than OOM_SHORTFALL, or where the curve, even at the top of its
+ * band, puts it under it (fragmentation); from then on between what the launches reached and
+ * up to OOM_SHORTFALL above it (never above what the curve puts at that launch). */
+struct ceiling {
+  double low, high;
+};
+
+/* A line through points that show no bend: its band leaves out how far the peak may bend. */
+static bool unbent(const struct vf_probe *p, const struct curve *f) {
+  return f->kind == LEAST_SQUARES && f->degree == 1 && !spread_out(p);
 }
 
-/* Just past the largest fit, by the fit's spread or further after confirmations that
- * fitted; inside a bracket never further than its middle (bisection's own step). */
-static uint64_t confirm(const struct vf_probe *p, const struct curve *f, uint64_t lo, uint64_t hi,
-                        enum vf_probe_move *m) {
-  uint64_t ahead = spread(f, (double)lo + 1);
-  if (p->reach > ahead) ahead = p->reach;
+static struct ceiling ceiling_of(const struct vf_probe *p, const struct curve *f) {
+  double capacity = (double)p->ceiling, x = (double)p->oom;
+  bool short_of_it = p->revealed && (double)p->revealed + OOM_SHORTFALL < capacity;
+  bool under_it = !unbent(p, f) && at(f, x) + band(p, f, x) <= capacity;
+  if (!p->oom || !(short_of_it || under_it)) return (struct ceiling){capacity, capacity};
+  double low = reached(p);
+  /* Every out-of-memory launch fell short of the ceiling by at most OOM_SHORTFALL. */
+  double least = p->revealed_least ? (double)p->revealed_least : low;
+  return (struct ceiling){low, fmax(low, fmin(at(f, x) + band(p, f, x), least + OOM_SHORTFALL))};
+}
+
+struct under_arg {
+  const struct vf_probe *p;
+  const struct curve *f;
+  double ceiling, side; /* +1: the top of the curve's band, -1: its bottom */
+};
+
+static bool under(uint64_t batch, void *arg) {
+  const struct under_arg *u = arg;
+  double x = (double)batch;
+  return at(u->f, x) + u->side * band(u->p, u->f, x) <= u->ceiling;
+}
+
+/* The largest batch in [lo, hi] the curve's band, on one side, puts under ceiling (lo when
+ * none). */
+static uint64_t last_under(const struct vf_probe *p, const struct curve *f, uint64_t lo, uint64_t hi,
+                           double ceiling, double side) {
+  struct under_arg u = {p, f, ceiling, side};
+  return vf_last_fitting(lo, hi, under, &u);
+}
+
+/* Just past the largest fit, where the curve says that is the answer; further after
+ * confirmations that fitted; inside a bracket never further than its middle (bisection's
+ * own step). */
+static uint64_t confirm(const struct vf_probe *p, uint64_t lo, uint64_t hi, enum vf_probe_move *m) {
+  uint64_t ahead = p->reach > 1 ? p->reach : 1;
   if (p->oom && ahead > (hi - lo) / 2) ahead = (hi - lo) / 2 ? (hi - lo) / 2 : 1;
   return move(m, VF_PROBE_CONFIRM, ahead >= hi - lo ? hi - 1 : lo + ahead);
 }
 
-/* The ceiling is the GPU's memory until a launch runs out below where the fit reaches it;
- * then it lies between what the launches reached and that launch's fitted peak. */
+static uint64_t points_span(const struct vf_probe *p) {
+  uint64_t first = largest(p)->batch;
+  for (unsigned i = 0; i < p->npoints; i++)
+    if (p->points[i].batch < first) first = p->points[i].batch;
+  return largest(p)->batch - first;
+}
+
+/* A region much wider than the points are spread is the band of a line extrapolated far
+ * past them: a launch at its bottom (likely to fit) spreads the points and narrows the band
+ * more than splitting the region would. */
+static bool extrapolated(const struct vf_probe *p, const struct curve *f, uint64_t low, uint64_t high) {
+  return (f->kind == LEAST_SQUARES || f->kind == FROM_PRIOR) && high - low > points_span(p);
+}
+
+/* A line through points that, with the target, would still show no bend is extrapolated
+ * so far that it overshoots a peak that bends upwards: the next launch goes halfway, for a
+ * point that spreads the fit. */
+static uint64_t approach(const struct vf_probe *p, const struct curve *f, uint64_t lo, uint64_t target) {
+  bool guess = f->kind == LEAST_SQUARES && !spread_to(p, (double)target) && target - lo > points_span(p) + 1;
+  return guess ? lo + (target - lo + 1) / 2 : target;
+}
+
+/* After twice the launches bisection needs, the peaks are not helping: bisection ends it. */
+static bool peaks_not_helping(const struct vf_probe *p) {
+  unsigned bits = 0;
+  for (uint64_t width = p->max - p->min; width; width >>= 1) bits++;
+  return p->launches > 2 * bits + 2;
+}
+
+/* The answer lies where the bottom and the top of the curve's band cross the ceiling:
+ * between the batches below which it certainly fits and above which it certainly does not.
+ * One batch there is predicted and launched; where it may be one of several, the launch
+ * splits them in half (and a fit near the top adds a point that narrows the band). */
 static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf_probe_move *m) {
   uint64_t lo, hi;
   bracket(p, &lo, &hi);
-  /* A bracket the fit did not close in one step is closed faster by halving it. */
-  if (p->fit && p->oom && p->slow) return move(m, VF_PROBE_BISECT, p->fit + (p->oom - p->fit) / 2);
-  double x = floor(batch_at_ceiling(f, (double)p->ceiling));
-  if (p->oom && x >= (double)hi) {
-    /* Out of memory where the fit says it fits even under what was reached (beyond its
-     * misfit): the fit cannot find this boundary. */
-    if (at(f, (double)p->oom) + f->resid < reached(p)) return without_peaks(p, m);
-    x = floor(batch_at_ceiling(f, reached(p)));
-    /* A prediction that just ran out of memory, when what it reached hardly moves the next
-     * one: the fit overshoots (it bends more than it knows), so bisect for a point between. */
-    if (p->overshot && ((double)hi - x) * 20 < (double)(hi - lo))
-      return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
-  }
-  if (x <= (double)lo) return confirm(p, f, lo, hi, m);
-  uint64_t at_x = x >= (double)hi ? hi - 1 : (uint64_t)x;
-  /* Below a batch that ran out of memory, a prediction within the fit's spread of it would
-   * most likely run out too: aim that much lower, to fit. */
-  uint64_t margin = spread(f, x);
-  if (p->oom && at_x + margin > hi - 1) at_x = hi - lo > 2 * margin ? hi - margin : lo + (hi - lo) / 2;
-  if (far_reach(p, lo, x)) return move(m, VF_PROBE_APPROACH, lo + (at_x - lo + 1) / 2);
-  return move(m, VF_PROBE_PREDICTED, at_x);
+  /* Out of memory where the curve says it fits even under what was reached: the curve
+   * cannot find this boundary. */
+  bool contradicted = p->oom && at(f, (double)p->oom) + band(p, f, (double)p->oom) < reached(p);
+  if (contradicted || peaks_not_helping(p)) return without_peaks(p, m);
+  struct ceiling k = ceiling_of(p, f);
+  uint64_t low = last_under(p, f, lo, hi - 1, k.low, 1), high = last_under(p, f, lo, hi - 1, k.high, -1);
+  if (high < low) high = low;
+  if (high <= lo) return confirm(p, lo, hi, m);
+  /* A prediction that just ran out of memory under the GPU's memory, from a line through
+   * points that show no bend: the line may overshoot a peak that bends upwards by far more
+   * than its band, so bisect for a point between. */
+  bool guessed = unbent(p, f) && k.low >= (double)p->ceiling;
+  if (p->overshot && guessed) return move(m, VF_PROBE_BISECT, lo + (hi - lo) / 2);
+  /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer.
+   * When that is the top of the region (the curve puts the answer at or past the batch that
+   * last ran out), or a prediction did not end the search (the curve is off by more than
+   * its noise, one way), the region's middle. */
+  uint64_t center = last_under(p, f, lo, hi - 1, (k.low + k.high) / 2, 0);
+  if (center >= high || p->predicted) center = low + (high - low + 1) / 2;
+  if (center <= lo) center = lo + 1;
+  bool bottom = low > lo && (low == high || extrapolated(p, f, low, high));
+  uint64_t target = bottom ? low : center, at_x = approach(p, f, lo, target);
+  return move(m, at_x != target || (bottom && low != high) ? VF_PROBE_APPROACH : VF_PROBE_PREDICTED, at_x);
 }
 
 uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *m) {
@@ -278,23 +405,23 @@ uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *m) {
 int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o, uint64_t peak_bytes) {
   enum vf_probe_move m;
   if (!batch || batch != vf_probe_next(p, &m)) return VF_EINVAL;
-  bool closed = p->fit && p->oom;
-  uint64_t width = closed ? p->oom - p->fit : 0, lo = p->fit;
+  uint64_t lo = p->fit;
   p->launches++;
   if (o == VF_PROBE_ERROR) p->stopped = true;
   else if (o == VF_PROBE_OOM) p->oom = batch;
   else p->fit = batch;
   /* An out-of-memory launch got at least as far as its peak before the GPU said no. */
   if (o == VF_PROBE_OOM && peak_bytes > p->revealed) p->revealed = peak_bytes;
+  if (o == VF_PROBE_OOM && peak_bytes && (!p->revealed_least || peak_bytes < p->revealed_least))
+    p->revealed_least = peak_bytes;
   bool fitted = o == VF_PROBE_OK || o == VF_PROBE_TIMEOUT;
-  p->overshot = m == VF_PROBE_PREDICTED && o == VF_PROBE_OOM;
   if (fitted && peak_bytes && p->ceiling && p->npoints < VF_PROBE_MAX_POINTS)
     p->points[p->npoints++] = (struct vf_probe_point){batch, peak_bytes};
   if (m == VF_PROBE_STEP && p->step <= UINT64_MAX / 2) p->step *= 2;
+  p->predicted = m == VF_PROBE_PREDICTED;
+  p->overshot = p->predicted && o == VF_PROBE_OOM;
   /* A confirmation that fitted: the curve falls short, so the next one reaches twice as far. */
   p->reach = m == VF_PROBE_CONFIRM && fitted && batch - lo <= UINT64_MAX / 4 ? 2 * (batch - lo) : 0;
-  /* A steered launch that did not halve the bracket leaves the next one to bisection. */
-  p->slow = closed && (m == VF_PROBE_PREDICTED || m == VF_PROBE_APPROACH) && (p->oom - p->fit) * 2 > width;
   return 0;
 }
 

@@ -24,7 +24,7 @@ static uint64_t steered_search(uint64_t min, uint64_t max, uint64_t hint, uint64
                                peak_fn peak, void *arg, unsigned *launches) {
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, min, max, hint), 0);
-  if (ceiling) vf_probe_steer(&p, ceiling, 0);
+  if (ceiling) vf_probe_steer(&p, ceiling, 0, 0);
   uint64_t tried[MAX_LAUNCHES];
   unsigned n = 0;
   for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
@@ -136,7 +136,7 @@ static uint64_t linear_peak(uint64_t batch, uint64_t t, void *arg) {
   return (uint64_t)(16 * GIB + 64 * GIB * b / ((double)t + 0.5));
 }
 
-static void linear_peaks_find_it_in_five(void **state) {
+static void linear_peaks_find_it_in_six(void **state) {
   (void)state;
   unsigned n, most = 0;
   for (uint64_t t = 1; t <= 4096; t++) {
@@ -144,7 +144,32 @@ static void linear_peaks_find_it_in_five(void **state) {
     if (got != t) fail_msg("T %llu: found %llu", (unsigned long long)t, (unsigned long long)got);
     if (n > most) most = n;
   }
-  assert_true(most <= 5); /* doubling and bisecting takes up to 24 */
+  /* Doubling and bisecting takes up to 24; the curve's band (NVML's noise) costs a launch at
+   * large boundaries, where a sample adds little. */
+  assert_true(most <= 6);
+}
+
+/* The same peaks, reported up to 20 MiB off (an allocator segment) by a fixed pattern. */
+static uint64_t noisy_linear_peak(uint64_t batch, uint64_t t, void *arg) {
+  uint32_t *seed = arg;
+  *seed = *seed * 1664525u + 1013904223u;
+  return linear_peak(batch, t, NULL) + (*seed >> 8) % (40u << 20) - (20u << 20);
+}
+
+/* The fit's band covers the noise: the largest batch is still found exactly, in at most 8
+ * launches over every boundary to 4096, where a sample adds as little as 16 MiB (splitting
+ * the band's region instead of confirming upwards from the prediction: 12 in bench_probe's
+ * noisy row before). */
+static void noisy_peaks_find_it_in_eight(void **state) {
+  (void)state;
+  unsigned n, most = 0;
+  for (uint64_t t = 1; t <= 4096; t++) {
+    uint32_t seed = (uint32_t)t;
+    uint64_t got = steered_search(1, 4096, 0, t, (uint64_t)(80 * GIB), noisy_linear_peak, &seed, &n);
+    if (got != t) fail_msg("T %llu: found %llu", (unsigned long long)t, (unsigned long long)got);
+    if (n > most) most = n;
+  }
+  assert_true(most <= 8);
 }
 
 /* Peaks that say nothing useful cannot make the search wrong or endless. */
@@ -186,16 +211,22 @@ static void any_peaks_still_find_it(void **state) {
     }
 }
 
-/* One fit with the estimate's slope predicts the answer; the launch just past it confirms. */
+/* One fit with the estimate's slope (65.5 MiB per sample, 100.5 samples of room left): the
+ * slope may be off by an eighth and the peak by 20 MiB, so batch 900 + 89 certainly fits
+ * ((100.5 s - 20 MiB) / 1.125 s = 89.06); from two points the line predicts the answer, and
+ * the launch just past it confirms. */
 static void estimate_slope_and_one_fit(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 900), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5, 0);
   enum vf_probe_move m;
   assert_int_equal(vf_probe_next(&p, &m), 900);
   assert_int_equal(m, VF_PROBE_START);
   assert_int_equal(vf_probe_record(&p, 900, VF_PROBE_OK, linear_peak(900, 1000, NULL)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 989);
+  assert_int_equal(m, VF_PROBE_APPROACH);
+  assert_int_equal(vf_probe_record(&p, 989, VF_PROBE_OK, linear_peak(989, 1000, NULL)), 0);
   assert_int_equal(vf_probe_next(&p, &m), 1000);
   assert_int_equal(m, VF_PROBE_PREDICTED);
   assert_true(vf_probe_predict(&p, 1000) <= (uint64_t)(80 * GIB));
@@ -210,27 +241,75 @@ static void estimate_slope_and_one_fit(void **state) {
   assert_string_equal(vf_probe_move_name(VF_PROBE_CONFIRM), "confirm");
 }
 
-/* An out-of-memory launch below the line (fragmentation) reveals where the memory ended: the
- * next launch aims under that instead of the GPU's capacity. */
+/* Peaks 16 GiB + 1 GiB per sample under 80 GiB: 64 fits. The estimate says 16 GiB + 1.05 GiB
+ * per sample (5% high in what grows), so its largest batch is 60. */
+static uint64_t gib_per_sample(uint64_t batch) { return (uint64_t)((16.0 + (double)batch) * GIB); }
+
+/* Starts at the estimate's 60 with its slope and fixed bytes; returns the next batch. */
+static uint64_t after_the_hint(struct vf_probe *p, double fixed, enum vf_probe_move *m) {
+  assert_int_equal(vf_probe_init(p, 1, 4096, 60), 0);
+  vf_probe_steer(p, (uint64_t)(80 * GIB), 1.05 * GIB, fixed);
+  assert_int_equal(vf_probe_record(p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
+  return vf_probe_next(p, m);
+}
+
+/* One point and the estimate's fixed bytes: (76 - 16) / 60 = 1 GiB per sample, within an
+ * eighth of the estimate's 1.05, so the line through them predicts 64 exactly. */
+static void estimate_fixed_bytes_pivot_one_point(void **state) {
+  (void)state;
+  struct vf_probe p;
+  enum vf_probe_move m;
+  assert_int_equal(after_the_hint(&p, 16 * GIB, &m), 64);
+  assert_int_equal(m, VF_PROBE_PREDICTED);
+  assert_int_equal(vf_probe_predict(&p, 64), (uint64_t)(80 * GIB));
+  assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OK, gib_per_sample(64)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 65);
+  assert_int_equal(m, VF_PROBE_CONFIRM);
+  assert_int_equal(vf_probe_record(&p, 65, VF_PROBE_OOM, (uint64_t)(79.9 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, NULL), 0);
+  assert_int_equal(vf_probe_result(&p), 64);
+  assert_int_equal(p.launches, 3);
+}
+
+/* Fixed bytes that disagree (40 GiB: 0.6 GiB per sample, 43% off) are not used: the
+ * estimate's slope through the point, off by up to an eighth, puts the answer in 63 to 64
+ * (76 + 1.05 d + 20 MiB + 0.125 x 1.05 d <= 80: d <= 3.37; 76 + 1.05 d - ... <= 80: d <= 4.37),
+ * and the launch goes to the bottom of that band, which certainly fits. */
+static void disagreeing_fixed_bytes_are_ignored(void **state) {
+  (void)state;
+  struct vf_probe p;
+  enum vf_probe_move m;
+  assert_int_equal(after_the_hint(&p, 40 * GIB, &m), 63);
+  assert_int_equal(m, VF_PROBE_APPROACH);
+}
+
+/* An out-of-memory launch that reached far less than the GPU's memory (fragmentation)
+ * reveals where the memory ended: the next launch aims under that instead of the GPU's
+ * capacity. Peaks are 16 GiB + 1 GiB per sample, the GPU has 100 GiB. */
 static void out_of_memory_reveals_the_ceiling(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 0), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 0);
+  vf_probe_steer(&p, (uint64_t)(100 * GIB), 0, 0);
   assert_int_equal(vf_probe_record(&p, 1, VF_PROBE_OK, (uint64_t)(17 * GIB)), 0);
-  /* Through the origin: 80/17 GiB, so 4; then the line through both points. */
-  assert_int_equal(vf_probe_next(&p, NULL), 4);
-  assert_int_equal(vf_probe_record(&p, 4, VF_PROBE_OK, (uint64_t)(20 * GIB)), 0);
+  /* Through the origin: 100/17 GiB, so 5; then the line through both points reaches 100 GiB
+   * at 84, but two points close together show no bend: halfway first. */
+  assert_int_equal(vf_probe_next(&p, NULL), 5);
+  assert_int_equal(vf_probe_record(&p, 5, VF_PROBE_OK, (uint64_t)(21 * GIB)), 0);
   enum vf_probe_move m;
-  assert_int_equal(vf_probe_next(&p, &m), 34); /* halfway to 64: 4 and 1 are close together */
+  assert_int_equal(vf_probe_next(&p, &m), 45);
   assert_int_equal(m, VF_PROBE_APPROACH);
-  assert_int_equal(vf_probe_record(&p, 34, VF_PROBE_OK, (uint64_t)(50 * GIB)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 64);
+  assert_int_equal(vf_probe_record(&p, 45, VF_PROBE_OK, (uint64_t)(61 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 84);
   assert_int_equal(m, VF_PROBE_PREDICTED);
-  /* Out of memory at 64 having reached 70 GiB: 70 GiB is where the line reaches at 54. */
-  assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OOM, (uint64_t)(70 * GIB)), 0);
+  /* Out of memory at 84 having reached 70 GiB, 30 GiB short of the GPU's memory: the
+   * ceiling lies in 70 to 70.25 GiB, where the line is at 54 (53 with NVML's noise). */
+  assert_int_equal(vf_probe_record(&p, 84, VF_PROBE_OOM, (uint64_t)(70 * GIB)), 0);
   assert_int_equal(vf_probe_next(&p, &m), 54);
   assert_int_equal(m, VF_PROBE_PREDICTED);
+  assert_int_equal(vf_probe_record(&p, 54, VF_PROBE_OK, (uint64_t)(70 * GIB)), 0);
+  assert_int_equal(vf_probe_next(&p, &m), 55);
+  assert_int_equal(m, VF_PROBE_CONFIRM);
 }
 
 /* hidden 256, 4 layers, vocab 1024: small enough for many estimates. */
@@ -286,9 +365,12 @@ int main(void) {
       cmocka_unit_test(far_off_estimate_still_converges),
       cmocka_unit_test(min_out_of_memory_means_no_fit),
       cmocka_unit_test(error_stops_and_bad_calls_refused),
-      cmocka_unit_test(linear_peaks_find_it_in_five),
+      cmocka_unit_test(linear_peaks_find_it_in_six),
+      cmocka_unit_test(noisy_peaks_find_it_in_eight),
       cmocka_unit_test(any_peaks_still_find_it),
       cmocka_unit_test(estimate_slope_and_one_fit),
+      cmocka_unit_test(estimate_fixed_bytes_pivot_one_point),
+      cmocka_unit_test(disagreeing_fixed_bytes_are_ignored),
       cmocka_unit_test(out_of_memory_reveals_the_ceiling),
       cmocka_unit_test(estimate_max_batch),
   };
