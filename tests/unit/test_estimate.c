@@ -339,6 +339,7 @@ static struct vf_estimate config_run(const char *cfg, const char *framework, voi
   return e;
 }
 
+static void unchanged(struct vf_profile *p, bool on) { (void)p, (void)on; }
 static void zero_pad(struct vf_profile *p, bool on) { p->lora_zero_pad = on; }
 static void view_kept(struct vf_profile *p, bool on) { p->qkv_view_kept = on; }
 static void no_sync_flag(struct vf_profile *p, bool on) { p->fsdp_no_sync = on; }
@@ -1096,19 +1097,9 @@ static void test_autocast_cache(void **state) {
 static void padding_mask(struct vf_profile *p, bool on) { p->padding_mask = on; }
 static void varied_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->lengths = VF_LENGTHS_VARIED; }
 
-static uint64_t gqa_loss_phase(enum vf_lengths lengths) {
-  struct vf_model m;
-  struct vf_diag d;
-  vf_model_init(&m);
-  assert_int_equal(vf_model_from_config_json(&m, toy_gqa_config, strlen(toy_gqa_config), "toy.json", &d), 0);
-  struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 8;
-  s.weights = VF_PREC_BF16;
-  s.lengths = lengths;
-  uint64_t loss = run(&m, &s, "hf").phase_allocated[VF_PHASE_LOSS];
-  vf_model_cleanup(&m);
-  return loss;
+/* The grouped-query toy's loss phase under hf in bf16, with the setup tweak. */
+static int64_t gqa_loss_phase(void (*tweak)(struct vf_setup *)) {
+  return (int64_t)config_run(toy_gqa_config, "hf", unchanged, true, tweak).phase_allocated[VF_PHASE_LOSS];
 }
 
 /* Padded batches bring a mask: transformers repeats the 2 K/V heads to all 4 (no
@@ -1117,7 +1108,7 @@ static uint64_t gqa_loss_phase(enum vf_lengths lengths) {
  * (512), and the 8 x 8 mask (a 512-byte block). */
 static void test_padded_attention(void **state) {
   (void)state;
-  int64_t gain = (int64_t)gqa_loss_phase(VF_LENGTHS_VARIED) - (int64_t)gqa_loss_phase(VF_LENGTHS_FIXED);
+  int64_t gain = gqa_loss_phase(varied_bf16) - gqa_loss_phase(bf16);
   assert_int_equal(gain, 2 * (2 * (1024 - 512) + 512));
   /* A framework that pads without a mask (litgpt, torchtune) keeps attention as it is. */
   assert_int_equal(phase_gain(true, "hf", padding_mask, varied_bf16, VF_PHASE_LOSS), gain);
@@ -1318,7 +1309,6 @@ static void test_kv_expansion(void **state) {
 }
 
 
-static void unchanged(struct vf_profile *p, bool on) { (void)p, (void)on; }
 static void bf16_full_two_micro(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->accumulation = 2; }
 
 /* Accumulating into kept gradients, a tied head's new gradient (4096 x 64 x 2 bytes) waits
