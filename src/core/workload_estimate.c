@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/grow.h"
 #include "vramfit/trace.h"
 #include "vramfit/workload.h"
 
@@ -37,15 +38,12 @@ struct stream {
 
 static void push(struct stream *s, struct vf_trace_event e) {
   if (s->oom) return;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 4096;
-    struct vf_trace_event *grown = realloc(s->ev, cap * sizeof *grown);
-    if (!grown) {
-      s->oom = true;
-      return;
-    }
-    s->ev = grown, s->cap = cap;
+  struct vf_trace_event *grown = vf_grow(s->ev, &s->cap, s->n + 1, sizeof *grown);
+  if (!grown) {
+    s->oom = true;
+    return;
   }
+  s->ev = grown;
   s->ev[s->n++] = e;
 }
 
@@ -110,15 +108,12 @@ struct encoder_run {
 static void hear(void *arg, const struct vf_timeline_event *e) {
   struct encoder_run *r = arg;
   if (r->oom) return;
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? 2 * r->cap : 4096;
-    struct vf_timeline_event *grown = realloc(r->ev, cap * sizeof *grown);
-    if (!grown) {
-      r->oom = true;
-      return;
-    }
-    r->ev = grown, r->cap = cap;
+  struct vf_timeline_event *grown = vf_grow(r->ev, &r->cap, r->n + 1, sizeof *grown);
+  if (!grown) {
+    r->oom = true;
+    return;
   }
+  r->ev = grown;
   r->ev[r->n++] = *e;
   if (e->id > r->max_id) r->max_id = e->id;
 }

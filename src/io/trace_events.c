@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/grow.h"
 #include "vramfit/trace.h"
 
 #define HEADER "vramfit-trace-events 1"
@@ -31,13 +32,9 @@ static int bad(const struct cursor *c, const char *at, const char *why) {
 }
 
 static int push(struct vf_trace *t, struct vf_trace_event e) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? 2 * t->cap : 4096;
-    void *grown = realloc(t->events, cap * sizeof *t->events);
-    if (!grown) return VF_ENOMEM;
-    t->events = grown;
-    t->cap = cap;
-  }
+  struct vf_trace_event *grown = vf_grow(t->events, &t->cap, t->n + 1, sizeof *grown);
+  if (!grown) return VF_ENOMEM;
+  t->events = grown;
   t->events[t->n++] = e;
   return 0;
 }
