@@ -1507,9 +1507,9 @@ static int sqrt_bytes(const struct ctx *x, const struct vf_param *p, uint64_t ou
   return 1;
 }
 
-/* foreach AdamW (torch/optim/adamw.py _multi_tensor_adamw) takes sqrt(exp_avg_sq) of every
- * tensor of the group at once (torch._foreach_sqrt): a list of tensors, one per trainable
- * tensor and each of its size, made in parameter order and freed after the update. Made
+/* foreach AdamW (torch/optim/adam.py@v2.13.0 _multi_tensor_adam, which AdamW runs) takes
+ * sqrt(exp_avg_sq) of every tensor of the group at once (torch._foreach_sqrt): a list of
+ * tensors, one per trainable tensor and each of its size, made in parameter order and freed after the update. Made
  * apart, they fit into cached blocks one block of their sum could not. Sharded states are
  * flat: one per unit. */
 static void foreach_temporaries(struct ctx *x) {
