@@ -745,7 +745,31 @@ static void row_parallel_output(struct ctx *x) {
 /* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
  * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
  * both keeping that input. */
-static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
+/* Non-reentrant checkpointing stops recomputing a layer once the last tensor its forward
+ * saved is saved again (torch 2.13 torch/utils/checkpoint.py: the pack hook raises
+ * _StopRecomputationError). A post-norm layer's last saved tensors are its final
+ * LayerNorm's mean and rstd, outputs of that op, so the recomputation stops inside
+ * BertOutput.forward (transformers 5.23 modeling_bert.py) with the norm's output made (in
+ * the stream's dtype) and what the Python frames still name: the dropped-out dense output
+ * (`hidden_states`, while `self.LayerNorm(hidden_states + input_tensor)` runs) and the
+ * activation's output (`intermediate_output` in BertLayer.feed_forward_chunk, kept anyway
+ * when the down projection's weight trains). They go as the recomputation unwinds. A
+ * pre-norm layer stops at its last projection's saved input, before its output exists. */
+static bool post_norm(const struct ctx *x) {
+  return x->m->arch.family == VF_FAMILY_BERT;
+}
+
+static void recomputation_stop(struct ctx *x) {
+  const struct dims *d = &x->d;
+  if (!post_norm(x)) return;
+  uint32_t activation = x->base_trainable ? 0 : take(x, d->T * d->ffn * mlp_bytes(x), VF_CAT_TEMPORARIES);
+  uint32_t dropped = take(x, d->Ts * d->h * d->c, VF_CAT_TEMPORARIES);
+  transient(x, d->Ts * d->h * stream_bytes(x), VF_CAT_TEMPORARIES);
+  give(x, dropped);
+  give(x, activation);
+}
+
+static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer, bool recomputing) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
@@ -767,6 +791,7 @@ static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   }
   mlp_forward(x, sv);
   row_parallel_output(x);
+  if (recomputing) recomputation_stop(x);
   give(x, mid);
 }
 
@@ -973,13 +998,17 @@ static void recompute(struct ctx *x, struct saved *sv, int32_t layer) {
   double kept = x->keep_share, in_flight = x->d.in_flight;
   x->d.in_flight = 1; /* the micro batch in its backward only */
   if (x->s->grad_ckpt == VF_CKPT_FULL) {
-    release(x, sv);
+    /* The checkpoint holds the layer's input until the layer's backward is done. A
+     * pre-norm layer's first norm saves that very tensor again as it recomputes (the
+     * recomputation runs on the inputs the checkpoint kept), which the replay counts
+     * there; no op of a post-norm layer saves its input. */
+    if (!post_norm(x)) release(x, sv);
     x->keep_share = 1.0;
     autocast_copies(x, layer, sv, true);
-    layer_forward(x, sv, layer);
+    layer_forward(x, sv, layer, true);
   } else if (x->s->grad_ckpt == VF_CKPT_SELECTIVE) {
     x->keep_share = 1.0 - kept;
-    layer_forward(x, sv, layer);
+    layer_forward(x, sv, layer, true);
   }
   x->keep_share = kept;
   x->d.in_flight = in_flight;
@@ -1244,16 +1273,24 @@ static bool embeddings_in_graph(const struct ctx *x) {
 /* What the embeddings' own post-processing keeps: BERT and RoBERTa normalize the summed
  * embeddings, the LayerNorm keeping its input in the stream's dtype, then drop out (a bool
  * mask), as modeling_bert.py BertEmbeddings.forward does; GPT-2 drops out the sum
- * (modeling_gpt2.py GPT2Model.forward, self.drop). Nothing when outside the graph. */
+ * (modeling_gpt2.py GPT2Model.forward, self.drop). Nothing when outside the graph.
+ * With the weights frozen, the graph starts at the looked-up rows themselves, made a leaf
+ * that requires grad by the hook enable_input_require_grads registers
+ * (transformers 5.23 modeling_utils.py, `output.requires_grad_(True)`); its AccumulateGrad
+ * node holds the leaf (torch 2.13 torch/csrc/autograd/functions/accumulate_grad.h,
+ * `Variable variable`) until the backward ends. Where that leaf is the stream (every
+ * other family: the first layer's input, Gemma's scaled rows included) it costs nothing
+ * more; BERT's and GPT-2's sum it with the positions' rows into a new tensor. */
 struct embedding_kept {
-  uint32_t norm_input, mask;
+  uint32_t leaf, norm_input, mask;
 };
 
 static struct embedding_kept embedding_forward(struct ctx *x) {
-  struct embedding_kept k = {0, 0};
+  struct embedding_kept k = {0, 0, 0};
   enum vf_family f = x->m->arch.family;
   uint64_t elems = x->d.Ts * x->d.h;
   if (!embeddings_in_graph(x) || (f != VF_FAMILY_BERT && f != VF_FAMILY_GPT2)) return k;
+  if (!x->base_trainable) k.leaf = take(x, elems * x->d.w, VF_CAT_ACTIVATIONS);
   if (f == VF_FAMILY_BERT) k.norm_input = take(x, elems * stream_bytes(x), VF_CAT_ACTIVATIONS);
   k.mask = take(x, elems, VF_CAT_ACTIVATIONS);
   return k;
@@ -1273,6 +1310,7 @@ static uint32_t embedding_post_backward(struct ctx *x, uint32_t grad_stream, str
     give(x, k.norm_input);
     grad = norm_grad;
   }
+  give(x, k.leaf);
   return grad;
 }
 
@@ -1615,7 +1653,7 @@ static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
   double in_flight = x->d.in_flight;
   struct saved scratch = {0};
   x->d.in_flight = 1;
-  layer_forward(x, &scratch, layer);
+  layer_forward(x, &scratch, layer, false);
   release(x, &scratch);
   x->d.in_flight = in_flight;
 }
@@ -1669,7 +1707,7 @@ static void one_step(struct ctx *x, bool last_micro) {
       forward_keeping_nothing(x, (int32_t)l);
     } else {
       autocast_copies(x, (int32_t)l, &sv[l], false);
-      layer_forward(x, &sv[l], (int32_t)l);
+      layer_forward(x, &sv[l], (int32_t)l, false);
     }
     give(x, gathered);
     offload(x, &sv[l]);
@@ -1691,7 +1729,10 @@ static void one_step(struct ctx *x, bool last_micro) {
   zero_reduce_buckets(x);
   cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
-  uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
+  /* The gradient of the stream has its dtype, the weights' under autocast (autograd casts
+   * each gradient to its input's metadata: torch 2.13 torch/csrc/autograd/engine.cpp
+   * validate_outputs). */
+  uint32_t grad_stream = take(x, x->d.Ts * x->d.h * stream_bytes(x), VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
     if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);

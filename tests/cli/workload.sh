@@ -62,9 +62,20 @@ print(" ".join(str(s["batch"] * s["sequences"]) for s in d["stages"]))' "$TMP/ou
 done
 
 # ---- text output, the target, --safety ------------------------------------------------------
-succeeds '^micro batch [0-9]+, accumulation [0-9]+: effective batch 25[6-9] \(target 256\)$' plan --workload "$W" --gpu 24GiB
+# The effective batch is the target, or the nearest above it that the accumulation reaches
+# with the largest micro batch that fits: micro = ceil(target / accumulation).
+nearest_above() {
+  python3 -c '
+import re, sys
+m = re.search(r"^micro batch (\d+), accumulation (\d+): effective batch (\d+) \(target (\d+)\)$", open(sys.argv[1]).read(), re.M)
+micro, acc, eff, target = map(int, m.groups())
+assert micro == -(-target // acc) and eff == micro * acc, m.group(0)' "$TMP/out" && ok || bad "not the nearest effective batch: $(head -2 "$TMP/out")"
+}
+succeeds '^micro batch [0-9]+, accumulation [0-9]+: effective batch [0-9]+ \(target 256\)$' plan --workload "$W" --gpu 24GiB
+nearest_above
 grep -q '^  01 ' "$TMP/out" && grep -q '^  activations ' "$TMP/out" && ok || bad "no stage table or breakdown: $(cat "$TMP/out")"
-succeeds 'effective batch 512 \(target 512\)' plan --workload "$W" --gpu 80GiB --target-effective-batch 512
+succeeds 'effective batch [0-9]+ \(target 512\)' plan --workload "$W" --gpu 80GiB --target-effective-batch 512
+nearest_above
 run plan --workload "$W" --gpu 24GiB --safety 0.6 --json
 python3 -c '
 import json, sys
