@@ -742,9 +742,6 @@ static void row_parallel_output(struct ctx *x) {
   if (x->d.sp) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
 }
 
-/* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
- * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
- * both keeping that input. */
 /* Non-reentrant checkpointing stops recomputing a layer once the last tensor its forward
  * saved is saved again (torch 2.13 torch/utils/checkpoint.py: the pack hook raises
  * _StopRecomputationError). A post-norm layer's last saved tensors are its final
@@ -754,7 +751,9 @@ static void row_parallel_output(struct ctx *x) {
  * (`hidden_states`, while `self.LayerNorm(hidden_states + input_tensor)` runs) and the
  * activation's output (`intermediate_output` in BertLayer.feed_forward_chunk, kept anyway
  * when the down projection's weight trains). They go as the recomputation unwinds. A
- * pre-norm layer stops at its last projection's saved input, before its output exists. */
+ * pre-norm layer without dropout stops at its last projection's saved input, before that
+ * projection's output exists. (GPT-2's residual dropout saves its mask once its output
+ * exists, so that output is alive at the stop too: not counted, a compute-dtype stream.) */
 static bool post_norm(const struct ctx *x) {
   return x->m->arch.family == VF_FAMILY_BERT;
 }
@@ -769,6 +768,9 @@ static void recomputation_stop(struct ctx *x) {
   give(x, activation);
 }
 
+/* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
+ * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
+ * both keeping that input. Recomputing, it ends where checkpointing stops it. */
 static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer, bool recomputing) {
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;

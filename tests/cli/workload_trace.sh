@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `trace --workload` on the example's own model factory (the hf tracer environment; without
 # it this test fails, it does not skip): four points traced and replayed, a fit that
-# describes them, the file beside the workload, and `plan --workload` of a workload given
-# by its factory only, which needs that file. Bad input: no factory, a broken fit file.
+# describes them, the estimate from the workload's parts within 10% of each traced peak, the
+# file beside the workload, and `plan --workload` of a workload given by its factory only,
+# which needs that file. Bad input: no factory, a broken fit file.
 NAME=workload_trace
 source "$(dirname "$0")/lib/harness.sh"
 
@@ -13,14 +14,12 @@ if [ ! -x "${VRAMFIT_TRACE_ENV:-$SRC/.venv-trace}/hf/bin/python" ]; then
 fi
 
 cp -r "$SRC/examples/contrastive-embedder" "$TMP/ex"
-rm -f "$TMP/ex/workload.trace.json" "$TMP/ex/factory.trace.json"
-# The example's workload without its parts: only the factory describes the model.
-python3 - "$TMP/ex/workload.yaml" "$TMP/ex/factory.yaml" <<'PY'
+rm -f "$TMP/ex"/*.trace.json
+# The example's workload at four small points (both.yaml: its parts and its factory), and
+# without its parts (factory.yaml): only the factory describes the model.
+python3 - "$TMP/ex/workload.yaml" "$TMP/ex/both.yaml" "$TMP/ex/factory.yaml" <<'PY'
 import re, sys
-s = open(sys.argv[1]).read()
-s, n = re.subn(r"  encoders:.*?\n  heads:\n(    - [^\n]*\n)+", "", s, flags=re.S)
-assert n == 1
-s += """
+s = open(sys.argv[1]).read() + """
 trace:
   points:
     - {batch: 4, n_negatives: 4, n_positives: 4}
@@ -29,17 +28,20 @@ trace:
     - {batch: 4, n_negatives: 12, n_positives: 4}
 """
 open(sys.argv[2], "w").write(s)
+s, n = re.subn(r"  encoders:.*?\n  heads:\n(    - [^\n]*\n)+", "", s, flags=re.S)
+assert n == 1
+open(sys.argv[3], "w").write(s)
 PY
 W=$TMP/ex/factory.yaml
 
 fails 2 "factory\.yaml:[0-9]+:1: the model is a factory that has not been measured: run 'vramfit trace --workload" \
   plan --workload "$W" --gpu 24GiB
 
-run trace --workload "$W" --json
+run trace --workload "$TMP/ex/both.yaml" --json
 if [ "$rc" -ne 0 ]; then
   bad "trace --workload: exit $rc ($(tail -n 3 "$TMP/err"))"
 else
-  check=$(python3 - "$TMP/out" "$TMP/ex/factory.trace.json" <<'PY' 2>&1
+  check=$(python3 - "$TMP/out" "$TMP/ex/both.trace.json" <<'PY' 2>&1
 import json, sys
 d = json.load(open(sys.argv[1]))
 saved = json.load(open(sys.argv[2]))
@@ -51,6 +53,9 @@ assert [p["loss_elements"] for p in pts] == [128, 512, 2048, 256]
 for p in pts:
     assert p["reserved_bytes"] >= p["allocated_bytes"] > 500 * 2**20, p
     assert p["phase"] in ("forward", "loss", "backward", "optimizer"), p
+    # The issue's check: the estimate from the parts agrees with the traced peak.
+    assert abs(p["estimate_error"]) <= 0.10, p
+    assert abs(p["estimate_allocated_bytes"] / p["allocated_bytes"] - 1 - p["estimate_error"]) < 1e-6, p
 assert pts[0]["allocated_bytes"] < pts[1]["allocated_bytes"] < pts[2]["allocated_bytes"]
 f = d["fit"]
 assert f["points"] == 4 and f["terms"] == ["bytes", "per_sequence", "per_loss_element"], f
@@ -66,6 +71,7 @@ fi
 
 # With the fit beside it, the factory's workload plans; at a traced point its peak is the
 # traced one (allocated) within the fit's error.
+cp "$TMP/ex/both.trace.json" "$TMP/ex/factory.trace.json"
 run plan --workload "$W" --gpu 24GiB --json
 check=$(python3 - "$TMP/out" <<'PY' 2>&1
 import json, sys
