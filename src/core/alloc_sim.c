@@ -83,7 +83,9 @@ static uint32_t lower_bound(const struct set *t, uint64_t hi) {
   uint32_t n = t->n;
   while (n > 1) {
     uint32_t half = n / 2;
-    base = base[half - 1].hi < hi ? base + half : base;
+    /* Arithmetic, not a conditional: gcc turns the ternary into a branch, mispredicted
+     * every other step. */
+    base += (size_t)(base[half - 1].hi < hi) * half;
     n -= half;
   }
   return (uint32_t)(base - t->k) + (base->hi < hi);
@@ -120,18 +122,28 @@ static void set_remove(const struct vf_alloc_state *s, struct set *t, uint32_t i
   set_remove_at(t, find_pos(s, t, i));
 }
 
-/* Replaces the entry at `from` by block i's key, shifting only the entries in between:
- * a split or merge moves a block a few places, not across the whole set twice. */
+/* Whether entry k sorts before block i: by key, equal keys by address. */
+static bool before(const struct vf_alloc_state *s, const struct key *k, uint64_t hi, uint32_t i) {
+  return k->hi < hi || (k->hi == hi && s->blk[k->blk].addr < s->blk[i].addr);
+}
+
+/* Replaces the entry at `from` by block i's key and slides it to its place, shifting only
+ * the entries it passes: a split or merge moves a block a few places at most, most often
+ * none, which a walk finds sooner than a search of the whole set. */
 static void set_move(const struct vf_alloc_state *s, struct set *t, uint32_t from, uint32_t i) {
-  t->k[from].blk = i; /* an equal key then ties with itself and stays put */
-  uint32_t to = insert_pos(s, t, i);
-  if (to > from) {
+  struct key *k = t->k;
+  uint64_t hi = pack(s->blk[i].sid, s->blk[i].size);
+  uint32_t to = from;
+  while (to > 0 && !before(s, &k[to - 1], hi, i)) {
+    k[to] = k[to - 1];
     to--;
-    memmove(&t->k[from], &t->k[from + 1], (to - from) * sizeof *t->k);
-  } else {
-    memmove(&t->k[to + 1], &t->k[to], (from - to) * sizeof *t->k);
   }
-  t->k[to] = (struct key){.hi = pack(s->blk[i].sid, s->blk[i].size), .blk = i};
+  if (to == from)
+    while (to + 1 < t->n && before(s, &k[to + 1], hi, i)) {
+      k[to] = k[to + 1];
+      to++;
+    }
+  k[to] = (struct key){.hi = hi, .blk = i};
 }
 
 static struct set *home(struct vf_alloc_state *s, const struct blk *b) {
