@@ -83,9 +83,10 @@ static uint32_t lower_bound(const struct set *t, uint64_t hi) {
   uint32_t n = t->n;
   while (n > 1) {
     uint32_t half = n / 2;
-    /* Arithmetic, not a conditional: gcc turns the ternary into a branch, mispredicted
-     * every other step. */
-    base += (size_t)(base[half - 1].hi < hi) * half;
+    /* A choice between two pointers, which gcc makes a conditional move; written as a
+     * choice between offsets it becomes a branch, mispredicted every other step. */
+    const struct key *mid = base + half;
+    base = mid[-1].hi < hi ? mid : base;
     n -= half;
   }
   return (uint32_t)(base - t->k) + (base->hi < hi);
@@ -128,21 +129,17 @@ static bool before(const struct vf_alloc_state *s, const struct key *k, uint64_t
 }
 
 /* Replaces the entry at `from` by block i's key and slides it to its place, shifting only
- * the entries it passes: a split or merge moves a block a few places at most, most often
- * none, which a walk finds sooner than a search of the whole set. */
+ * the entries it passes: a split's rest (a smaller key) moves down a few places at most, a
+ * merged block (a larger one) up, most often neither, which a walk finds sooner than a
+ * search of the whole set. */
 static void set_move(const struct vf_alloc_state *s, struct set *t, uint32_t from, uint32_t i) {
   struct key *k = t->k;
   uint64_t hi = pack(s->blk[i].sid, s->blk[i].size);
   uint32_t to = from;
-  while (to > 0 && !before(s, &k[to - 1], hi, i)) {
-    k[to] = k[to - 1];
-    to--;
-  }
-  if (to == from)
-    while (to + 1 < t->n && before(s, &k[to + 1], hi, i)) {
-      k[to] = k[to + 1];
-      to++;
-    }
+  if (hi < k[from].hi)
+    for (; to > 0 && !before(s, &k[to - 1], hi, i); to--) k[to] = k[to - 1];
+  else
+    for (; to + 1 < t->n && before(s, &k[to + 1], hi, i); to++) k[to] = k[to + 1];
   k[to] = (struct key){.hi = hi, .blk = i};
 }
 

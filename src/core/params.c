@@ -119,14 +119,19 @@ static int order_by_layer(struct vf_params *ps, uint64_t layers) {
   return 0;
 }
 
+/* Branch-free, a pointer chosen by a conditional move: which half holds the layer is a
+ * coin toss to the branch predictor, and the estimator asks for every layer's range. */
 static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
-  size_t lo = 0, hi = ps->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (ps->v[mid].layer < layer) lo = mid + 1;
-    else hi = mid;
+  if (ps->n == 0) return 0;
+  const struct vf_param *base = ps->v;
+  size_t n = ps->n;
+  while (n > 1) {
+    size_t half = n / 2;
+    const struct vf_param *mid = base + half;
+    base = mid[-1].layer < layer ? mid : base;
+    n -= half;
   }
-  return lo;
+  return (size_t)(base - ps->v) + (base->layer < layer);
 }
 
 /* Frameworks that copy a tied embedding into a separate lm_head train and store both; so
