@@ -83,8 +83,9 @@ static uint32_t lower_bound(const struct set *t, uint64_t hi) {
   uint32_t n = t->n;
   while (n > 1) {
     uint32_t half = n / 2;
-    /* A choice between two pointers, which gcc makes a conditional move; written as a
-     * choice between offsets it becomes a branch, mispredicted every other step. */
+    /* In this form gcc 12 -O2 makes the choice a conditional move; written as
+     * `base[half - 1].hi < hi ? base + half : base` it became a branch, mispredicted every
+     * other step (a quarter of the planner's time). */
     const struct key *mid = base + half;
     base = mid[-1].hi < hi ? mid : base;
     n -= half;
