@@ -129,10 +129,10 @@ static bool before(const struct vf_alloc_state *s, const struct key *k, uint64_t
   return k->hi < hi || (k->hi == hi && s->blk[k->blk].addr < s->blk[i].addr);
 }
 
-/* Replaces the entry at `from` by block i's key and slides it to its place, shifting only
- * the entries it passes: a split's rest (a smaller key) moves down a few places at most, a
- * merged block (a larger one) up, most often neither, which a walk finds sooner than a
- * search of the whole set. */
+/* Replaces the entry at `from` by block i's key, which is smaller (a split's rest) or larger
+ * (a block merged with its neighbours) than the entry's, and slides it down or up to its
+ * place, shifting only the entries it passes: a few at most, most often none, which a walk
+ * finds sooner than a search of the whole set. */
 static void set_move(const struct vf_alloc_state *s, struct set *t, uint32_t from, uint32_t i) {
   struct key *k = t->k;
   uint64_t hi = pack(s->blk[i].sid, s->blk[i].size);
