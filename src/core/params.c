@@ -119,14 +119,21 @@ static int order_by_layer(struct vf_params *ps, uint64_t layers) {
   return 0;
 }
 
-static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
-  size_t lo = 0, hi = ps->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (ps->v[mid].layer < layer) lo = mid + 1;
-    else hi = mid;
+/* Where each layer begins: the estimator asks for every layer's range, many times a replay. */
+static int index_layers(struct vf_params *ps, uint64_t layers) {
+  if (!(ps->first = malloc((layers + 2) * sizeof *ps->first))) return VF_ENOMEM;
+  ps->layers = layers;
+  size_t i = 0;
+  for (int64_t l = -1; l <= (int64_t)layers; l++) {
+    while (i < ps->n && ps->v[i].layer < l) i++;
+    ps->first[l + 1] = i;
   }
-  return lo;
+  return 0;
+}
+
+static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
+  if (layer < 0) return 0;
+  return (uint64_t)layer > ps->layers ? ps->n : ps->first[layer + 1];
 }
 
 /* Frameworks that copy a tied embedding into a separate lm_head train and store both; so
@@ -210,6 +217,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
   }
   if (!rc) rc = add_task_head(ps, m, task, full ? wb : adapter_wb);
   if (!rc && ps->n) rc = order_by_layer(ps, m->arch.layers);
+  if (!rc) rc = index_layers(ps, m->arch.layers);
   return rc;
 }
 
@@ -224,10 +232,13 @@ void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest) {
   for (size_t i = begin; i < end; i++)
     if (ps->v[i].embedding ? embedding : rest) ps->v[begin + kept++] = ps->v[i];
   memmove(ps->v + begin + kept, ps->v + end, (ps->n - end) * sizeof *ps->v);
-  ps->n -= end - begin - kept;
+  size_t dropped = end - begin - kept;
+  ps->n -= dropped;
+  for (uint64_t l = 0; l <= ps->layers; l++) ps->first[l + 1] -= dropped;
 }
 
 void vf_params_cleanup(struct vf_params *ps) {
   free(ps->v);
+  free(ps->first);
   memset(ps, 0, sizeof *ps);
 }

@@ -28,6 +28,8 @@ struct vf_params {
   struct vf_param *v;
   size_t n, cap;
   uint64_t total, trainable;          /* whole-model counts (before any split) */
+  uint64_t layers;
+  size_t *first; /* first[l + 1]: where layer l begins in v, for l from -1 to layers (the end) */
 };
 
 /* Builds the per-GPU parameter list, ordered by layer (-1, the parts outside the blocks,

@@ -34,6 +34,8 @@
 /* Layouts searched at most (tp x pp x cp x schedule), and context-parallel sizes tried. */
 #define MAX_LAYOUTS 1024
 #define MAX_CP 8
+/* Exact estimates kept while settling: each tier tries two or three micro batches. */
+#define MAX_EXACT 16
 
 static const char *const tier_names[VF_TIER_COUNT] = {"safe", "balanced", "aggressive"};
 
@@ -73,6 +75,13 @@ struct layout {
   bool fits; /* a setting of it fits at micro batch 1 (in the level searched) */
 };
 
+/* An exact estimate made while settling the tiers; ok: the estimator took the setting. */
+struct exact {
+  struct vf_setup s;
+  struct vf_estimate e;
+  bool ok;
+};
+
 struct search {
   const struct vf_plan_request *r;
   struct vf_plan_result *out;
@@ -88,6 +97,8 @@ struct search {
   struct layout layouts[MAX_LAYOUTS];
   size_t n_layouts;
   struct config *configs;    /* n_layouts x MAX_KNOBS */
+  struct exact exact[MAX_EXACT];
+  size_t n_exact;
 };
 
 static uint64_t effective_batch(const struct vf_setup *s) {
@@ -516,18 +527,36 @@ static int start(struct search *S, struct vf_diag *d) {
   return divisors(S, samples_per_replica(S, &given));
 }
 
-/* Whether an exact (every layer replayed) estimate of tier t's choice c at micro batch
- * divisor i fits the tier's budget; e gets the estimate. A setting the estimator refuses
- * does not fit. */
+/* The settings of one search differ only in the knobs changes_from_base counts and in
+ * the micro batch split. */
+static bool same_setting(const struct vf_setup *a, const struct vf_setup *b) {
+  return changes_from_base(a, b) == 0 && a->batch == b->batch && a->accumulation == b->accumulation;
+}
+
+/* The exact (every layer replayed) estimate of s into e, false when the estimator refuses
+ * it. Tiers often settle on the same setting, a looser one on a tighter one's, and a
+ * replay of every layer costs as much as dozens of quick ones: each is made once. */
+static bool exact_estimate(struct search *S, const struct vf_setup *s, struct vf_estimate *e) {
+  for (size_t k = 0; k < S->n_exact; k++)
+    if (same_setting(&S->exact[k].s, s)) {
+      *e = S->exact[k].e;
+      return S->exact[k].ok;
+    }
+  struct vf_diag d;
+  bool ok = vf_estimate(S->r->model, s, S->r->profile, S->r->alloc, e, &d) == 0;
+  if (ok && S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
+  if (S->n_exact < MAX_EXACT) S->exact[S->n_exact++] = (struct exact){*s, *e, ok};
+  return ok;
+}
+
+/* Whether an exact estimate of tier t's choice c at micro batch divisor i fits the tier's
+ * budget; e gets the estimate. A setting the estimator refuses does not fit. */
 static bool exact_fits(struct search *S, enum vf_tier t, const struct vf_plan_choice *c, size_t i,
                        struct vf_estimate *e) {
   struct vf_setup s = c->setup;
-  struct vf_diag d;
   s.batch = S->div[i];
   s.accumulation = S->per_gpu / S->div[i];
-  if (vf_estimate(S->r->model, &s, S->r->profile, S->r->alloc, e, &d)) return false;
-  if (S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
-  return judged_peak(S->r, t, &s, e) <= c->budget_bytes;
+  return exact_estimate(S, &s, e) && judged_peak(S->r, t, &s, e) <= c->budget_bytes;
 }
 
 static size_t divisor_index(const struct search *S, uint64_t batch) {
