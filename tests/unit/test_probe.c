@@ -312,49 +312,46 @@ static void estimate_curve_from_three_estimates(void **state) {
   assert_float_equal(e.slope, 0, 0);
 }
 
-/* Peaks 16 GiB + b/2 GiB + b^2/128 GiB: 64 reaches 80 GiB exactly. The estimate is 10% low
- * in what grows, so its largest batch is 68, which runs out of memory. */
-static double bent_growth(double b) { return b / 2 + b * b / 128; }
-static uint64_t bent_peak(uint64_t batch) { return (uint64_t)((16 + bent_growth((double)batch)) * GIB); }
+/* Peaks 16 GiB + 64 GiB (3/4 x + 1/4 x^2), x = batch / 1000.5 (bench_probe's quadratic
+ * trainer): 1000 fits. The estimate is 10% low in what grows, so its largest batch is 1087,
+ * which runs out of memory. */
+static double quadratic_growth(double batch) {
+  double x = batch / 1000.5;
+  return 64 * GIB * (0.75 * x + 0.25 * x * x);
+}
 
-/* Launches from the estimate's start at 68 with prior; the batch after the first fit. */
-static uint64_t after_a_low_estimate(struct vf_probe *p, const struct vf_probe_prior *prior, enum vf_probe_move *m) {
-  assert_int_equal(vf_probe_init(p, 1, 4096, 68), 0);
-  vf_probe_steer(p, (uint64_t)(80 * GIB), prior);
-  assert_int_equal(vf_probe_record(p, 68, VF_PROBE_OOM, (uint64_t)(79.9 * GIB)), 0);
-  assert_int_equal(vf_probe_next(p, m), 60);
-  assert_int_equal(vf_probe_record(p, 60, VF_PROBE_OK, bent_peak(60)), 0);
-  return vf_probe_next(p, m);
+/* The whole search from the estimate's start with prior; returns the launches. */
+static unsigned from_a_low_estimate(const struct vf_probe_prior *prior) {
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 1087), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), prior);
+  for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
+    bool fits = b <= 1000;
+    uint64_t peak = fits ? (uint64_t)(16 * GIB + quadratic_growth((double)b)) : (uint64_t)(79.9 * GIB);
+    assert_int_equal(vf_probe_record(&p, b, fits ? VF_PROBE_OK : VF_PROBE_OOM, peak), 0);
+  }
+  assert_int_equal(vf_probe_result(&p), 1000);
+  return p.launches;
 }
 
 /* The estimate's curve, its growth scaled through the one fit (by 1.11, within an eighth),
- * is the true curve: it predicts 64 exactly and the probe ends in 4 launches. The line the
- * probe took before (through the estimates at 34 and 68) misses the peak at 64 by gigabytes,
- * and finds 64 only because its band is wide there (bench_probe: quadratic peaks from an
- * estimate 10% low took 5.80 launches on average with that line, 3.99 with the curve). */
+ * is the true curve: after the start (out of memory) and the step down that fits, it
+ * predicts 1000 and the batch past it confirms: 4 launches, the least there can be. The
+ * line the probe took before (through the estimates at 543 and 1087) bends less: its
+ * predictions creep down from 1005, 6 launches. */
 static void estimate_curve_scaled_through_one_point(void **state) {
   (void)state;
   uint64_t b[3], est[3];
-  unsigned n = vf_probe_prior_batches(68, b);
-  for (unsigned i = 0; i < n; i++) est[i] = (uint64_t)((16 + 0.9 * bent_growth((double)b[i])) * GIB);
+  unsigned n = vf_probe_prior_batches(1087, b);
+  for (unsigned i = 0; i < n; i++) est[i] = (uint64_t)(16 * GIB + 0.9 * quadratic_growth((double)b[i]));
   struct vf_probe_prior curve, line;
   vf_probe_prior_fit(b, est, n, &curve);
   uint64_t ends[3] = {b[0], b[2]}, ends_est[3] = {est[0], est[2]};
   vf_probe_prior_fit(ends, ends_est, 2, &line);
   assert_true(curve.bend > 0 && line.bend == 0);
-  struct vf_probe p;
-  enum vf_probe_move m;
-  assert_int_equal(after_a_low_estimate(&p, &curve, &m), 64);
-  assert_int_equal(m, VF_PROBE_PREDICTED);
-  assert_true(llabs((long long)vf_probe_predict(&p, 64) - (long long)bent_peak(64)) < (1 << 20));
-  assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OK, bent_peak(64)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 65);
-  assert_int_equal(vf_probe_record(&p, 65, VF_PROBE_OOM, (uint64_t)(79.9 * GIB)), 0);
-  assert_int_equal(vf_probe_next(&p, NULL), 0);
-  assert_int_equal(vf_probe_result(&p), 64);
-  assert_int_equal(p.launches, 4);
-  after_a_low_estimate(&p, &line, &m);
-  assert_true(llabs((long long)vf_probe_predict(&p, 64) - (long long)bent_peak(64)) > (long long)GIB);
+  assert_float_equal(curve.fixed, 16 * GIB, 1e3);
+  assert_int_equal(from_a_low_estimate(&curve), 4);
+  assert_int_equal(from_a_low_estimate(&line), 6);
 }
 
 /* An out-of-memory launch that reached far less than the GPU's memory (fragmentation)
