@@ -51,8 +51,8 @@ struct vf_probe_prior {
 unsigned vf_probe_prior_batches(uint64_t hint, uint64_t batches[3]);
 
 /* The prior through the estimated peaks at those batches (n 2 or 3): a parabola through three
- * where they bend upwards, else the line through the first and the last. slope 0 when the
- * estimates do not grow. */
+ * where they bend upwards and it rises from no samples, else the line through the first and
+ * the last. slope 0 when the estimates do not grow. */
 void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsigned n, struct vf_probe_prior *out);
 
 struct vf_probe {

@@ -60,9 +60,9 @@ void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsi
   if (n < 3 || chord <= 0) return;
   /* Divided differences: the parabola through the three. */
   double d01 = (y[1] - y[0]) / (x[1] - x[0]), d12 = (y[2] - y[1]) / (x[2] - x[1]);
-  double bend = (d12 - d01) / (x[2] - x[0]);
-  if (bend <= 0) return;
-  double slope = d01 - bend * (x[0] + x[1]);
+  double bend = (d12 - d01) / (x[2] - x[0]), slope = d01 - bend * (x[0] + x[1]);
+  /* A parabola falling at first is the allocator's steps, not a growth: the chord it is. */
+  if (bend <= 0 || slope <= 0) return;
   *out = (struct vf_probe_prior){y[0] - x[0] * (slope + x[0] * bend), slope, bend};
 }
 

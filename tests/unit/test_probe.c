@@ -284,8 +284,9 @@ static void disagreeing_fixed_bytes_are_ignored(void **state) {
 }
 
 /* The estimate's curve from estimates at a half, three quarters and all of the hint: a
- * parabola where they bend upwards, the line through the ends where they do not (or where
- * the hint is too small for three batches), nothing where they do not grow. */
+ * parabola where they bend upwards, the line through the ends where they do not, where the
+ * parabola would fall at first, or where the hint is too small for three batches; nothing
+ * where they do not grow. */
 static void estimate_curve_from_three_estimates(void **state) {
   (void)state;
   uint64_t b[3];
@@ -306,6 +307,10 @@ static void estimate_curve_from_three_estimates(void **state) {
   vf_probe_prior_fit(at, flattening, 3, &e);
   assert_float_equal(e.slope, 10, 1e-9);
   assert_float_equal(e.fixed, 0, 1e-9);
+  assert_float_equal(e.bend, 0, 0);
+  const uint64_t dipping[3] = {1000 - 50 + 300, 1000 - 100 + 1200, 1000 - 200 + 4800}; /* -5 x + 3 x^2 */
+  vf_probe_prior_fit(at, dipping, 3, &e);
+  assert_float_equal(e.slope, 145, 1e-9);
   assert_float_equal(e.bend, 0, 0);
   const uint64_t falling[3] = {400, 300, 100};
   vf_probe_prior_fit(at, falling, 3, &e);
