@@ -7,8 +7,9 @@
  * 20 MiB of noise either way, with fragmentation (out of memory 5% below where the line
  * reaches the ceiling), and no peaks at all (NVML unavailable: doubling and bisecting). An
  * out-of-memory launch reports what filled the GPU, less up to 256 MiB. The estimate's
- * variants start from its largest batch and its line there (slope and intercept), the
- * estimate being exact or off by 5% or 10% in its batch-dependent part.
+ * variants start from its largest batch and its curve there (fitted to its peaks where
+ * `vramfit probe` takes them, by the same library call), the estimate being exact or off by
+ * 5% or 10% in its batch-dependent part.
  *
  * Usage: bench_probe. Exits 1 when a search finds a wrong answer. */
 #include <math.h>
@@ -69,19 +70,26 @@ static void sim_init(struct sim *s, const struct trainer *t, uint64_t boundary) 
   s->line_at = t->frag ? ((double)boundary + 0.5) / (1 - t->frag) : (double)boundary + 0.5;
 }
 
-/* The estimate, off by err in its batch-dependent part: its largest batch, its slope there
- * and its line's intercept (what `vramfit probe` takes from two estimates). */
-static uint64_t estimate(const struct sim *s, double err, double *slope, double *fixed) {
+/* The estimate's peak at batch b, off by err in its batch-dependent part. */
+static double estimated_peak(const struct sim *s, double err, double b) {
+  return (true_peak(s, b) - FIXED) * (1 + err) + FIXED;
+}
+
+/* The estimate, off by err: its largest batch, and its curve there (prior) fitted to its
+ * peaks at the batches `vramfit probe` takes them at. */
+static uint64_t estimate(const struct sim *s, double err, struct vf_probe_prior *prior) {
   double lo = 1, hi = MAX_BATCH + 1;
-  *fixed = 0;
-  if ((true_peak(s, 1) - FIXED) * (1 + err) + FIXED > CAPACITY) return *slope = 0, 0;
+  *prior = (struct vf_probe_prior){0};
+  if (estimated_peak(s, err, 1) > CAPACITY) return 0;
   while (hi - lo > 1) {
     double mid = floor((lo + hi) / 2);
-    if ((true_peak(s, mid) - FIXED) * (1 + err) + FIXED <= CAPACITY) lo = mid;
+    if (estimated_peak(s, err, mid) <= CAPACITY) lo = mid;
     else hi = mid;
   }
-  *slope = (true_peak(s, lo + 1) - true_peak(s, lo)) * (1 + err);
-  *fixed = (true_peak(s, lo) - FIXED) * (1 + err) + FIXED - *slope * lo;
+  uint64_t batches[3], peaks[3];
+  unsigned n = vf_probe_prior_batches((uint64_t)lo, batches);
+  for (unsigned i = 0; i < n; i++) peaks[i] = (uint64_t)estimated_peak(s, err, (double)batches[i]);
+  vf_probe_prior_fit(batches, peaks, n, prior);
   return (uint64_t)lo;
 }
 
@@ -89,11 +97,11 @@ static uint64_t estimate(const struct sim *s, double err, double *slope, double 
 static unsigned search(const struct trainer *t, uint64_t boundary, bool hinted, double err) {
   struct sim s;
   sim_init(&s, t, boundary);
-  double slope = 0, fixed = 0;
-  uint64_t hint = hinted ? estimate(&s, err, &slope, &fixed) : 0;
+  struct vf_probe_prior prior = {0};
+  uint64_t hint = hinted ? estimate(&s, err, &prior) : 0;
   struct vf_probe p;
   vf_probe_init(&p, 1, MAX_BATCH, hint);
-  vf_probe_steer(&p, (uint64_t)CAPACITY, slope, fixed);
+  vf_probe_steer(&p, (uint64_t)CAPACITY, &prior);
   for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
     uint64_t peak;
     enum vf_probe_outcome o = launch(&s, b, &peak);

@@ -39,6 +39,22 @@ enum vf_probe_move {
   VF_PROBE_STEP,      /* stepping out from the one side known, doubling (no peaks) */
 };
 
+/* The estimate's peak(batch) near its largest fitting batch: fixed + slope b + bend b^2 bytes
+ * (bend 0: a line; slope 0: no estimate). */
+struct vf_probe_prior {
+  double fixed, slope, bend;
+};
+
+/* Where to take the estimates the prior is fitted to, for an estimate whose largest fitting
+ * batch is hint (>= 1): three batches (a half, three quarters and all of the hint), or two
+ * when the hint is too small for three distinct ones; returns how many. */
+unsigned vf_probe_prior_batches(uint64_t hint, uint64_t batches[3]);
+
+/* The prior through the estimated peaks at those batches (n 2 or 3): a parabola through three
+ * where they bend upwards and it rises from no samples, else the line through the first and
+ * the last. slope 0 when the estimates do not grow. */
+void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsigned n, struct vf_probe_prior *out);
+
 struct vf_probe {
   uint64_t min, max;
   uint64_t start;    /* the first batch */
@@ -52,8 +68,7 @@ struct vf_probe {
                           * (no steering) */
   uint64_t revealed;     /* the highest peak an out-of-memory launch reached; 0: none */
   uint64_t revealed_least; /* the lowest such peak; 0: none */
-  double prior_slope;    /* bytes per sample the estimate expects; 0: none */
-  double prior_fixed;    /* the estimate's bytes at no samples (its line's intercept); 0: none */
+  struct vf_probe_prior prior; /* the estimate's curve; slope 0: none, fixed 0: unknown */
   struct vf_probe_point points[VF_PROBE_MAX_POINTS];
   unsigned npoints;
   bool overshot;         /* the last launch was a prediction that ran out of memory */
@@ -69,24 +84,23 @@ struct vf_probe {
 int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
 
 /* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the free
- * memory of the GPU the runs get); slope the bytes per sample the estimate expects and fixed
- * its bytes at no samples, the intercept of its line near its largest fitting batch (0:
- * unknown). From then on every launch that fits with a peak adds a point; peak(batch) is
- * fitted to the points (one point: the line through it and the estimate's fixed bytes where
- * its slope is within an eighth of the estimate's, else with the estimate's slope, else
- * through the origin; a line; a parabola where well-spread points bend upwards beyond
- * NVML's noise) with a band (each peak may be off by NVML's noise, the estimate's slope by an
- * eighth). The answer lies between where the top and the bottom of the band cross the
- * ceiling; the next launch is where the curve itself crosses it, or the bottom of a band
- * much wider than the points are spread, and the launch just past the largest fit where
- * the band puts the answer there. A launch that runs out of memory more than 256 MiB short
- * of the ceiling, or where the band puts it under it, makes the ceiling what the launches
- * reached plus up to 256 MiB; a curve contradicted even by that, a line overshooting from
- * points that show no bend, or peaks that did not help within twice bisection's launches
- * leave the next launch to bisection. Without peaks (NVML saw nothing) the search is as
- * without steering. */
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample,
-                    double fixed_bytes);
+ * memory of the GPU the runs get); prior the estimate's curve near its largest fitting batch
+ * (NULL, or slope 0: none; fixed 0: its bytes at no samples unknown). From then on every
+ * launch that fits with a peak adds a point; peak(batch) is fitted to the points (one point:
+ * the estimate's curve with its batch-dependent part scaled to pass through it where the
+ * scale is within an eighth of 1, else the estimate's curve moved to pass through it, else
+ * the line through it and the origin; a line; a parabola where well-spread points bend
+ * upwards beyond NVML's noise) with a band (each peak may be off by NVML's noise, the
+ * estimate's growth by an eighth). The answer lies between where the top and the bottom of
+ * the band cross the ceiling; the next launch is where the curve itself crosses it, or the
+ * bottom of a band much wider than the points are spread, and the launch just past the
+ * largest fit where the band puts the answer there. A launch that runs out of memory more
+ * than 256 MiB short of the ceiling, or where the band puts it under it, makes the ceiling
+ * what the launches reached plus up to 256 MiB; a curve contradicted even by that, a line
+ * overshooting from points that show no bend, or peaks that did not help within twice
+ * bisection's launches leave the next launch to bisection. Without peaks (NVML saw nothing)
+ * the search is as without steering. */
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, const struct vf_probe_prior *prior);
 
 /* The batch to launch next, never one launched before and always in [min, max]; 0 when the
  * search is over. move (may be NULL) says why. */

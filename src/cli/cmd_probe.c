@@ -177,25 +177,25 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
 
 struct start {
   uint64_t hint;          /* the estimator's largest batch that fits; 0: none */
-  double slope;           /* the estimate's bytes per sample around it; 0: none */
-  double fixed;           /* its line's bytes at no samples there; 0: none */
+  struct vf_probe_prior prior; /* the estimate's curve around it; slope 0: none */
   struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
   char *setup;            /* the estimate's setup for the history; NULL without --model */
   struct probe_stage stage; /* --workload --stage: the stage as planned; stage.cmd NULL otherwise */
 };
 
-/* The estimate's line near the hint, from two estimates half the hint apart: its growth per
- * sample and its bytes at no samples (both 0 when the estimates do not grow). */
-static void estimate_line(const struct setup_context *ctx, const struct vf_setup *s, struct start *st) {
-  struct vf_setup a = *s, b = *s;
-  a.batch = st->hint / 2 ? st->hint / 2 : 1;
-  b.batch = a.batch < st->hint ? st->hint : st->hint + 1;
-  struct vf_estimate ea, eb;
-  if (vf_estimate(&ctx->model, &a, &ctx->profile, &ctx->conf, &ea, NULL) ||
-      vf_estimate(&ctx->model, &b, &ctx->profile, &ctx->conf, &eb, NULL) || eb.device_peak <= ea.device_peak)
-    return;
-  st->slope = (double)(eb.device_peak - ea.device_peak) / (double)(b.batch - a.batch);
-  st->fixed = (double)eb.device_peak - st->slope * (double)b.batch;
+/* The estimate's curve near the hint, fitted to estimates where vf_probe_prior_batches says
+ * (slope 0 when they fail or do not grow). */
+static void estimate_curve(const struct setup_context *ctx, const struct vf_setup *s, struct start *st) {
+  uint64_t batches[3], peaks[3];
+  unsigned n = vf_probe_prior_batches(st->hint, batches);
+  for (unsigned i = 0; i < n; i++) {
+    struct vf_setup at = *s;
+    at.batch = batches[i];
+    struct vf_estimate e;
+    if (vf_estimate(&ctx->model, &at, &ctx->profile, &ctx->conf, &e, NULL)) return;
+    peaks[i] = e.device_peak;
+  }
+  vf_probe_prior_fit(batches, peaks, n, &st->prior);
 }
 
 /* A workload's stage: the command gets the stage's knobs, the search the estimate's start. */
@@ -204,7 +204,7 @@ static int stage_hint(struct request *r, struct start *st) {
   if (code) return code;
   r->cmd = st->stage.cmd;
   st->hint = st->stage.hint;
-  st->slope = st->stage.slope;
+  st->prior.slope = st->stage.slope;
   st->gpu = st->stage.gpu;
   st->setup = strdup(st->stage.setup);
   return st->setup ? EXIT_OK : EXIT_INTERNAL;
@@ -226,7 +226,7 @@ static int estimate_hint(struct request *r, struct start *st) {
   int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
-  if (st->hint) estimate_line(&ctx, &r->setup.setup, st);
+  if (st->hint) estimate_curve(&ctx, &r->setup.setup, st);
   setup_context_cleanup(&ctx);
   if (rc) return cli_diag_error(NAME, rc, &d);
   st->setup = history_setup_json(&r->setup, r->model);
@@ -264,7 +264,7 @@ static void steer(struct vf_probe *p, struct vf_nvml *nvml, const struct start *
   if (vf_nvml_visible(nvml, &index, NULL) || vf_nvml_sample(nvml, index, &gpu) ||
       !(gpu.fields & VF_FIELD_MEMORY) || !gpu.free_bytes)
     return;
-  vf_probe_steer(p, gpu.free_bytes, st->slope, st->fixed);
+  vf_probe_steer(p, gpu.free_bytes, &st->prior);
   if (json) return;
   char room[32];
   cli_format_bytes(gpu.free_bytes, room, sizeof room);

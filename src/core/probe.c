@@ -29,11 +29,41 @@ int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint)
   return 0;
 }
 
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, double slope_bytes_per_sample,
-                    double fixed_bytes) {
+void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, const struct vf_probe_prior *prior) {
   p->ceiling = ceiling_bytes;
-  p->prior_slope = slope_bytes_per_sample > 0 ? slope_bytes_per_sample : 0;
-  p->prior_fixed = fixed_bytes > 0 ? fixed_bytes : 0;
+  p->prior = prior && prior->slope > 0 ? *prior : (struct vf_probe_prior){0};
+  if (p->prior.fixed < 0) p->prior.fixed = 0;
+  if (p->prior.bend < 0) p->prior.bend = 0;
+}
+
+/* ---- the estimate's curve ---- */
+
+unsigned vf_probe_prior_batches(uint64_t hint, uint64_t batches[3]) {
+  /* Estimates spread over half the hint: the allocator model rounds blocks, so estimates a
+   * batch apart can step; a curve through the upper half follows the estimate where the
+   * search looks (near the hint), and its value at no samples is the estimate's fixed part. */
+  if (hint >= 4) {
+    batches[0] = hint / 2, batches[1] = hint - hint / 4, batches[2] = hint;
+    return 3;
+  }
+  batches[0] = hint / 2 ? hint / 2 : 1;
+  batches[1] = batches[0] < hint ? hint : hint + 1;
+  return 2;
+}
+
+void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsigned n, struct vf_probe_prior *out) {
+  double x[3] = {0}, y[3] = {0};
+  for (unsigned i = 0; i < n; i++) x[i] = (double)batches[i], y[i] = (double)peaks[i];
+  double chord = (y[n - 1] - y[0]) / (x[n - 1] - x[0]);
+  *out = (struct vf_probe_prior){y[0] - chord * x[0], chord, 0};
+  if (chord <= 0) *out = (struct vf_probe_prior){0};
+  if (n < 3 || chord <= 0) return;
+  /* Divided differences: the parabola through the three. */
+  double d01 = (y[1] - y[0]) / (x[1] - x[0]), d12 = (y[2] - y[1]) / (x[2] - x[1]);
+  double bend = (d12 - d01) / (x[2] - x[0]), slope = d01 - bend * (x[0] + x[1]);
+  /* A parabola falling at first is the allocator's steps, not a growth: the chord it is. */
+  if (bend <= 0 || slope <= 0) return;
+  *out = (struct vf_probe_prior){y[0] - x[0] * (slope + x[0] * bend), slope, bend};
 }
 
 /* ---- the fit of peak(batch) ---- */
@@ -81,20 +111,25 @@ static const struct vf_probe_point *largest(const struct vf_probe *p) {
   return top;
 }
 
-/* Through the largest point and the estimate's fixed bytes where that slope is within
- * PRIOR_ERROR of the estimate's (an estimate errs mostly in what grows with the batch:
- * weights and optimizer states are counted, activations modelled); else with the estimate's
- * slope; else through the origin as well, which takes all of its memory for per-sample
- * memory: too steep, so the prediction falls short of the ceiling and fits, and the next
- * point lies far from this one. */
+/* The estimate's bytes at x above its fixed part: what grows with the batch. */
+static double growth(const struct vf_probe_prior *e, double x) { return x * (e->slope + x * e->bend); }
+
+/* Through the largest point: the estimate's curve with its growth scaled to pass through the
+ * point from the estimate's fixed bytes, where the scale is within PRIOR_ERROR of 1 (an
+ * estimate errs mostly in what grows with the batch: weights and optimizer states are
+ * counted, activations modelled); else the estimate's curve moved to pass through it; else
+ * the line through the origin, which takes all of its memory for per-sample memory: too
+ * steep, so the prediction falls short of the ceiling and fits, and the next point lies far
+ * from this one. */
 static struct curve through_largest(const struct vf_probe *p, bool prior) {
+  const struct vf_probe_prior *e = &p->prior;
   double x = (double)largest(p)->batch, y = (double)largest(p)->peak_bytes;
-  bool from_prior = prior && p->prior_slope > 0;
-  double pivot = p->prior_fixed > 0 ? (y - p->prior_fixed) / x : 0;
-  bool pivoted = from_prior && fabs(pivot / p->prior_slope - 1) <= PRIOR_ERROR;
-  double slope = pivoted ? pivot : from_prior ? p->prior_slope : y / x;
-  struct curve f = {.kind = pivoted ? PIVOTED : from_prior ? FROM_PRIOR : THROUGH_ORIGIN, .a = y - slope * x,
-                    .b = slope};
+  bool from_prior = prior && e->slope > 0;
+  double scale = from_prior && e->fixed > 0 ? (y - e->fixed) / growth(e, x) : 0;
+  bool pivoted = from_prior && fabs(scale - 1) <= PRIOR_ERROR;
+  struct curve f = {THROUGH_ORIGIN, 1, 0, y / x, 0, 0, 0};
+  if (pivoted) f = (struct curve){PIVOTED, 2, e->fixed, scale * e->slope, scale * e->bend, 0, 0};
+  else if (from_prior) f = (struct curve){FROM_PRIOR, 2, y - growth(e, x), e->slope, e->bend, 0, 0};
   f.resid = largest_residual(p, &f);
   f.noise = fmax(PEAK_NOISE, f.resid);
   return f;
@@ -166,8 +201,8 @@ static bool least_squares(const struct vf_probe *p, int degree, struct curve *f)
  * them), so it may be off by the noise times the sum of the weights' sizes. Near the points
  * that is about the noise; extrapolated far past points close together, many times it. */
 static double band(const struct vf_probe *p, const struct curve *f, double x) {
-  double extrapolated = fabs(x - (double)largest(p)->batch);
-  if (f->kind == FROM_PRIOR || f->kind == PIVOTED) return f->noise + PRIOR_ERROR * f->b * extrapolated;
+  if (f->kind == FROM_PRIOR || f->kind == PIVOTED)
+    return f->noise + PRIOR_ERROR * fabs(at(f, x) - at(f, (double)largest(p)->batch));
   if (f->kind == THROUGH_ORIGIN) return f->noise;
   int n = f->degree + 1;
   double m[3][4], v[3], scale = batch_scale(p), pw[5], weights = 0;

@@ -24,7 +24,7 @@ static uint64_t steered_search(uint64_t min, uint64_t max, uint64_t hint, uint64
                                peak_fn peak, void *arg, unsigned *launches) {
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, min, max, hint), 0);
-  if (ceiling) vf_probe_steer(&p, ceiling, 0, 0);
+  if (ceiling) vf_probe_steer(&p, ceiling, NULL);
   uint64_t tried[MAX_LAUNCHES];
   unsigned n = 0;
   for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
@@ -219,7 +219,7 @@ static void estimate_slope_and_one_fit(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 900), 0);
-  vf_probe_steer(&p, (uint64_t)(80 * GIB), 64 * GIB / 1000.5, 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), &(struct vf_probe_prior){0, 64 * GIB / 1000.5, 0});
   enum vf_probe_move m;
   assert_int_equal(vf_probe_next(&p, &m), 900);
   assert_int_equal(m, VF_PROBE_START);
@@ -248,7 +248,7 @@ static uint64_t gib_per_sample(uint64_t batch) { return (uint64_t)((16.0 + (doub
 /* Starts at the estimate's 60 with its slope and fixed bytes; returns the next batch. */
 static uint64_t after_the_hint(struct vf_probe *p, double fixed, enum vf_probe_move *m) {
   assert_int_equal(vf_probe_init(p, 1, 4096, 60), 0);
-  vf_probe_steer(p, (uint64_t)(80 * GIB), 1.05 * GIB, fixed);
+  vf_probe_steer(p, (uint64_t)(80 * GIB), &(struct vf_probe_prior){fixed, 1.05 * GIB, 0});
   assert_int_equal(vf_probe_record(p, 60, VF_PROBE_OK, gib_per_sample(60)), 0);
   return vf_probe_next(p, m);
 }
@@ -283,6 +283,82 @@ static void disagreeing_fixed_bytes_are_ignored(void **state) {
   assert_int_equal(m, VF_PROBE_APPROACH);
 }
 
+/* The estimate's curve from estimates at a half, three quarters and all of the hint: a
+ * parabola where they bend upwards, the line through the ends where they do not, where the
+ * parabola would fall at first, or where the hint is too small for three batches; nothing
+ * where they do not grow. */
+static void estimate_curve_from_three_estimates(void **state) {
+  (void)state;
+  uint64_t b[3];
+  assert_int_equal(vf_probe_prior_batches(68, b), 3);
+  assert_true(b[0] == 34 && b[1] == 51 && b[2] == 68);
+  assert_int_equal(vf_probe_prior_batches(3, b), 2);
+  assert_true(b[0] == 1 && b[1] == 3);
+  assert_int_equal(vf_probe_prior_batches(1, b), 2);
+  assert_true(b[0] == 1 && b[1] == 2);
+  struct vf_probe_prior e;
+  const uint64_t at[3] = {10, 20, 40};
+  const uint64_t bent[3] = {1000 + 10 * 7 + 100 * 3, 1000 + 20 * 7 + 400 * 3, 1000 + 40 * 7 + 1600 * 3};
+  vf_probe_prior_fit(at, bent, 3, &e);
+  assert_float_equal(e.fixed, 1000, 1e-6);
+  assert_float_equal(e.slope, 7, 1e-9);
+  assert_float_equal(e.bend, 3, 1e-9);
+  const uint64_t flattening[3] = {100, 300, 400};
+  vf_probe_prior_fit(at, flattening, 3, &e);
+  assert_float_equal(e.slope, 10, 1e-9);
+  assert_float_equal(e.fixed, 0, 1e-9);
+  assert_float_equal(e.bend, 0, 0);
+  const uint64_t dipping[3] = {1000 - 50 + 300, 1000 - 100 + 1200, 1000 - 200 + 4800}; /* -5 x + 3 x^2 */
+  vf_probe_prior_fit(at, dipping, 3, &e);
+  assert_float_equal(e.slope, 145, 1e-9);
+  assert_float_equal(e.bend, 0, 0);
+  const uint64_t falling[3] = {400, 300, 100};
+  vf_probe_prior_fit(at, falling, 3, &e);
+  assert_float_equal(e.slope, 0, 0);
+}
+
+/* Peaks 16 GiB + 64 GiB (3/4 x + 1/4 x^2), x = batch / 1000.5 (bench_probe's quadratic
+ * trainer): 1000 fits. The estimate is 10% low in what grows, so its largest batch is 1087,
+ * which runs out of memory. */
+static double quadratic_growth(double batch) {
+  double x = batch / 1000.5;
+  return 64 * GIB * (0.75 * x + 0.25 * x * x);
+}
+
+/* The whole search from the estimate's start with prior; returns the launches. */
+static unsigned from_a_low_estimate(const struct vf_probe_prior *prior) {
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 1, 4096, 1087), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), prior);
+  for (uint64_t b; (b = vf_probe_next(&p, NULL));) {
+    bool fits = b <= 1000;
+    uint64_t peak = fits ? (uint64_t)(16 * GIB + quadratic_growth((double)b)) : (uint64_t)(79.9 * GIB);
+    assert_int_equal(vf_probe_record(&p, b, fits ? VF_PROBE_OK : VF_PROBE_OOM, peak), 0);
+  }
+  assert_int_equal(vf_probe_result(&p), 1000);
+  return p.launches;
+}
+
+/* The estimate's curve, its growth scaled through the one fit (by 1.11, within an eighth),
+ * is the true curve: after the start (out of memory) and the step down that fits, it
+ * predicts 1000 and the batch past it confirms: 4 launches, the least there can be. The
+ * line the probe took before (through the estimates at 543 and 1087) bends less: its
+ * predictions creep down from 1005, 6 launches. */
+static void estimate_curve_scaled_through_one_point(void **state) {
+  (void)state;
+  uint64_t b[3], est[3];
+  unsigned n = vf_probe_prior_batches(1087, b);
+  for (unsigned i = 0; i < n; i++) est[i] = (uint64_t)(16 * GIB + 0.9 * quadratic_growth((double)b[i]));
+  struct vf_probe_prior curve, line;
+  vf_probe_prior_fit(b, est, n, &curve);
+  uint64_t ends[3] = {b[0], b[2]}, ends_est[3] = {est[0], est[2]};
+  vf_probe_prior_fit(ends, ends_est, 2, &line);
+  assert_true(curve.bend > 0 && line.bend == 0);
+  assert_float_equal(curve.fixed, 16 * GIB, 1e3);
+  assert_int_equal(from_a_low_estimate(&curve), 4);
+  assert_int_equal(from_a_low_estimate(&line), 6);
+}
+
 /* An out-of-memory launch that reached far less than the GPU's memory (fragmentation)
  * reveals where the memory ended: the next launch aims under that instead of the GPU's
  * capacity. Peaks are 16 GiB + 1 GiB per sample, the GPU has 100 GiB. */
@@ -290,7 +366,7 @@ static void out_of_memory_reveals_the_ceiling(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 4096, 0), 0);
-  vf_probe_steer(&p, (uint64_t)(100 * GIB), 0, 0);
+  vf_probe_steer(&p, (uint64_t)(100 * GIB), NULL);
   assert_int_equal(vf_probe_record(&p, 1, VF_PROBE_OK, (uint64_t)(17 * GIB)), 0);
   /* Through the origin: 100/17 GiB, so 5; then the line through both points reaches 100 GiB
    * at 84, but two points close together show no bend: halfway first. */
@@ -371,6 +447,8 @@ int main(void) {
       cmocka_unit_test(estimate_slope_and_one_fit),
       cmocka_unit_test(estimate_fixed_bytes_pivot_one_point),
       cmocka_unit_test(disagreeing_fixed_bytes_are_ignored),
+      cmocka_unit_test(estimate_curve_from_three_estimates),
+      cmocka_unit_test(estimate_curve_scaled_through_one_point),
       cmocka_unit_test(out_of_memory_reveals_the_ceiling),
       cmocka_unit_test(estimate_max_batch),
   };
