@@ -1102,10 +1102,39 @@ static void merge_outputs(struct ctx *x) {
   if (x->outputs.n && x->has_head) transient(x, x->accumulation * loss_outputs(x) * x->d.c, VF_CAT_TEMPORARIES);
 }
 
+/* Tensors over the logits: a profile gives their bytes per logit summed, but the loss
+ * makes them one by one, none wider than fp32: the 16-bit logits, their fp32 up-cast and
+ * log-softmax; in the backward the fp32 gradients nll_loss's and _log_softmax's backward
+ * formulas each return (tools/autograd/derivatives.yaml@v2.13.0). Each is its own block:
+ * a block of their sum fits none of the cached blocks the tensors reuse (the up-cast's,
+ * freed after the forward), and the allocator model would reserve it anew. */
+#define LOGIT_TENSORS 5
+struct logit_tensors {
+  uint32_t id[LOGIT_TENSORS];
+};
+
+/* Makes `per` bytes a logit over n logits, one of `parts` chunks of them, as fp32 tensors
+ * and one narrower rest. */
+static struct logit_tensors take_logit_tensors(struct ctx *x, uint64_t n, uint32_t per, uint64_t parts) {
+  struct logit_tensors t = {{0}};
+  for (int i = 0; i < LOGIT_TENSORS && per; i++) {
+    uint32_t bytes = per > 4 && i + 1 < LOGIT_TENSORS ? 4 : per;
+    t.id[i] = take(x, n * bytes / parts, VF_CAT_TEMPORARIES);
+    per -= bytes;
+  }
+  return t;
+}
+
+static void give_logit_tensors(struct ctx *x, struct logit_tensors *t) {
+  for (int i = 0; i < LOGIT_TENSORS; i++) give(x, t->id[i]);
+  *t = (struct logit_tensors){{0}};
+}
+
 /* What the loss keeps from its forward for its backward: the logits' up-cast and
  * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
 struct loss_kept {
-  uint32_t loss, capped;
+  struct logit_tensors loss;
+  uint32_t capped;
 };
 
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
@@ -1145,10 +1174,13 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
    * copy before it can split the rows into chunks. */
   uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
-  k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
+  k.loss = take_logit_tensors(x, n, kept > held ? kept - held : 0, 1);
   give(x, sliced);
   uint32_t made = kept + cap + whole_bytes + output;
-  if (peak > made) transient(x, n * (peak - made) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  if (peak > made) {
+    struct logit_tensors rest = take_logit_tensors(x, n, peak - made, loss_chunks(x));
+    give_logit_tensors(x, &rest);
+  }
   give(x, whole);
   return k;
 }
@@ -1312,10 +1344,10 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
  * logits: the split's backward concatenates them into one (SplitBackward0's cat), and the
  * slice's backward copies that into zeros of the whole logits (slice_backward), before
  * the cast. Returns the whole gradient; frees the chunk's, chunk_grad. */
-static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
+static uint32_t assemble_grads(struct ctx *x, struct logit_tensors *chunk_grad) {
   uint64_t bytes = loss_outputs(x) * x->p->logits_held_bytes;
   uint32_t parts = take(x, bytes, VF_CAT_TEMPORARIES);
-  give(x, chunk_grad);
+  give_logit_tensors(x, chunk_grad);
   uint32_t joined = take(x, bytes, VF_CAT_TEMPORARIES);
   give(x, parts);
   uint32_t padded = take(x, bytes, VF_CAT_TEMPORARIES);
@@ -1334,19 +1366,18 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
  * output goes with its chunk's matmul: all at once unchunked, chunk by chunk from the
  * head's first backward on, when chunked. Returns the gradient the head's matmul reads. */
 static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
-  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
-  uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
-  if (x->task == VF_TASK_SEQ_CLS) return grad_logits;
-  give(x, k->loss);
-  k->loss = 0;
+  if (x->task == VF_TASK_SEQ_CLS) return take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
+  struct logit_tensors grad_logits = take_logit_tensors(x, n, x->p->logits_backward_bytes, chunks);
+  give_logit_tensors(x, &k->loss);
   if (chunks == 1) {
     give(x, k->capped);
     k->capped = 0;
   }
-  if (head_whole(x)) grad_logits = assemble_grads(x, grad_logits);
+  uint32_t assembled = head_whole(x) ? assemble_grads(x, &grad_logits) : 0;
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
-  give(x, grad_logits);
+  give(x, assembled);
+  give_logit_tensors(x, &grad_logits);
   return cast;
 }
 
@@ -1362,7 +1393,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);
   give(x, grad_logits);
-  give(x, k.loss);
+  give_logit_tensors(x, &k.loss);
   give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
