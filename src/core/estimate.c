@@ -91,6 +91,7 @@ struct ctx {
   bool has_head;         /* this pipeline stage computes the logits and the loss */
   bool has_embedding;    /* this pipeline stage holds the embedding */
   uint64_t chunks, chunks_in_flight; /* model chunks per pipeline rank; chunk forwards held at most */
+  bool chunks_apart;     /* the chunks' backwards run one chunk after the other */
   struct grads outputs;  /* the last stage's outputs torch.distributed.pipelining keeps */
   uint32_t *held_gather; /* per replayed layer and the root: FSDP units a pipeline leaves gathered */
   bool receive_buffers;  /* torch.distributed.pipelining's receive buffers exist */
@@ -901,7 +902,59 @@ static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   *held = 0;
 }
 
+/* Units [begin, end) of the replay reduced, then resharded. */
+static void post_backward(struct ctx *x, int32_t begin, int32_t end, struct grads *g) {
+  for (int32_t l = begin; l < end; l++) {
+    reduce_unsharded(x, l, g);
+    give(x, x->held_gather[l + 1]);
+    x->held_gather[l + 1] = 0;
+  }
+}
+
+/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
+static void pipeline_post_backward(struct ctx *x, struct grads *g) {
+  if (pipeline_fsdp(x)) post_backward(x, -1, (int32_t)x->layers, g);
+}
+
+/* The replayed layer where this rank's model chunk c begins: the blocks of the chunks
+ * before it, scaled to the layers replayed. */
+static uint64_t chunk_start(const struct ctx *x, uint64_t c) {
+  uint64_t layers = x->m->arch.layers, pp = x->s->pp, stages = pp * x->chunks, rank = (uint64_t)x->stage;
+  uint64_t before = 0;
+  for (uint64_t i = 0; i < c; i++) before += vf_pp_stage_layers(layers, stages, rank + i * pp, x->p->pp_even_layers);
+  return before * x->layers / vf_pp_rank_layers(layers, pp, x->chunks, rank, x->p->pp_even_layers);
+}
+
+/* The model chunk a unit belongs to: the root's embedding to the first, its head to the last. */
+static uint64_t unit_chunk(const struct ctx *x, int32_t layer) {
+  if (layer < 0) return x->has_head ? x->chunks - 1 : 0;
+  uint64_t c = x->chunks - 1;
+  while (c && chunk_start(x, c) > (uint64_t)layer) c--;
+  return c;
+}
+
+/* Each stage runs its FSDP post-backward after its own last micro batch's backward
+ * (PipelineScheduleMulti._step_microbatches: last_backward = backward_counter[stage_idx]
+ * == n_microbatches, stage.py backward_maybe_with_nosync). When a rank's chunks run their
+ * backwards one after the other, a chunk is reduced and resharded before the chunk below
+ * it makes its first gradient: the replay's micro batches but the last make the whole
+ * gradients of the last chunk only, and the last one's backward ends each chunk in turn. */
+static bool gradients_deferred(const struct ctx *x, int32_t layer) {
+  return x->chunks_apart && !x->last_micro && unit_chunk(x, layer) + 1 < x->chunks;
+}
+
+/* After the backward of `layer`, the last micro batch's: the chunk it starts is done. */
+static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) {
+  if (!x->chunks_apart || !x->last_micro || !pipeline_fsdp(x)) return;
+  uint64_t c = unit_chunk(x, (int32_t)layer);
+  if (!c || chunk_start(x, c) != layer) return;
+  uint64_t end = c + 1 < x->chunks ? chunk_start(x, c + 1) : x->layers;
+  post_backward(x, (int32_t)layer, (int32_t)end, g);
+  if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
+}
+
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  if (gradients_deferred(x, layer)) return;
   uint32_t *held = &x->unsharded[layer + 1];
   uint64_t elems = layer_grad_elems(x, layer), full = elems * x->d.g;
   /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
@@ -913,15 +966,6 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
 }
 
-/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
-static void pipeline_post_backward(struct ctx *x, struct grads *g) {
-  if (!pipeline_fsdp(x)) return;
-  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
-    reduce_unsharded(x, l, g);
-    give(x, x->held_gather[l + 1]);
-    x->held_gather[l + 1] = 0;
-  }
-}
 
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
@@ -1726,6 +1770,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
     if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
+    chunk_post_backward(x, l, g);
   }
   mark(x, ST_ROOT_BACKWARD);
   grad_stream = embedding_post_backward(x, grad_stream, emb);
@@ -2097,6 +2142,7 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   x->ps = &ps;
   x->stage = (int)rank;
   x->chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->chunks, x->accumulation, rank);
+  x->chunks_apart = vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->chunks, x->accumulation);
   out->rank = rank;
   out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);

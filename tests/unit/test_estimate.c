@@ -1094,6 +1094,55 @@ static void test_autocast_cache(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* Temporaries of one size live at once, at most, and whether any block came in sizes
+ * given. */
+struct sized_blocks {
+  uint64_t size, live, most, other[2];
+  bool other_seen;
+};
+
+static void count_sized_blocks(void *arg, const struct vf_timeline_event *e) {
+  struct sized_blocks *z = arg;
+  if (e->category != VF_CAT_TEMPORARIES) return;
+  z->other_seen |= e->bytes == z->other[0] || e->bytes == z->other[1];
+  if (e->bytes != z->size) return;
+  z->live = e->op == VF_TIMELINE_ALLOC ? z->live + 1 : z->live - 1;
+  if (z->live > z->most) z->most = z->live;
+}
+
+/* The allocator's 512-byte rounding. */
+#define ROUNDED(bytes) (((bytes) + 511) / 512 * 512)
+
+/* hf's loss over 8 positions x 1,000 logits (an fp32 toy with that vocabulary): the
+ * up-cast and the log-softmax in the forward, the two fp32 gradients of the backward
+ * (nll_loss's, _log_softmax's) are tensors of 32,000 bytes each, never one block of their
+ * sum (6 bytes a logit for the forward's rest, 8 for the backward's). In the backward the
+ * kept log-softmax and both gradients are live at once: 3. */
+static void test_loss_tensors_apart(void **state) {
+  (void)state;
+  static const char cfg[] =
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+      " \"vocab_size\": 1000, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+      " \"torch_dtype\": \"float32\"}";
+  struct vf_model m;
+  load_config(&m, cfg);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  struct sized_blocks z = {.size = ROUNDED(8 * 1000 * 4), .other = {ROUNDED(8 * 1000 * 6), ROUNDED(8 * 1000 * 8)}};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_sized_blocks, &z, &e, &d), 0);
+  assert_int_equal(z.most, 3);
+  assert_false(z.other_seen);
+  vf_model_cleanup(&m);
+}
+
 static void padding_mask(struct vf_profile *p, bool on) { p->padding_mask = on; }
 static void varied_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->lengths = VF_LENGTHS_VARIED; }
 
@@ -1373,6 +1422,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
       cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
+      cmocka_unit_test(test_loss_tensors_apart),
       cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
