@@ -1157,16 +1157,23 @@ struct logit_tensors {
   uint32_t id[LOGIT_TENSORS];
 };
 
-/* Makes `per` bytes a logit over n logits, one of `parts` chunks of them, as fp32 tensors
- * and one narrower rest. */
+/* Makes `per` bytes a logit over n logits, one of `parts` chunks of them: a narrower
+ * tensor first (the 16-bit logits the fp32 ones are made from), then fp32 tensors. */
 static struct logit_tensors take_logit_tensors(struct ctx *x, uint64_t n, uint32_t per, uint64_t parts) {
   struct logit_tensors t = {{0}};
-  for (int i = 0; i < LOGIT_TENSORS && per; i++) {
-    uint32_t bytes = per > 4 && i + 1 < LOGIT_TENSORS ? 4 : per;
-    t.id[i] = take(x, n * bytes / parts, VF_CAT_TEMPORARIES);
-    per -= bytes;
-  }
+  uint32_t wide = per / 4 < LOGIT_TENSORS - 1 ? per / 4 : LOGIT_TENSORS - 1, narrow = per - 4 * wide;
+  if (narrow) t.id[0] = take(x, n * narrow / parts, VF_CAT_TEMPORARIES);
+  for (uint32_t i = 1; i <= wide; i++) t.id[i] = take(x, n * 4 / parts, VF_CAT_TEMPORARIES);
   return t;
+}
+
+/* The tensor a chain of backward nodes ends with; each of the others goes once the node
+ * that reads it has run. */
+static uint32_t last_logit_tensor(struct logit_tensors *t) {
+  uint32_t last = 0;
+  for (int i = 0; i < LOGIT_TENSORS; i++)
+    if (t->id[i]) last = t->id[i];
+  return last;
 }
 
 static void give_logit_tensors(struct ctx *x, struct logit_tensors *t) {
@@ -1218,13 +1225,12 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
    * copy before it can split the rows into chunks. */
   uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
+  /* The logits and their up-cast come first, the log-softmax the backward keeps last. */
+  uint32_t made = kept + cap + whole_bytes + output;
+  struct logit_tensors rest = take_logit_tensors(x, n, peak > made ? peak - made : 0, loss_chunks(x));
   k.loss = take_logit_tensors(x, n, kept > held ? kept - held : 0, 1);
   give(x, sliced);
-  uint32_t made = kept + cap + whole_bytes + output;
-  if (peak > made) {
-    struct logit_tensors rest = take_logit_tensors(x, n, peak - made, loss_chunks(x));
-    give_logit_tensors(x, &rest);
-  }
+  give_logit_tensors(x, &rest);
   give(x, whole);
   return k;
 }
@@ -1388,10 +1394,10 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
  * logits: the split's backward concatenates them into one (SplitBackward0's cat), and the
  * slice's backward copies that into zeros of the whole logits (slice_backward), before
  * the cast. Returns the whole gradient; frees the chunk's, chunk_grad. */
-static uint32_t assemble_grads(struct ctx *x, struct logit_tensors *chunk_grad) {
+static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
   uint64_t bytes = loss_outputs(x) * x->p->logits_held_bytes;
   uint32_t parts = take(x, bytes, VF_CAT_TEMPORARIES);
-  give_logit_tensors(x, chunk_grad);
+  give(x, chunk_grad);
   uint32_t joined = take(x, bytes, VF_CAT_TEMPORARIES);
   give(x, parts);
   uint32_t padded = take(x, bytes, VF_CAT_TEMPORARIES);
@@ -1412,16 +1418,20 @@ static uint32_t assemble_grads(struct ctx *x, struct logit_tensors *chunk_grad) 
 static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
   if (x->task == VF_TASK_SEQ_CLS) return take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
+  /* nll_loss's gradient goes once _log_softmax's backward has read it, with the
+   * log-softmax that node kept; the cast reads the last. */
   struct logit_tensors grad_logits = take_logit_tensors(x, n, x->p->logits_backward_bytes, chunks);
+  uint32_t last = last_logit_tensor(&grad_logits);
+  for (int i = 0; i < LOGIT_TENSORS; i++)
+    if (grad_logits.id[i] != last) give(x, grad_logits.id[i]);
   give_logit_tensors(x, &k->loss);
   if (chunks == 1) {
     give(x, k->capped);
     k->capped = 0;
   }
-  uint32_t assembled = head_whole(x) ? assemble_grads(x, &grad_logits) : 0;
+  uint32_t from = head_whole(x) ? assemble_grads(x, last) : last;
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
-  give(x, assembled);
-  give_logit_tensors(x, &grad_logits);
+  give(x, from);
   return cast;
 }
 
