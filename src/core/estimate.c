@@ -1435,9 +1435,21 @@ static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   return cast;
 }
 
+/* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
+ * kept: the forward's thread and the autograd engine's each have one
+ * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
+ * before). A GPU not named is taken for a current one, as the tracer takes it. */
+static void cublas_workspace(struct ctx *x, uint32_t *made) {
+  if (*made) return;
+  bool hopper = x->s->gpu_cc_major >= 9 || x->s->gpu_cc_major == 0;
+  *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
+}
+
 static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
   uint32_t grad_logits = loss_backward(x, &k);
+  /* The backward's first matmul is the head's: the loss's nodes call no cuBLAS. */
+  cublas_workspace(x, &x->backward_workspace);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
@@ -1684,16 +1696,6 @@ static void receive_buffers(struct ctx *x) {
   take(x, (x->chunks - x->has_head) * per, VF_CAT_ACTIVATIONS);
 }
 
-/* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
- * kept: the forward's thread and the autograd engine's each have one
- * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
- * before). A GPU not named is taken for a current one, as the tracer takes it. */
-static void cublas_workspace(struct ctx *x, uint32_t *made) {
-  if (*made) return;
-  bool hopper = x->s->gpu_cc_major >= 9 || x->s->gpu_cc_major == 0;
-  *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
-}
-
 /* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
  * no_grad, or outside autograd's graph. What it makes is this micro batch's alone. */
 static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
@@ -1774,8 +1776,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   give_all(x, &x->stale);
   mark(x, ST_HEAD_BACKWARD);
   zero_reduce_buckets(x);
-  cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
+  cublas_workspace(x, &x->backward_workspace);
   uint32_t grad_stream = take(x, stream, VF_CAT_TEMPORARIES);
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
