@@ -1067,6 +1067,17 @@ static void count_forward_casts(void *arg, const struct vf_timeline_event *e) {
   }
 }
 
+/* The setup's hf run of the model, its events to fn. */
+static void hf_timeline(const struct vf_model *m, const struct vf_setup *s, vf_timeline_fn fn, void *arg) {
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate_timeline(m, s, &p, &c, fn, arg, &e, &d), 0);
+}
+
 /* Full checkpointing under autocast (fp32 weights, full fine-tuning): the casts of the
  * trainable weights stay in autocast's cache through the forward and the loss (per layer
  * q, k, v, o of 4,096 elements and gate, up, down of 8,192, in bf16), and are gone when the
@@ -1080,15 +1091,9 @@ static void test_autocast_cache(void **state) {
   s.seq = 8;
   s.amp = VF_PREC_BF16;
   s.grad_ckpt = VF_CKPT_FULL;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
   static struct forward_casts f;
   memset(&f, 0, sizeof f);
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_forward_casts, &f, &e, &d), 0);
+  hf_timeline(&m, &s, count_forward_casts, &f);
   assert_int_equal(f.at_loss, 2 * (4 * 4096 * 2 + 3 * 8192 * 2));
   assert_int_equal(f.at_backward, 0);
   vf_model_cleanup(&m);
@@ -1127,17 +1132,11 @@ static void test_loss_tensors_apart(void **state) {
       " \"torch_dtype\": \"float32\"}";
   struct vf_model m;
   load_config(&m, cfg);
+  struct sized_blocks z = {.size = ROUNDED(8 * 1000 * 4), .other = {ROUNDED(8 * 1000 * 6), ROUNDED(8 * 1000 * 8)}};
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 8;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
-  struct sized_blocks z = {.size = ROUNDED(8 * 1000 * 4), .other = {ROUNDED(8 * 1000 * 6), ROUNDED(8 * 1000 * 8)}};
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_sized_blocks, &z, &e, &d), 0);
+  hf_timeline(&m, &s, count_sized_blocks, &z);
   assert_int_equal(z.most, 3);
   assert_false(z.other_seen);
   vf_model_cleanup(&m);
@@ -1184,17 +1183,11 @@ static void test_embedding_gradient_last(void **state) {
   (void)state;
   struct vf_model m;
   load(&m, NULL);
+  struct grad_order o = {.n = 0};
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 8;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
-  struct grad_order o = {.n = 0};
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, record_grads, &o, &e, &d), 0);
+  hf_timeline(&m, &s, record_grads, &o);
   /* the root's first: the final norm's (a 512-byte block) and the head's; then the blocks',
    * and the embedding's last */
   assert_int_equal(o.n, 2 + 2 * 9 + 1);
