@@ -2154,7 +2154,8 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   x->ps = &ps;
   x->stage = (int)rank;
   x->chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->chunks, x->accumulation, rank);
-  x->chunks_apart = vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->chunks, x->accumulation);
+  x->chunks_apart =
+      x->p->pp_torch_pipelining && vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->chunks, x->accumulation);
   out->rank = rank;
   out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);
