@@ -933,9 +933,12 @@ static uint64_t unit_chunk(const struct ctx *x, int32_t layer) {
   return c;
 }
 
-/* Each stage runs its FSDP post-backward after its own last micro batch's backward
- * (PipelineScheduleMulti._step_microbatches: last_backward = backward_counter[stage_idx]
- * == n_microbatches, stage.py backward_maybe_with_nosync). When a rank's chunks run their
+/* Each stage runs its FSDP post-backward (reduce-scatter, reshard) after its own last
+ * micro batch's backward: torch/distributed/pipelining/schedules.py of the 2.6 era,
+ * PipelineScheduleMulti._step_microbatches, passes last_backward = backward_counter
+ * [stage_idx] == n_microbatches to stage.py backward_maybe_with_nosync; later releases
+ * keep the timing with a REDUCE_GRAD action _add_reduce_grad puts right after a stage's
+ * last backward. When a rank's chunks run their
  * backwards one after the other, a chunk is reduced and resharded before the chunk below
  * it makes its first gradient: the replay's micro batches but the last make the whole
  * gradients of the last chunk only, and the last one's backward ends each chunk in turn. */
