@@ -91,6 +91,7 @@ struct ctx {
   bool has_head;         /* this pipeline stage computes the logits and the loss */
   bool has_embedding;    /* this pipeline stage holds the embedding */
   uint64_t chunks, chunks_in_flight; /* model chunks per pipeline rank; chunk forwards held at most */
+  bool chunks_apart;     /* the chunks' backwards run one chunk after the other */
   struct grads outputs;  /* the last stage's outputs torch.distributed.pipelining keeps */
   uint32_t *held_gather; /* per replayed layer and the root: FSDP units a pipeline leaves gathered */
   bool receive_buffers;  /* torch.distributed.pipelining's receive buffers exist */
@@ -928,7 +929,62 @@ static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   *held = 0;
 }
 
+/* Units [begin, end) of the replay reduced, then resharded. */
+static void post_backward(struct ctx *x, int32_t begin, int32_t end, struct grads *g) {
+  for (int32_t l = begin; l < end; l++) {
+    reduce_unsharded(x, l, g);
+    give(x, x->held_gather[l + 1]);
+    x->held_gather[l + 1] = 0;
+  }
+}
+
+/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
+static void pipeline_post_backward(struct ctx *x, struct grads *g) {
+  if (pipeline_fsdp(x)) post_backward(x, -1, (int32_t)x->layers, g);
+}
+
+/* The replayed layer where this rank's model chunk c begins: the blocks of the chunks
+ * before it, scaled to the layers replayed. */
+static uint64_t chunk_start(const struct ctx *x, uint64_t c) {
+  uint64_t layers = x->m->arch.layers, pp = x->s->pp, stages = pp * x->chunks, rank = (uint64_t)x->stage;
+  uint64_t before = 0;
+  for (uint64_t i = 0; i < c; i++) before += vf_pp_stage_layers(layers, stages, rank + i * pp, x->p->pp_even_layers);
+  return before * x->layers / vf_pp_rank_layers(layers, pp, x->chunks, rank, x->p->pp_even_layers);
+}
+
+/* The model chunk a unit belongs to: the root's embedding to the first, its head to the last. */
+static uint64_t unit_chunk(const struct ctx *x, int32_t layer) {
+  if (layer < 0) return x->has_head ? x->chunks - 1 : 0;
+  uint64_t c = x->chunks - 1;
+  while (c && chunk_start(x, c) > (uint64_t)layer) c--;
+  return c;
+}
+
+/* Each stage runs its FSDP post-backward (reduce-scatter, reshard) after its own last
+ * micro batch's backward: torch/distributed/pipelining/schedules.py of the 2.6 era,
+ * PipelineScheduleMulti._step_microbatches, passes last_backward = backward_counter
+ * [stage_idx] == n_microbatches to stage.py backward_maybe_with_nosync; later releases
+ * keep the timing with a REDUCE_GRAD action _add_reduce_grad puts right after a stage's
+ * last backward. When a rank's chunks run their
+ * backwards one after the other, a chunk is reduced and resharded before the chunk below
+ * it makes its first gradient: the replay's micro batches but the last make the whole
+ * gradients of the last chunk only, and the last one's backward ends each chunk in turn. */
+static bool gradients_deferred(const struct ctx *x, int32_t layer) {
+  return x->chunks_apart && !x->last_micro && unit_chunk(x, layer) + 1 < x->chunks;
+}
+
+/* After the backward of `layer`, the last micro batch's: the chunk it starts is done. */
+static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) {
+  if (!x->chunks_apart || !x->last_micro || !pipeline_fsdp(x)) return;
+  uint64_t c = unit_chunk(x, (int32_t)layer);
+  if (!c || chunk_start(x, c) != layer) return;
+  uint64_t end = c + 1 < x->chunks ? chunk_start(x, c + 1) : x->layers;
+  post_backward(x, (int32_t)layer, (int32_t)end, g);
+  if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
+}
+
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
+  if (gradients_deferred(x, layer)) return;
   uint32_t *held = &x->unsharded[layer + 1];
   uint64_t elems = layer_grad_elems(x, layer), full = elems * x->d.g;
   /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
@@ -940,15 +996,6 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
 }
 
-/* The end of a pipeline's last backward under FSDP: every unit reduced, then resharded. */
-static void pipeline_post_backward(struct ctx *x, struct grads *g) {
-  if (!pipeline_fsdp(x)) return;
-  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
-    reduce_unsharded(x, l, g);
-    give(x, x->held_gather[l + 1]);
-    x->held_gather[l + 1] = 0;
-  }
-}
 
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
@@ -1133,10 +1180,46 @@ static void merge_outputs(struct ctx *x) {
   if (x->outputs.n && x->has_head) transient(x, x->accumulation * loss_outputs(x) * x->d.c, VF_CAT_TEMPORARIES);
 }
 
+/* Tensors over the logits: a profile gives their bytes per logit summed, but the loss
+ * makes them one by one, none wider than fp32: the 16-bit logits, their fp32 up-cast and
+ * log-softmax; in the backward the fp32 gradients nll_loss's and _log_softmax's backward
+ * formulas each return (tools/autograd/derivatives.yaml@v2.13.0). Each is its own block:
+ * a block of their sum fits none of the cached blocks the tensors reuse (the up-cast's,
+ * freed after the forward), and the allocator model would reserve it anew. */
+#define LOGIT_TENSORS 5
+struct logit_tensors {
+  uint32_t id[LOGIT_TENSORS];
+};
+
+/* Makes `per` bytes a logit over n logits, one of `parts` chunks of them: a narrower
+ * tensor first (the 16-bit logits the fp32 ones are made from), then fp32 tensors. */
+static struct logit_tensors take_logit_tensors(struct ctx *x, uint64_t n, uint32_t per, uint64_t parts) {
+  struct logit_tensors t = {{0}};
+  uint32_t wide = per / 4 < LOGIT_TENSORS - 1 ? per / 4 : LOGIT_TENSORS - 1, narrow = per - 4 * wide;
+  if (narrow) t.id[0] = take(x, n * narrow / parts, VF_CAT_TEMPORARIES);
+  for (uint32_t i = 1; i <= wide; i++) t.id[i] = take(x, n * 4 / parts, VF_CAT_TEMPORARIES);
+  return t;
+}
+
+/* The tensor a chain of backward nodes ends with; each of the others goes once the node
+ * that reads it has run. */
+static uint32_t last_logit_tensor(struct logit_tensors *t) {
+  uint32_t last = 0;
+  for (int i = 0; i < LOGIT_TENSORS; i++)
+    if (t->id[i]) last = t->id[i];
+  return last;
+}
+
+static void give_logit_tensors(struct ctx *x, struct logit_tensors *t) {
+  for (int i = 0; i < LOGIT_TENSORS; i++) give(x, t->id[i]);
+  *t = (struct logit_tensors){{0}};
+}
+
 /* What the loss keeps from its forward for its backward: the logits' up-cast and
  * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
 struct loss_kept {
-  uint32_t loss, capped;
+  struct logit_tensors loss;
+  uint32_t capped;
 };
 
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
@@ -1176,10 +1259,12 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   /* Slicing off the last position of a batch's whole logits leaves a tensor reshape has to
    * copy before it can split the rows into chunks. */
   uint32_t sliced = head_whole(x) && x->s->batch > 1 ? take(x, n * held, VF_CAT_TEMPORARIES) : 0;
-  k.loss = take(x, n * (kept > held ? kept - held : 0), VF_CAT_TEMPORARIES);
-  give(x, sliced);
+  /* The logits and their up-cast come first, the log-softmax the backward keeps last. */
   uint32_t made = kept + cap + whole_bytes + output;
-  if (peak > made) transient(x, n * (peak - made) / loss_chunks(x), VF_CAT_TEMPORARIES);
+  struct logit_tensors rest = take_logit_tensors(x, n, peak > made ? peak - made : 0, loss_chunks(x));
+  k.loss = take_logit_tensors(x, n, kept > held ? kept - held : 0, 1);
+  give(x, sliced);
+  give_logit_tensors(x, &rest);
   give(x, whole);
   return k;
 }
@@ -1374,25 +1459,40 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
  * output goes with its chunk's matmul: all at once unchunked, chunk by chunk from the
  * head's first backward on, when chunked. Returns the gradient the head's matmul reads. */
 static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
-  uint32_t per = x->task == VF_TASK_SEQ_CLS ? 8 : x->p->logits_backward_bytes;
   uint64_t n = loss_outputs(x), chunks = loss_chunks(x);
-  uint32_t grad_logits = take(x, n * per / chunks, VF_CAT_TEMPORARIES);
-  if (x->task == VF_TASK_SEQ_CLS) return grad_logits;
-  give(x, k->loss);
-  k->loss = 0;
+  if (x->task == VF_TASK_SEQ_CLS) return take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
+  /* nll_loss's gradient goes once _log_softmax's backward has read it, with the
+   * log-softmax that node kept; the cast reads the last. */
+  struct logit_tensors grad_logits = take_logit_tensors(x, n, x->p->logits_backward_bytes, chunks);
+  uint32_t last = last_logit_tensor(&grad_logits);
+  for (int i = 0; i < LOGIT_TENSORS; i++)
+    if (grad_logits.id[i] != last) give(x, grad_logits.id[i]);
+  give_logit_tensors(x, &k->loss);
   if (chunks == 1) {
     give(x, k->capped);
     k->capped = 0;
   }
-  if (head_whole(x)) grad_logits = assemble_grads(x, grad_logits);
+  uint32_t from = head_whole(x) ? assemble_grads(x, last) : last;
   uint32_t cast = take(x, n * x->d.c, VF_CAT_TEMPORARIES);
-  give(x, grad_logits);
+  give(x, from);
   return cast;
+}
+
+/* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
+ * kept: the forward's thread and the autograd engine's each have one
+ * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
+ * before). A GPU not named is taken for a current one, as the tracer takes it. */
+static void cublas_workspace(struct ctx *x, uint32_t *made) {
+  if (*made) return;
+  bool hopper = x->s->gpu_cc_major >= 9 || x->s->gpu_cc_major == 0;
+  *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
 }
 
 static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
   uint32_t grad_logits = loss_backward(x, &k);
+  /* The backward's first matmul is the head's: the loss's nodes call no cuBLAS. */
+  cublas_workspace(x, &x->backward_workspace);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
@@ -1402,7 +1502,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);
   give(x, grad_logits);
-  give(x, k.loss);
+  give_logit_tensors(x, &k.loss);
   give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
@@ -1639,16 +1739,6 @@ static void receive_buffers(struct ctx *x) {
   take(x, (x->chunks - x->has_head) * per, VF_CAT_ACTIVATIONS);
 }
 
-/* cuBLAS keeps one workspace per handle and stream, made at the handle's first matmul and
- * kept: the forward's thread and the autograd engine's each have one
- * (CublasHandlePool.cpp getChosenWorkspaceSize: 32 MiB from Hopper on, 8 MiB + 128 KiB
- * before). A GPU not named is taken for a current one, as the tracer takes it. */
-static void cublas_workspace(struct ctx *x, uint32_t *made) {
-  if (*made) return;
-  bool hopper = x->s->gpu_cc_major >= 9 || x->s->gpu_cc_major == 0;
-  *made = take(x, hopper ? 32u << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8, VF_CAT_RUNTIME);
-}
-
 /* A layer's forward whose tensors all go when it is done: checkpointed, evaluated under
  * no_grad, or outside autograd's graph. What it makes is this micro batch's alone. */
 static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
@@ -1729,8 +1819,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   give_all(x, &x->stale);
   mark(x, ST_HEAD_BACKWARD);
   zero_reduce_buckets(x);
-  cublas_workspace(x, &x->backward_workspace);
   if (x->has_head) root_grads = head_backward(x, &sv[x->layers], loss, g);
+  cublas_workspace(x, &x->backward_workspace);
   /* The gradient of the stream has its dtype, the weights' under autocast (autograd casts
    * each gradient to its input's metadata: torch 2.13 torch/csrc/autograd/engine.cpp
    * validate_outputs). */
@@ -1738,6 +1828,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   for (uint64_t l = x->layers; l-- > 0;) {
     mark(x, layer_stretch(x, l, ST_BACKWARD_BOTTOM));
     if (!outside_graph(x, (int32_t)l)) layer_backward(x, (int32_t)l, &sv[l], g);
+    chunk_post_backward(x, l, g);
   }
   mark(x, ST_ROOT_BACKWARD);
   grad_stream = embedding_post_backward(x, grad_stream, emb);
@@ -2109,6 +2200,8 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   x->ps = &ps;
   x->stage = (int)rank;
   x->chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->chunks, x->accumulation, rank);
+  x->chunks_apart =
+      x->p->pp_torch_pipelining && vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->chunks, x->accumulation);
   out->rank = rank;
   out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);

@@ -44,6 +44,15 @@ uint64_t vf_pp_chunks_in_flight(enum vf_pp_schedule schedule, uint64_t pp, uint6
   }
 }
 
+/* torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B (the same in the 2.6
+ * era and in the newest stored release): number_of_rounds =
+ * max(1, m // pp) and backward_stage_index gives the k-th backward of a rank to its local
+ * stage chunks - 1 - (k // microbatches_per_round) % chunks; in one round (m < 2 pp) that
+ * is m backwards of each chunk in turn, the last chunk first. */
+bool vf_pp_chunk_backwards_apart(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m) {
+  return schedule == VF_PP_INTERLEAVED && chunks > 1 && m / pp <= 1;
+}
+
 size_t vf_pp_ranks_to_replay(uint64_t pp, uint64_t ranks[3]) {
   size_t n = 0;
   ranks[n++] = 0;

@@ -27,6 +27,10 @@ uint64_t vf_pp_rank_layers(uint64_t layers, uint64_t pp, uint64_t chunks, uint64
 uint64_t vf_pp_chunks_in_flight(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m,
                                 uint64_t rank);
 
+/* Whether a rank runs its model chunks' backwards one chunk after the other, the last
+ * chunk's m first: PyTorch's interleaved schedule with one round of micro batches. */
+bool vf_pp_chunk_backwards_apart(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m);
+
 /* The ranks worth replaying, at most three: the first (embedding, most in flight), the last
  * (head and loss) and the second (the most in flight of the ranks that hold blocks only). */
 size_t vf_pp_ranks_to_replay(uint64_t pp, uint64_t ranks[3]);

@@ -1067,6 +1067,17 @@ static void count_forward_casts(void *arg, const struct vf_timeline_event *e) {
   }
 }
 
+/* The setup's hf run of the model, its events to fn. */
+static void hf_timeline(const struct vf_model *m, const struct vf_setup *s, vf_timeline_fn fn, void *arg) {
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate_timeline(m, s, &p, &c, fn, arg, &e, &d), 0);
+}
+
 /* Full checkpointing under autocast (fp32 weights, full fine-tuning): the casts of the
  * trainable weights stay in autocast's cache through the forward and the loss (per layer
  * q, k, v, o of 4,096 elements and gate, up, down of 8,192, in bf16), and are gone when the
@@ -1080,17 +1091,54 @@ static void test_autocast_cache(void **state) {
   s.seq = 8;
   s.amp = VF_PREC_BF16;
   s.grad_ckpt = VF_CKPT_FULL;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
   static struct forward_casts f;
   memset(&f, 0, sizeof f);
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_forward_casts, &f, &e, &d), 0);
+  hf_timeline(&m, &s, count_forward_casts, &f);
   assert_int_equal(f.at_loss, 2 * (4 * 4096 * 2 + 3 * 8192 * 2));
   assert_int_equal(f.at_backward, 0);
+  vf_model_cleanup(&m);
+}
+
+/* Temporaries of one size live at once, at most, and whether any block came in sizes
+ * given. */
+struct sized_blocks {
+  uint64_t size, live, most, other[2];
+  bool other_seen;
+};
+
+static void count_sized_blocks(void *arg, const struct vf_timeline_event *e) {
+  struct sized_blocks *z = arg;
+  if (e->category != VF_CAT_TEMPORARIES) return;
+  z->other_seen |= e->bytes == z->other[0] || e->bytes == z->other[1];
+  if (e->bytes != z->size) return;
+  z->live = e->op == VF_TIMELINE_ALLOC ? z->live + 1 : z->live - 1;
+  if (z->live > z->most) z->most = z->live;
+}
+
+/* The allocator's 512-byte rounding. */
+#define ROUNDED(bytes) (((bytes) + 511) / 512 * 512)
+
+/* hf's loss over 8 positions x 1,000 logits (an fp32 toy with that vocabulary): the
+ * up-cast and the log-softmax in the forward, the two fp32 gradients of the backward
+ * (nll_loss's, _log_softmax's) are tensors of 32,000 bytes each, never one block of their
+ * sum (6 bytes a logit for the forward's rest, 8 for the backward's). In the backward the
+ * kept log-softmax and both gradients are live at once: 3. */
+static void test_loss_tensors_apart(void **state) {
+  (void)state;
+  static const char cfg[] =
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+      " \"vocab_size\": 1000, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false,"
+      " \"torch_dtype\": \"float32\"}";
+  struct vf_model m;
+  load_config(&m, cfg);
+  struct sized_blocks z = {.size = ROUNDED(8 * 1000 * 4), .other = {ROUNDED(8 * 1000 * 6), ROUNDED(8 * 1000 * 8)}};
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  hf_timeline(&m, &s, count_sized_blocks, &z);
+  assert_int_equal(z.most, 3);
+  assert_false(z.other_seen);
   vf_model_cleanup(&m);
 }
 
@@ -1135,17 +1183,11 @@ static void test_embedding_gradient_last(void **state) {
   (void)state;
   struct vf_model m;
   load(&m, NULL);
+  struct grad_order o = {.n = 0};
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 8;
-  struct vf_profile p;
-  struct vf_alloc_conf c;
-  struct vf_diag d;
-  struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
-  struct grad_order o = {.n = 0};
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, record_grads, &o, &e, &d), 0);
+  hf_timeline(&m, &s, record_grads, &o);
   /* the root's first: the final norm's (a 512-byte block) and the head's; then the blocks',
    * and the embedding's last */
   assert_int_equal(o.n, 2 + 2 * 9 + 1);
@@ -1374,6 +1416,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_input), cmocka_unit_test(test_gelu_new_autocast),
       cmocka_unit_test(test_experts_in_weight_dtype), cmocka_unit_test(test_adafactor_fp32_copies),
       cmocka_unit_test(test_adafactor_trainable_only), cmocka_unit_test(test_autocast_cache),
+      cmocka_unit_test(test_loss_tensors_apart),
       cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),

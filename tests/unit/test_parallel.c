@@ -95,6 +95,25 @@ static void test_in_flight_counts(void **state) {
   assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 3), 5);
   /* Capped at every chunk forward: 4 micro batches x 2 chunks. */
   assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 4, 0), 8);
+  /* 6 micro batches over 4 ranks are one round of 6: rank 3 warms up with the first
+   * chunk's 6, then one more (7); rank 2 with 6 + 2 (9); rank 0 would warm up with
+   * 6 + 6 but holds at most the 12 chunk forwards there are. */
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 3), 7);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 2), 9);
+  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 0), 12);
+}
+
+/* PyTorch's interleaved schedule runs a rank's backwards chunk by chunk (all m of the last
+ * chunk, then all m of the one before) only in one round, fewer than 2 pp micro batches;
+ * in more rounds the chunks alternate round by round. */
+static void test_chunk_backwards_apart(void **state) {
+  (void)state;
+  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 4));
+  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 7));
+  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 8, 2, 8));
+  assert_false(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 8));
+  assert_false(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 1, 4));
+  assert_false(vf_pp_chunk_backwards_apart(VF_PP_1F1B, 4, 1, 4));
 }
 
 /* Sums the live activations of the replayed rank until its first micro batch reaches the
@@ -162,6 +181,44 @@ static void test_kept_per_schedule(void **state) {
   pipeline_setup(&s, VF_PP_1F1B, 2, 4);
   struct vf_estimate one_f_one_b = run(NULL, &s, "torchtitan");
   assert_true(e.allocated_peak > one_f_one_b.allocated_peak);
+}
+
+/* The most whole (unsharded) gradients of one toy block live at once: fp32 norms (2 x 64)
+ * and projections (4 x 64 x 64 + 3 x 64 x 128), 41,088 x 4 bytes, a multiple of 512. */
+#define TOY_BLOCK_GRAD (41088ull * 4)
+struct whole_grads {
+  uint64_t live, most;
+};
+
+static void count_whole_grads(void *arg, const struct vf_timeline_event *e) {
+  struct whole_grads *w = arg;
+  if (e->category != VF_CAT_GRADIENTS || e->bytes != TOY_BLOCK_GRAD) return;
+  w->live = e->op == VF_TIMELINE_ALLOC ? w->live + e->bytes : w->live - e->bytes;
+  if (w->live > w->most) w->most = w->live;
+}
+
+static uint64_t most_whole_grads(enum vf_pp_schedule schedule, uint64_t micro) {
+  struct vf_setup s;
+  pipeline_setup(&s, schedule, 2, micro);
+  s.gpus = 4; /* 2 data-parallel ranks for FSDP to shard over */
+  s.shard = VF_SHARD_FSDP;
+  struct whole_grads w = {0};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate(NULL, &s, "torchtitan", count_whole_grads, &w, &e, &d)) fail_msg("%s", d.msg);
+  return w.most;
+}
+
+/* torch.distributed.pipelining reduces and reshards each stage after its own last
+ * backward. Over 2 ranks the toy's 8 blocks make 4 stages of 2 (2 chunks a rank): with 2
+ * micro batches (one round) a rank's last chunk is done and reduced before its first
+ * chunk's backwards begin, so it holds 2 blocks' whole gradients at most; with 4 (two
+ * rounds) the chunks alternate and all 4 blocks' stay whole, as under 1F1B (one stage of 4). */
+static void test_interleaved_chunks_reduced_apart(void **state) {
+  (void)state;
+  assert_int_equal(most_whole_grads(VF_PP_INTERLEAVED, 2), 2 * TOY_BLOCK_GRAD);
+  assert_int_equal(most_whole_grads(VF_PP_INTERLEAVED, 4), 4 * TOY_BLOCK_GRAD);
+  assert_int_equal(most_whole_grads(VF_PP_1F1B, 2), 4 * TOY_BLOCK_GRAD);
 }
 
 /* Finds a forward temporary of exactly `bytes`. */
@@ -313,6 +370,14 @@ static const struct published published[] = {
      * full activation checkpointing. */
     {"torchtitan 405B", "llama-3.1-405b", "torchtitan", 2, 8192, 1, 128, 8, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
      VF_PP_DEFAULT, VF_CKPT_FULL, "h100-96gb"},
+    /* The same page at d4c86e3 (2025-01-30), Table 5, run at torchtitan 9dec370: Llama 3.1
+     * 405B on 512 H100s of 96 GB, FSDP 8 x TP 8 x PP 8, local batch 32 of 8192 tokens in 8
+     * micro batches (pipeline_parallel_microbatches defaults to pp), full checkpointing:
+     * 82.5 GiB reserved under 1F1B, 72.7 GiB under the interleaved schedule. */
+    {"torchtitan 405B 1F1B", "llama-3.1-405b", "torchtitan", 4, 8192, 8, 512, 8, 8, 1, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
+    {"torchtitan 405B interleaved", "llama-3.1-405b", "torchtitan", 4, 8192, 8, 512, 8, 8, 1, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_INTERLEAVED, VF_CKPT_FULL, "h100-96gb"},
     /* The same page (and at 0413364): Llama 3 70B with FSDP over 64 A100s of 80 GB, local
      * batch 1. */
     {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
@@ -455,6 +520,8 @@ int main(void) {
       cmocka_unit_test(test_stage_layers),
       cmocka_unit_test(test_in_flight_counts),
       cmocka_unit_test(test_kept_per_schedule),
+      cmocka_unit_test(test_chunk_backwards_apart),
+      cmocka_unit_test(test_interleaved_chunks_reduced_apart),
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_published_layouts_fit),
