@@ -189,6 +189,9 @@ struct vf_profile {
    * 0: 10 x hidden, the HF integration's "auto"), and the IPG buffers of
    * zero_reduce_bucket_elems the optimizer keeps for the gradients it reduces. */
   uint32_t zero3_max_live_millions, zero3_persistence_elems, zero3_ipg_buckets;
+  /* ZeRO-3's optimizer step converts the gradients of one sub group of this many million
+   * partition elements at a time to fp32 (sub_group_size; 0: not modelled). */
+  uint32_t zero3_sub_group_millions;
 };
 
 struct vf_setup {

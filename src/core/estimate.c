@@ -104,6 +104,7 @@ struct ctx {
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   uint64_t zero3_live;     /* elements ZeRO-3's coordinator keeps gathered at most (zero3_coordinator) */
+  uint64_t zero3_sub_group; /* gradient elements ZeRO-3's step converts to fp32 at once (0: none) */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
 };
@@ -1562,9 +1563,33 @@ static void foreach_temporaries(struct ctx *x) {
   give_all(x, &x->foreach_tmp);
 }
 
+/* The gradient partition elements of the largest sub group ZeRO-3's step updates at once,
+ * for a stage of `layers` blocks: its trainable partitions, split into sub groups closed
+ * once they reach sub_group_size elements, one parameter's partition past it at most
+ * (stage3.py _create_fp16_sub_groups). */
+static uint64_t zero3_sub_group_elems(const struct ctx *x, uint64_t layers) {
+  size_t end, unused;
+  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  uint64_t partition = param_sum(x, 0, end, true, false, true) / x->d.dsize;
+  uint64_t cap = x->p->zero3_sub_group_millions * UINT64_C(1000000) + largest_trainable(x) / x->d.dsize;
+  return partition < cap ? partition : cap;
+}
+
+/* ZeRO-3 updates a sub group at a time: its gradient partitions flattened, converted to
+ * the fp32 master's dtype, and freed after its update (stage3.py
+ * _prepare_fp32_grad_for_sub_group, _release_sub_group). */
+static void zero3_step_grads(struct ctx *x) {
+  uint64_t n = x->zero3_sub_group;
+  uint32_t flat = take(x, n * x->d.g, WEIGHT_TEMPORARIES);
+  uint32_t fp32 = x->d.g < 4 ? take(x, n * 4, WEIGHT_TEMPORARIES) : 0;
+  give(x, flat);
+  give(x, fp32);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
+  zero3_step_grads(x);
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
@@ -2123,6 +2148,8 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   out->rank = rank;
   out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
   x->zero3_live = zero3_coordinator(x) ? zero3_live_elems(x, out->layers) : 0;
+  x->zero3_sub_group = s->shard == VF_SHARD_ZERO3 && x->p->zero3_sub_group_millions
+                           ? zero3_sub_group_elems(x, out->layers) : 0;
   rc = replay_layers(x, out->layers, alloc, &out->r);
   if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&out->r);
   out->paged = paged_state_bytes(x);

@@ -118,6 +118,7 @@ static const struct field fields[] = {
     FIELD("zero3_max_live_millions", F_U32, zero3_max_live_millions),
     FIELD("zero3_persistence_elems", F_U32, zero3_persistence_elems),
     FIELD("zero3_ipg_buckets", F_U32, zero3_ipg_buckets),
+    FIELD("zero3_sub_group_millions", F_U32, zero3_sub_group_millions),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -305,6 +305,41 @@ static void test_zero3_live_parameters(void **state) {
   assert_true(gathered("llama-2-7b", &s, &p, (1000000000ull + 32000 * 4096) * 2));
 }
 
+/* Finds an optimizer-step temporary of exactly `bytes`. */
+static void find_step_temporary(void *arg, const struct vf_timeline_event *e) {
+  struct sized *z = arg;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_OPTIMIZER && e->category == VF_CAT_TEMPORARIES &&
+             e->bytes == z->bytes;
+}
+
+static bool step_temporary(const char *model, const struct vf_setup *s, const struct vf_profile *p, uint64_t bytes) {
+  struct sized z = {(bytes + 511) / 512 * 512, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(model, s, p, find_step_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
+  return z.seen;
+}
+
+/* ZeRO-3's step converts a sub group's gradient partitions to fp32 at once. The toy in bf16
+ * over 2 GPUs is one sub group: 8 x 41088 + 2 x 256 x 64 + 64 = 361536 trainable elements,
+ * 180768 a GPU, flattened (2 bytes each) and converted (4). Llama 2 7B's 3.37e9 a GPU are
+ * cut into sub groups of 1e9 elements, one parameter's partition past it at most, the
+ * largest: the embedding's or the head's, 32000 x 4096 / 2. */
+static void test_zero3_step_sub_group(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_profile p;
+  zero3_setup(&s, &p);
+  s.weights = VF_PREC_BF16;
+  assert_true(step_temporary(NULL, &s, &p, 180768 * 2));
+  assert_true(step_temporary(NULL, &s, &p, 180768 * 4));
+  p.zero3_sub_group_millions = 0;
+  assert_false(step_temporary(NULL, &s, &p, 180768 * 4));
+  zero3_setup(&s, &p);
+  s.seq = 128, s.weights = VF_PREC_BF16, s.optimizer = VF_OPT_SGD;
+  assert_true(step_temporary("llama-2-7b", &s, &p, (1000000000ull + 32000 * 4096 / 2) * 4));
+}
+
 /* Expert parallelism over 2 of the toy MoE's 4 experts: without sharding each GPU loads 2
  * experts of 3 x 64 x 128 fp32 weights in each of 8 layers fewer (1.5 MiB), and Megatron's
  * fp32 gradient buffer made at load is as much smaller (3 MiB in all); sharded over
@@ -542,6 +577,7 @@ int main(void) {
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
       cmocka_unit_test(test_zero3_live_parameters),
+      cmocka_unit_test(test_zero3_step_sub_group),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
