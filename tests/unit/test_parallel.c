@@ -176,24 +176,39 @@ static void test_kept_per_schedule(void **state) {
   assert_true(e.allocated_peak > one_f_one_b.allocated_peak);
 }
 
-/* Finds a forward temporary of exactly `bytes`. */
+/* Finds an allocation of exactly `bytes` (rounded as the allocator rounds) in a phase and
+ * category. */
 struct sized {
   uint64_t bytes;
+  enum vf_phase phase;
+  enum vf_category category;
   bool seen;
 };
 
-static void find_forward_temporary(void *arg, const struct vf_timeline_event *e) {
+static void find_block(void *arg, const struct vf_timeline_event *e) {
   struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES &&
-             e->bytes == z->bytes;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == z->phase && e->category == z->category && e->bytes == z->bytes;
+}
+
+static bool has_block(const char *model, const struct vf_setup *s, const struct vf_profile *p, enum vf_phase phase,
+                      enum vf_category category, uint64_t bytes) {
+  struct sized z = {(bytes + 511) / 512 * 512, phase, category, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(model, s, p, find_block, &z, &e, &d)) fail_msg("%s", d.msg);
+  return z.seen;
+}
+
+static struct vf_profile profile(const char *framework) {
+  struct vf_profile p;
+  struct vf_diag d;
+  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  return p;
 }
 
 static bool forward_temporary(const char *model, const char *framework, const struct vf_setup *s, uint64_t bytes) {
-  struct sized z = {bytes, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate(model, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
-  return z.seen;
+  struct vf_profile p = profile(framework);
+  return has_block(model, s, &p, VF_PHASE_FORWARD, VF_CAT_TEMPORARIES, bytes);
 }
 
 /* Ring attention over cp 2, by hand for the toy model (512 of the 1024 tokens per GPU, 64
@@ -213,13 +228,6 @@ static void test_ring_attention_buffers(void **state) {
   assert_false(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
 }
 
-/* Finds a backward gradient block of exactly `bytes`. */
-static void find_backward_gradient(void *arg, const struct vf_timeline_event *e) {
-  struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_BACKWARD && e->category == VF_CAT_GRADIENTS &&
-             e->bytes == z->bytes;
-}
-
 /* DeepSpeed's ZeRO-2 backward makes two reduce buckets of hidden x hidden bf16 elements
  * (the HF integration's "auto", overlap_comm): 2 x 4096 x 4096 x 2 bytes = 64 MiB for
  * Llama 2 7B, in one block; FSDP has none. */
@@ -228,39 +236,23 @@ static void test_zero_reduce_buckets(void **state) {
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 128, s.weights = VF_PREC_BF16, s.gpus = 2, s.shard = VF_SHARD_ZERO2, s.optimizer = VF_OPT_SGD;
-  struct sized z = {64ull << 20, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
-  assert_true(z.seen);
-  z.seen = false;
+  struct vf_profile p = profile("deepspeed");
+  assert_true(has_block("llama-2-7b", &s, &p, VF_PHASE_BACKWARD, VF_CAT_GRADIENTS, 64ull << 20));
   s.shard = VF_SHARD_FSDP;
-  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
-  assert_false(z.seen);
+  assert_false(has_block("llama-2-7b", &s, &p, VF_PHASE_BACKWARD, VF_CAT_GRADIENTS, 64ull << 20));
 }
 
-/* Finds a forward weights block of exactly `bytes`: what sharded training gathers. */
-static void find_gathered(void *arg, const struct vf_timeline_event *e) {
-  struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_WEIGHTS &&
-             e->bytes == z->bytes;
-}
-
+/* What sharded training gathers for the forward. */
 static bool gathered(const char *model, const struct vf_setup *s, const struct vf_profile *p, uint64_t bytes) {
-  struct sized z = {bytes, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate_with(model, s, p, find_gathered, &z, &e, &d)) fail_msg("%s", d.msg);
-  return z.seen;
+  return has_block(model, s, p, VF_PHASE_FORWARD, VF_CAT_WEIGHTS, bytes);
 }
 
 /* The toy model in fp32 under DeepSpeed's ZeRO-3 on 2 GPUs. */
 static void zero3_setup(struct vf_setup *s, struct vf_profile *p) {
-  struct vf_diag d;
   pipeline_setup(s, VF_PP_DEFAULT, 1, 1);
   s->gpus = 2;
   s->shard = VF_SHARD_ZERO3;
-  assert_int_equal(vf_profile_load("deepspeed", NULL, p, &d), 0);
+  *p = profile("deepspeed");
 }
 
 /* ZeRO-3 keeps parameters of at most 10 x hidden elements (the HF integration's "auto")
@@ -305,19 +297,8 @@ static void test_zero3_live_parameters(void **state) {
   assert_true(gathered("llama-2-7b", &s, &p, (1000000000ull + 32000 * 4096) * 2));
 }
 
-/* Finds an optimizer-step temporary of exactly `bytes`. */
-static void find_step_temporary(void *arg, const struct vf_timeline_event *e) {
-  struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_OPTIMIZER && e->category == VF_CAT_TEMPORARIES &&
-             e->bytes == z->bytes;
-}
-
 static bool step_temporary(const char *model, const struct vf_setup *s, const struct vf_profile *p, uint64_t bytes) {
-  struct sized z = {(bytes + 511) / 512 * 512, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate_with(model, s, p, find_step_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
-  return z.seen;
+  return has_block(model, s, p, VF_PHASE_OPTIMIZER, VF_CAT_TEMPORARIES, bytes);
 }
 
 /* ZeRO-3's step converts a sub group's gradient partitions to fp32 at once. The toy in bf16
