@@ -881,7 +881,7 @@ static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
  * (a model smaller than max_reuse_distance keeps all it gathered until its backward). */
 static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
   uint64_t largest = 0;
-  for (int32_t l = -1; l < 1; l++) {
+  for (int32_t l = -1; l < 1; l++) { /* the root and a block: the blocks are alike */
     size_t begin, end;
     vf_params_layer(x->ps, l, &begin, &end);
     for (size_t i = begin; i < end; i++)
