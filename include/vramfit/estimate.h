@@ -182,6 +182,16 @@ struct vf_profile {
    * with overlap_comm) and their elements (0: hidden x hidden, the HF integration's
    * "auto"). */
   uint32_t zero_reduce_buckets, zero_reduce_bucket_elems;
+  /* ZeRO-3's parameter coordinator (DeepSpeed): the most elements its prefetching keeps
+   * gathered, in millions (stage3_max_live_parameters; 0: not modelled, a layer gathered
+   * at a time), the parameters small enough to stay gathered for the run
+   * (stage3_param_persistence_threshold; 0: 10 x hidden, the HF integration's "auto"), and
+   * the IPG buffers of zero_reduce_bucket_elems the optimizer keeps for the gradients it
+   * reduces. */
+  uint32_t zero3_max_live_millions, zero3_persistence_elems, zero3_ipg_buckets;
+  /* ZeRO-3's optimizer step converts the gradients of one sub group of this many million
+   * partition elements at a time to fp32 (sub_group_size; 0: not modelled). */
+  uint32_t zero3_sub_group_millions;
 };
 
 struct vf_setup {

@@ -104,6 +104,8 @@ struct ctx {
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
+  uint64_t zero3_live;     /* elements ZeRO-3's coordinator keeps gathered at most (zero3_coordinator) */
+  uint64_t zero3_sub_group; /* gradient elements ZeRO-3's step converts to fp32 at once (0: none) */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
 };
@@ -867,19 +869,63 @@ static void late_embedding_grads(struct ctx *x) {
   }
 }
 
-/* Sharded training gathers a layer's full weights for its forward and backward. */
-static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
-  if (!vf_shard_weights(x->s->shard)) return 0;
+/* ZeRO-3 gathers through DeepSpeed's parameter coordinator, which prefetches and keeps
+ * small parameters gathered (profile field zero3_max_live_millions). */
+static bool zero3_coordinator(const struct ctx *x) {
+  return x->s->shard == VF_SHARD_ZERO3 && x->p->zero3_max_live_millions;
+}
+
+/* A parameter the coordinator never releases once gathered: at most
+ * stage3_param_persistence_threshold elements (parameter_offload.py
+ * mark_persistent_parameters). */
+static bool persists(const struct ctx *x, const struct vf_param *p) {
+  if (!zero3_coordinator(x)) return false;
+  uint64_t threshold = x->p->zero3_persistence_elems ? x->p->zero3_persistence_elems : 10 * x->m->arch.hidden;
+  return p->numel <= threshold;
+}
+
+/* The elements of a layer's parameters that persist, or of those gathered for each use. */
+static uint64_t gathered_elems(const struct ctx *x, int32_t layer, bool persisting) {
   uint64_t n = 0;
   size_t begin, end;
   vf_params_layer(x->ps, layer, &begin, &end);
-  for (size_t i = begin; i < end; i++) n += x->ps->v[i].numel;
-  return n * x->d.c;
+  for (size_t i = begin; i < end; i++)
+    if (persists(x, &x->ps->v[i]) == persisting) n += x->ps->v[i].numel;
+  return n;
+}
+
+/* Sharded training gathers a layer's full weights for its forward and backward. */
+static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
+  return vf_shard_weights(x->s->shard) ? gathered_elems(x, layer, false) * x->d.c : 0;
+}
+
+/* The most ZeRO-3's coordinator holds gathered, for a stage of `layers` blocks: every
+ * module's hooks prefetch the parameters the recorded trace uses next, up to
+ * min(max_live - gathered, prefetch bucket) elements and at least one whole parameter a
+ * call, kept until their module has run (partitioned_param_coordinator.py
+ * _fetch_sub_module_impl). A module consumes at most its own parameters while every
+ * module, containers and norms too, prefetches a bucket more: the lead grows until
+ * max_live stops it, one parameter past it at most, or until the whole stage is gathered
+ * (a model smaller than max_reuse_distance keeps all it gathered until its backward). */
+static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
+  uint64_t largest = 0;
+  for (int32_t l = -1; l < 1; l++) { /* the root and a block: the blocks are alike */
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    for (size_t i = begin; i < end; i++)
+      if (!persists(x, &x->ps->v[i]) && x->ps->v[i].numel > largest) largest = x->ps->v[i].numel;
+  }
+  uint64_t stage = gathered_elems(x, -1, false) + layers * gathered_elems(x, 0, false);
+  uint64_t cap = x->p->zero3_max_live_millions * UINT64_C(1000000) + largest;
+  return stage < cap ? stage : cap;
 }
 
 /* A unit's weights gathered for its forward or backward: the id the caller frees after it,
- * or 0 when the step keeps them gathered (pipeline_fsdp). */
+ * or 0 when the step keeps them gathered (pipeline_fsdp). ZeRO-3's coordinator holds its
+ * most through the whole forward and backward, counted once as the root's. */
 static uint32_t gather(struct ctx *x, int32_t layer) {
+  if (zero3_coordinator(x))
+    return layer < 0 ? take_on(x, x->zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
   uint64_t bytes = layer_gather_bytes(x, layer);
   if (!pipeline_fsdp(x)) return take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   uint32_t *held = &x->held_gather[layer + 1];
@@ -1657,9 +1703,33 @@ static void foreach_temporaries(struct ctx *x) {
   give_all(x, &x->foreach_tmp);
 }
 
+/* The gradient partition elements of the largest sub group ZeRO-3's step updates at once,
+ * for a stage of `layers` blocks: its trainable partitions, split into sub groups closed
+ * once they reach sub_group_size elements, one parameter's partition past it at most
+ * (stage3.py _create_fp16_sub_groups). */
+static uint64_t zero3_sub_group_elems(const struct ctx *x, uint64_t layers) {
+  size_t end, unused;
+  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  uint64_t partition = param_sum(x, 0, end, true, false, true) / x->d.dsize;
+  uint64_t cap = x->p->zero3_sub_group_millions * UINT64_C(1000000) + largest_trainable(x) / x->d.dsize;
+  return partition < cap ? partition : cap;
+}
+
+/* ZeRO-3 updates a sub group at a time: its gradient partitions flattened, converted to
+ * the fp32 master's dtype, and freed after its update (stage3.py
+ * _prepare_fp32_grad_for_sub_group, _release_sub_group). */
+static void zero3_step_grads(struct ctx *x) {
+  uint64_t n = x->zero3_sub_group;
+  uint32_t flat = take(x, n * x->d.g, WEIGHT_TEMPORARIES);
+  uint32_t fp32 = x->d.g < 4 ? take(x, n * 4, WEIGHT_TEMPORARIES) : 0;
+  give(x, flat);
+  give(x, fp32);
+}
+
 static void optimizer_step(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
+  zero3_step_grads(x);
   if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
     foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
@@ -1707,14 +1777,24 @@ static uint64_t rope_tables(const struct ctx *x, int32_t layer) {
   return (layer < 0) != per_layer ? bytes : 0;
 }
 
+/* Elements of each ZeRO reduce bucket: reduce_bucket_size. */
+static uint64_t zero_bucket_elems(const struct ctx *x) {
+  return x->p->zero_reduce_bucket_elems ? x->p->zero_reduce_bucket_elems : x->d.h * x->d.h;
+}
+
 static void persistent(struct ctx *x) {
   bool sharded_w = vf_shard_weights(x->s->shard);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
     else if (!(x->s->offload & VF_OFFLOAD_PARAMS))
       take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
+    /* ZeRO-3's persistent parameters, gathered next to their partition. */
+    take(x, gathered_elems(x, l, true) * x->d.c, VF_CAT_WEIGHTS);
     take(x, rope_tables(x, l), VF_CAT_WEIGHTS);
   }
+  /* ZeRO-3's IPG buffers, made with its optimizer (stage3.py, contiguous_gradients). */
+  if (x->s->shard == VF_SHARD_ZERO3)
+    take(x, x->p->zero3_ipg_buckets * zero_bucket_elems(x) * x->d.w, VF_CAT_GRADIENTS);
   load_full_state_dict(x);
   /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
    * the optimizer holds its weight): a second embedding-sized weight. */
@@ -1757,9 +1837,8 @@ static void forward_keeping_nothing(struct ctx *x, int32_t layer) {
 static void zero_reduce_buckets(struct ctx *x) {
   const struct vf_profile *p = x->p;
   if (!p->zero_reduce_buckets || (x->s->shard != VF_SHARD_ZERO1 && x->s->shard != VF_SHARD_ZERO2)) return;
-  uint64_t elems = p->zero_reduce_bucket_elems ? p->zero_reduce_bucket_elems : x->d.h * x->d.h;
   give(x, x->reduce_buckets);
-  x->reduce_buckets = take(x, p->zero_reduce_buckets * elems * x->d.w, VF_CAT_GRADIENTS);
+  x->reduce_buckets = take(x, p->zero_reduce_buckets * zero_bucket_elems(x) * x->d.w, VF_CAT_GRADIENTS);
 }
 
 /* One micro batch: forward, loss, backward, and when it ends an accumulation cycle
@@ -2204,6 +2283,9 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
       x->p->pp_torch_pipelining && vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->chunks, x->accumulation);
   out->rank = rank;
   out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->chunks, rank, x->p->pp_even_layers);
+  x->zero3_live = zero3_coordinator(x) ? zero3_live_elems(x, out->layers) : 0;
+  x->zero3_sub_group = s->shard == VF_SHARD_ZERO3 && x->p->zero3_sub_group_millions
+                           ? zero3_sub_group_elems(x, out->layers) : 0;
   rc = replay_layers(x, out->layers, alloc, &out->r);
   if (!rc && lengths == VF_LENGTHS_VARIED) strand_shorter_batches(&out->r);
   out->paged = paged_state_bytes(x);

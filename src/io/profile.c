@@ -115,6 +115,10 @@ static const struct field fields[] = {
     FIELD("moe_capacity_factor", F_DOUBLE, moe_capacity_factor),
     FIELD("zero_reduce_buckets", F_U32, zero_reduce_buckets),
     FIELD("zero_reduce_bucket_elems", F_U32, zero_reduce_bucket_elems),
+    FIELD("zero3_max_live_millions", F_U32, zero3_max_live_millions),
+    FIELD("zero3_persistence_elems", F_U32, zero3_persistence_elems),
+    FIELD("zero3_ipg_buckets", F_U32, zero3_ipg_buckets),
+    FIELD("zero3_sub_group_millions", F_U32, zero3_sub_group_millions),
 };
 enum { NFIELDS = sizeof fields / sizeof *fields };
 

@@ -38,24 +38,36 @@ static void load(struct vf_model *m, const char *name) {
   assert_int_equal(rc, 0);
 }
 
-static int estimate(const char *model, const struct vf_setup *s, const char *framework, vf_timeline_fn fn,
-                    void *arg, struct vf_estimate *e, struct vf_diag *d) {
+static int estimate_with(const char *model, const struct vf_setup *s, const struct vf_profile *p,
+                         vf_timeline_fn fn, void *arg, struct vf_estimate *e, struct vf_diag *d) {
   struct vf_model m;
-  struct vf_profile p;
   struct vf_alloc_conf c;
   load(&m, model);
-  assert_int_equal(vf_profile_load(framework, NULL, &p, d), 0);
   vf_alloc_conf_default(&c);
   vf_diag_clear(d);
-  int rc = fn ? vf_estimate_timeline(&m, s, &p, &c, fn, arg, e, d) : vf_estimate(&m, s, &p, &c, e, d);
+  int rc = fn ? vf_estimate_timeline(&m, s, p, &c, fn, arg, e, d) : vf_estimate(&m, s, p, &c, e, d);
   vf_model_cleanup(&m);
   return rc;
+}
+
+static int estimate(const char *model, const struct vf_setup *s, const char *framework, vf_timeline_fn fn,
+                    void *arg, struct vf_estimate *e, struct vf_diag *d) {
+  struct vf_profile p;
+  assert_int_equal(vf_profile_load(framework, NULL, &p, d), 0);
+  return estimate_with(model, s, &p, fn, arg, e, d);
 }
 
 static struct vf_estimate run(const char *model, const struct vf_setup *s, const char *framework) {
   struct vf_estimate e;
   struct vf_diag d;
   if (estimate(model, s, framework, NULL, NULL, &e, &d)) fail_msg("%s", d.msg);
+  return e;
+}
+
+static struct vf_estimate run_with(const char *model, const struct vf_setup *s, const struct vf_profile *p) {
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(model, s, p, NULL, NULL, &e, &d)) fail_msg("%s", d.msg);
   return e;
 }
 
@@ -221,24 +233,39 @@ static void test_interleaved_chunks_reduced_apart(void **state) {
   assert_int_equal(most_whole_grads(VF_PP_1F1B, 2), 4 * TOY_BLOCK_GRAD);
 }
 
-/* Finds a forward temporary of exactly `bytes`. */
+/* Finds an allocation of exactly `bytes` (rounded as the allocator rounds) in a phase and
+ * category. */
 struct sized {
   uint64_t bytes;
+  enum vf_phase phase;
+  enum vf_category category;
   bool seen;
 };
 
-static void find_forward_temporary(void *arg, const struct vf_timeline_event *e) {
+static void find_block(void *arg, const struct vf_timeline_event *e) {
   struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_TEMPORARIES &&
-             e->bytes == z->bytes;
+  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == z->phase && e->category == z->category && e->bytes == z->bytes;
+}
+
+static bool has_block(const char *model, const struct vf_setup *s, const struct vf_profile *p, enum vf_phase phase,
+                      enum vf_category category, uint64_t bytes) {
+  struct sized z = {(bytes + 511) / 512 * 512, phase, category, false};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(model, s, p, find_block, &z, &e, &d)) fail_msg("%s", d.msg);
+  return z.seen;
+}
+
+static struct vf_profile profile(const char *framework) {
+  struct vf_profile p;
+  struct vf_diag d;
+  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  return p;
 }
 
 static bool forward_temporary(const char *model, const char *framework, const struct vf_setup *s, uint64_t bytes) {
-  struct sized z = {bytes, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate(model, s, framework, find_forward_temporary, &z, &e, &d)) fail_msg("%s", d.msg);
-  return z.seen;
+  struct vf_profile p = profile(framework);
+  return has_block(model, s, &p, VF_PHASE_FORWARD, VF_CAT_TEMPORARIES, bytes);
 }
 
 /* Ring attention over cp 2, by hand for the toy model (512 of the 1024 tokens per GPU, 64
@@ -258,13 +285,6 @@ static void test_ring_attention_buffers(void **state) {
   assert_false(forward_temporary(NULL, "torchtitan", &s, 1024 * 1024));
 }
 
-/* Finds a backward gradient block of exactly `bytes`. */
-static void find_backward_gradient(void *arg, const struct vf_timeline_event *e) {
-  struct sized *z = arg;
-  z->seen |= e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_BACKWARD && e->category == VF_CAT_GRADIENTS &&
-             e->bytes == z->bytes;
-}
-
 /* DeepSpeed's ZeRO-2 backward makes two reduce buckets of hidden x hidden bf16 elements
  * (the HF integration's "auto", overlap_comm): 2 x 4096 x 4096 x 2 bytes = 64 MiB for
  * Llama 2 7B, in one block; FSDP has none. */
@@ -273,15 +293,89 @@ static void test_zero_reduce_buckets(void **state) {
   struct vf_setup s;
   vf_setup_default(&s);
   s.seq = 128, s.weights = VF_PREC_BF16, s.gpus = 2, s.shard = VF_SHARD_ZERO2, s.optimizer = VF_OPT_SGD;
-  struct sized z = {64ull << 20, false};
-  struct vf_estimate e;
-  struct vf_diag d;
-  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
-  assert_true(z.seen);
-  z.seen = false;
+  struct vf_profile p = profile("deepspeed");
+  assert_true(has_block("llama-2-7b", &s, &p, VF_PHASE_BACKWARD, VF_CAT_GRADIENTS, 64ull << 20));
   s.shard = VF_SHARD_FSDP;
-  if (estimate("llama-2-7b", &s, "deepspeed", find_backward_gradient, &z, &e, &d)) fail_msg("%s", d.msg);
-  assert_false(z.seen);
+  assert_false(has_block("llama-2-7b", &s, &p, VF_PHASE_BACKWARD, VF_CAT_GRADIENTS, 64ull << 20));
+}
+
+/* What sharded training gathers for the forward. */
+static bool gathered(const char *model, const struct vf_setup *s, const struct vf_profile *p, uint64_t bytes) {
+  return has_block(model, s, p, VF_PHASE_FORWARD, VF_CAT_WEIGHTS, bytes);
+}
+
+/* The toy model in fp32 under DeepSpeed's ZeRO-3 on 2 GPUs. */
+static void zero3_setup(struct vf_setup *s, struct vf_profile *p) {
+  pipeline_setup(s, VF_PP_DEFAULT, 1, 1);
+  s->gpus = 2;
+  s->shard = VF_SHARD_ZERO3;
+  *p = profile("deepspeed");
+}
+
+/* ZeRO-3 keeps parameters of at most 10 x hidden elements (the HF integration's "auto")
+ * gathered for the run, next to their shards: the toy's two norms of 64 fp32 elements in
+ * each of 8 layers, 512 bytes a layer, and the final one, whose 256 bytes take a block of
+ * the allocator's 512; and one IPG buffer of hidden x hidden fp32 elements, 16 KiB. A
+ * threshold of 63 keeps no norm. */
+static void test_zero3_persistent_parameters(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_profile p;
+  zero3_setup(&s, &p);
+  uint64_t coordinated = run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOAD];
+  p.zero3_persistence_elems = 63;
+  uint64_t no_norms = run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOAD];
+  assert_int_equal(coordinated - no_norms, 9 * 512);
+  p.zero3_persistence_elems = 0;
+  p.zero3_max_live_millions = 0;
+  p.zero3_ipg_buckets = 0;
+  uint64_t layer_at_a_time = run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOAD];
+  assert_int_equal(coordinated - layer_at_a_time, 9 * 512 + 64 * 64 * 4);
+}
+
+/* What ZeRO-3's prefetching holds gathered. The toy is smaller than max_live_parameters
+ * (1e9): all its matrices end up gathered, 8 layers x (4 x 64 x 64 + 3 x 64 x 128) plus
+ * the embedding and head, 2 x 256 x 64: 360448 fp32 elements. Without the coordinator a
+ * layer is gathered at a time, its norms too (41088 elements). Llama 2 7B's are capped at
+ * max_live plus one whole parameter, the largest (the embedding or the head, 32000 x 4096),
+ * in bf16. */
+static void test_zero3_live_parameters(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_profile p;
+  zero3_setup(&s, &p);
+  assert_true(gathered(NULL, &s, &p, 360448 * 4));
+  assert_false(gathered(NULL, &s, &p, 41088 * 4));
+  p.zero3_max_live_millions = 0;
+  assert_true(gathered(NULL, &s, &p, 41088 * 4));
+  assert_false(gathered(NULL, &s, &p, 360448 * 4));
+  zero3_setup(&s, &p);
+  s.seq = 128, s.weights = VF_PREC_BF16, s.optimizer = VF_OPT_SGD;
+  assert_true(gathered("llama-2-7b", &s, &p, (1000000000ull + 32000 * 4096) * 2));
+}
+
+static bool step_temporary(const char *model, const struct vf_setup *s, const struct vf_profile *p, uint64_t bytes) {
+  return has_block(model, s, p, VF_PHASE_OPTIMIZER, VF_CAT_TEMPORARIES, bytes);
+}
+
+/* ZeRO-3's step converts a sub group's gradient partitions to fp32 at once. The toy in bf16
+ * over 2 GPUs is one sub group: 8 x 41088 + 2 x 256 x 64 + 64 = 361536 trainable elements,
+ * 180768 a GPU, flattened (2 bytes each) and converted (4). Llama 2 7B's 3.37e9 a GPU are
+ * cut into sub groups of 1e9 elements, one parameter's partition past it at most, the
+ * largest: the embedding's or the head's, 32000 x 4096 / 2. */
+static void test_zero3_step_sub_group(void **state) {
+  (void)state;
+  struct vf_setup s;
+  struct vf_profile p;
+  zero3_setup(&s, &p);
+  s.weights = VF_PREC_BF16;
+  assert_true(step_temporary(NULL, &s, &p, 180768 * 2));
+  assert_true(step_temporary(NULL, &s, &p, 180768 * 4));
+  p.zero3_sub_group_millions = 0;
+  assert_false(step_temporary(NULL, &s, &p, 180768 * 4));
+  zero3_setup(&s, &p);
+  s.seq = 128, s.weights = VF_PREC_BF16, s.optimizer = VF_OPT_SGD;
+  assert_true(step_temporary("llama-2-7b", &s, &p, (1000000000ull + 32000 * 4096 / 2) * 4));
 }
 
 /* Expert parallelism over 2 of the toy MoE's 4 experts: without sharding each GPU loads 2
@@ -529,6 +623,9 @@ int main(void) {
       cmocka_unit_test(test_ring_attention_buffers),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
+      cmocka_unit_test(test_zero3_persistent_parameters),
+      cmocka_unit_test(test_zero3_live_parameters),
+      cmocka_unit_test(test_zero3_step_sub_group),
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
