@@ -214,6 +214,7 @@ def test_lora_targets_become_torchtunes_flags():
     (dict(seq=8192), "positions"),
     (dict(method="qlora", config=os.path.join(TINY, "tiny-llama", "config.json")), "multiple"),
     (dict(gpus=4), "always shard with FSDP2"),
+    (dict(gpus=4, shard="fsdp", optimizer="adamw-8bit"), "DTensors"),
 ])
 def test_setups_torchtune_cannot_run_are_refused(tmp_path, change, message):
     with pytest.raises(Unsupported, match=message):

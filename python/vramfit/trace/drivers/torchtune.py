@@ -226,7 +226,8 @@ def _refuse(spec: Spec) -> None:
         (spec.attention == "flash", "--attention flash: torchtune does not use flash-attn; its "
                                     "SDPA picks the flash kernel where the inputs allow"),
         (spec.grad_ckpt == "selective", "--grad-ckpt selective: the single-device recipes "
-                                        "checkpoint whole layers only"),
+                                        "checkpoint whole layers only (the distributed full "
+                                        "recipe's ac_mode is not traced)"),
         (spec.loss == "fused", "--loss fused: torchtune 0.6 has no fused cross-entropy"),
         (spec.optimizer == "paged-adamw-8bit",
          "--optimizer paged-adamw-8bit: bitsandbytes keeps paged states in CUDA managed "
@@ -319,6 +320,12 @@ def check_layout(spec: Spec) -> None:
     if spec.shard != "fsdp":
         raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: torchtune's distributed "
                           "recipes always shard with FSDP2 (--shard fsdp)")
+    if OPTIMIZERS[spec.optimizer]["_component_"].startswith("bitsandbytes"):
+        # Traced: bitsandbytes 0.50's update op gets FSDP2's DTensor parameters and states
+        # beside its plain quantization maps, which DTensor's dispatch refuses ("got mixed
+        # torch.Tensor and DTensor"), as it would on a GPU.
+        raise Unsupported(f"--optimizer {spec.optimizer}: bitsandbytes' optimizers take plain "
+                          "tensors; FSDP2's parameters are DTensors")
 
 
 def recipe_class(method: str, gpus: int = 1) -> Any:
