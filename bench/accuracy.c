@@ -8,7 +8,10 @@
  * The traced corpus is also broken down by framework, model family (model_type) and
  * method, with each group's deepest under-estimate.
  *
- * usage: bench_accuracy VRAMFIT PUBLISHED_TSV [TRACED_DIR] */
+ * REPORTED_DIR (bench/traced/multi-gpu) holds traced rows the gate reports but does not
+ * hold to the targets; they are listed and broken down by method the same way.
+ *
+ * usage: bench_accuracy VRAMFIT PUBLISHED_TSV [TRACED_DIR [REPORTED_DIR]] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,14 +96,15 @@ static int run(const char *vramfit, struct acc_set *s, const char *title) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3 && argc != 4) {
-    fprintf(stderr, "usage: %s VRAMFIT PUBLISHED_TSV [TRACED_DIR]\n", argv[0]);
+  if (argc < 3 || argc > 5) {
+    fprintf(stderr, "usage: %s VRAMFIT PUBLISHED_TSV [TRACED_DIR [REPORTED_DIR]]\n", argv[0]);
     return 2;
   }
-  struct acc_set published = {0}, traced = {0};
+  struct acc_set published = {0}, traced = {0}, reported = {0};
   char err[512];
   if (acc_read_published(argv[2], &published, err, sizeof err) ||
-      (argc == 4 && acc_read_traced_dir(argv[3], &traced, err, sizeof err))) {
+      (argc >= 4 && acc_read_traced_dir(argv[3], &traced, err, sizeof err)) ||
+      (argc == 5 && acc_read_traced_dir(argv[4], &reported, err, sizeof err))) {
     fprintf(stderr, "%s\n", err);
     return 2;
   }
@@ -112,7 +116,13 @@ int main(int argc, char **argv) {
     print_groups(&traced, "traced: family", by_family);
     print_groups(&traced, "traced: method", by_method);
   }
+  if (reported.n) {
+    printf("\nmulti-GPU traced corpus (reported, not held to the targets):\n");
+    failed += run(argv[1], &reported, "multi-GPU: kind");
+    print_groups(&reported, "multi-GPU: method", by_method);
+  }
   acc_free(&published);
   acc_free(&traced);
+  acc_free(&reported);
   return failed ? 1 : 0;
 }

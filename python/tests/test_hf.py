@@ -82,8 +82,12 @@ def test_encoder_classification(tmp_path):
 def test_unsupported_setups_are_refused(tmp_path):
     with pytest.raises(Unsupported, match="selective"):
         run(tmp_path, grad_ckpt="selective")
-    with pytest.raises(Unsupported, match="--gpus 2"):
-        Spec.from_json('{"model": "m", "config": "c", "gpus": 2}')
+    with pytest.raises(Unsupported, match="--gpus 2: the hf tracer runs one GPU"):
+        run(tmp_path, gpus=2)
+    with pytest.raises(Unsupported, match="--shard zero2: traces shard with FSDP only"):
+        Spec.from_json('{"model": "m", "config": "c", "gpus": 2, "shard": "zero2"}')
+    with pytest.raises(Unsupported, match="--tp 2"):
+        Spec.from_json('{"model": "m", "config": "c", "gpus": 2, "tp": 2}')
 
 
 def test_list_indices_in_a_checkpoints_recompute(tmp_path):

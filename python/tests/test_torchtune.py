@@ -34,11 +34,13 @@ class Events:
 
     def __init__(self, lines):
         self.phases, self.at_phase, self.labels = [], [], {}
+        self.made_in = {}  # phase -> the sizes allocated in it
         live, sizes, self.peak = {}, {}, 0
         for line in lines:
             f = line.split()
             if f[0] == "a":
                 live[f[1]] = sizes[f[1]] = int(f[2])
+                self.made_in.setdefault(self.phases[-1], []).append(int(f[2]))
                 self.peak = max(self.peak, sum(live.values()))
             elif f[0] == "f":
                 live.pop(f[1])
@@ -138,6 +140,39 @@ def test_varied_lengths_run_a_shorter_first_step(tmp_path):
     assert step(varied, 1) == step(fixed, 1)  # the second step's batches are --seq long
 
 
+# One layer of tiny-llama-nf4 in bf16: q, o 256x256; k, v 128x256; w1, w3 512x256; w2
+# 256x512; two norms of 256.
+LAYER_BYTES = 2 * (2 * 256 * 256 + 2 * 128 * 256 + 3 * 512 * 256 + 2 * 256)
+
+
+def test_fsdp_keeps_a_shard_of_every_state_on_each_gpu(tmp_path):
+    _, one = run(tmp_path)
+    summary, four = run(tmp_path, gpus=4, shard="fsdp")
+    assert "FullFinetuneRecipeDistributed" in summary["notes"][0]
+    assert four.phases == one.phases
+    assert four.labelled("weights") == one.labelled("weights") // 4
+    assert four.labelled("gradients") == one.labelled("gradients") // 4
+    # fused AdamW's step counters (one fp32 scalar per parameter) are not sharded
+    assert four.labelled("optimizer") == pytest.approx(one.labelled("optimizer") / 4, rel=1e-3)
+
+
+def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path):
+    _, events = run(tmp_path, gpus=4, shard="fsdp")
+    # each layer's forward gathers its whole weights into one buffer (2 layers, 2 steps);
+    # its backward gathers them again (reshard_after_forward) and reduce-scatters the
+    # whole gradients into a quarter (FSDP2 foreach_all_gather, foreach_reduce)
+    assert events.made_in["forward"].count(LAYER_BYTES) == 4
+    assert events.made_in["backward"].count(LAYER_BYTES) == 8
+    assert events.made_in["backward"].count(LAYER_BYTES // 4) == 4
+
+
+def test_fsdp_lora_runs_the_distributed_lora_recipe(tmp_path):
+    summary, events = run(tmp_path, gpus=2, shard="fsdp", method="lora", lora_targets=["q", "v"])
+    assert "LoRAFinetuneRecipeDistributed" in summary["notes"][0]
+    adapters = 2 * 2 * (8 * 256 + 256 * 8 + 8 * 256 + 128 * 8)
+    assert events.labelled("gradients") == adapters // 2
+
+
 @pytest.mark.parametrize("config, expected", [
     ({"model_type": "llama"}, "llama2"),
     ({"model_type": "llama", "rope_theta": 500000.0}, "llama3"),
@@ -178,6 +213,8 @@ def test_lora_targets_become_torchtunes_flags():
     (dict(config=os.path.join(TINY, "tiny-bert", "config.json")), "no model builder"),
     (dict(seq=8192), "positions"),
     (dict(method="qlora", config=os.path.join(TINY, "tiny-llama", "config.json")), "multiple"),
+    (dict(gpus=4), "always shard with FSDP2"),
+    (dict(gpus=4, shard="fsdp", optimizer="adamw-8bit"), "DTensors"),
 ])
 def test_setups_torchtune_cannot_run_are_refused(tmp_path, change, message):
     with pytest.raises(Unsupported, match=message):

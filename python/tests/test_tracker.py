@@ -43,6 +43,21 @@ def test_free_is_recorded_when_the_storage_dies(tracker):
     assert live_bytes(tracker.events) == 0
 
 
+def test_a_storage_resized_in_place_frees_and_allocates(tracker):
+    # FSDP2 frees a gathered parameter's memory with resize_(0) and gives it back with
+    # resize_(bytes), beneath the dispatcher
+    original = torch.UntypedStorage.resize_
+    with fakecuda.fake_mode(), tracker:
+        x = torch.empty(4096, device="cuda")
+        x.untyped_storage().resize_(0)
+        assert live_bytes(tracker.events) == 0
+        x.untyped_storage().resize_(4096 * 4)
+        assert live_bytes(tracker.events) == 4096 * 4
+        del x
+    assert live_bytes(tracker.events) == 0
+    assert torch.UntypedStorage.resize_ is original
+
+
 def test_cpu_tensors_are_not_counted(tracker):
     with fakecuda.fake_mode(), tracker:
         x = torch.empty(4096)

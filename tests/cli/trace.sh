@@ -39,12 +39,24 @@ grep -q "max_memory_allocated" "$TMP/out" && grep -q "<- peak" "$TMP/out" && [ "
 
 # refusals, each one line and its exit code
 fails 2 "unknown model 'no-such-model'" trace no-such-model
-fails 2 "traces run one GPU" trace "$TINY/tiny-llama" --gpus 2
+fails 2 "the hf tracer runs one GPU" trace "$TINY/tiny-llama" --gpus 2
+fails 2 "traces shard with FSDP only" trace "$TINY/tiny-llama" --gpus 2 --shard zero3
+fails 2 "sharding needs --gpus 2 or more" trace "$TINY/tiny-llama" --shard fsdp
+fails 2 "--tp 2: traces run data parallelism only" trace "$TINY/tiny-llama" --gpus 2 --tp 2
 fails 2 "selective" trace "$TINY/tiny-llama" --grad-ckpt selective
 fails 2 "--eval is the estimator's" trace "$TINY/tiny-llama" --eval yes
 fails 2 "--batch" trace "$TINY/tiny-llama" --batch many
 fails 2 "MODEL is missing" trace
 fails 2 "no tracer driver" trace "$TINY/tiny-llama" --framework megatron
+# many GPUs: torchtune's distributed recipes, rank 0 of a fake process group
+if [ -x "${VRAMFIT_TRACE_ENV:-$SRC/.venv-trace}/torchtune/bin/python" ]; then
+  fails 2 "always shard with FSDP2" trace "$TINY/tiny-llama" --framework torchtune --weights bf16 --gpus 2
+  run trace "$TINY/tiny-llama-nf4" --framework torchtune --weights bf16 --batch 2 --seq 128 --gpus 2 --shard fsdp --json
+  [ "$rc" -eq 0 ] && python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["traced"]["allocated_bytes"] > 0' "$TMP/out" &&
+    ok || bad "trace torchtune --gpus 2 --shard fsdp: exit $rc ($(tail -n 1 "$TMP/err"))"
+else
+  bad "the torchtune tracer environment is missing: run 'make trace-env'"
+fi
 VRAMFIT_TRACE_ENV=$TMP/nowhere fails 3 "make trace-env" trace "$TINY/tiny-llama"
 succeeds "usage: vramfit trace" trace --help
 

@@ -12,6 +12,7 @@ the shim or a framework; 4 an internal error (one line; the traceback goes to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -53,10 +54,11 @@ def write_events(path: str, events: list[tuple]) -> None:
 def trace(spec: Spec, events_path: str) -> dict:
     import torch
 
-    from . import drivers, rules
+    from . import distributed, drivers, rules
     from .tracker import Hints, Tracker
 
     started = time.monotonic()
+    drivers.check_layout(spec)
     drivers.preload(spec)
     buffers = rules.KernelBuffers(rules.cublas_workspace_bytes(spec.gpu.capability))
     # A batch of one, or of fixed lengths, has no padding: its attention mask is all ones.
@@ -69,7 +71,8 @@ def trace(spec: Spec, events_path: str) -> dict:
     policy = rules.SdpaPolicy(capability=spec.gpu.capability,
                               force="flash" if spec.attention == "flash" else None)
     rules.install(policy)
-    with fakecuda.fake_mode(), tracker:
+    ranks = distributed.one_rank(spec.gpus) if spec.gpus > 1 else contextlib.nullcontext()
+    with ranks, fakecuda.fake_mode(), tracker:
         run = drivers.run(spec, tracker, _progress(started))
     write_events(events_path, tracker.events)
     return {"framework": {"name": run.framework_name, "version": run.framework_version},

@@ -64,17 +64,24 @@ class Spec:
             spec.gpu = Gpu(name=gpu.get("name", Gpu.name),
                            capability=tuple(gpu.get("capability", Gpu.capability)),
                            total_bytes=int(gpu.get("total_bytes", Gpu.total_bytes)))
-        spec.check_single_device()
+        spec.check_layout()
         return spec
 
-    def check_single_device(self) -> None:
-        """Traces run one process on one device: parallel layouts are refused, by name."""
-        layout = [(self.gpus > 1, f"--gpus {self.gpus}"), (self.shard != "none", f"--shard {self.shard}"),
-                  (self.tp > 1, f"--tp {self.tp}"), (self.pp > 1, f"--pp {self.pp}"),
-                  (self.cp > 1, f"--cp {self.cp}"), (bool(self.offload), "--offload")]
-        for present, flag in layout:
+    def check_layout(self) -> None:
+        """Traces run one process: one GPU, or rank 0 of a data-parallel run (plain or
+        sharded with FSDP, where the framework's driver can run it); other layouts are
+        refused, by name."""
+        layout = [(self.shard in ("zero1", "zero2", "zero3"),
+                   f"--shard {self.shard}: traces shard with FSDP only (--shard fsdp)"),
+                  (self.shard != "none" and self.gpus == 1,
+                   f"--shard {self.shard}: sharding needs --gpus 2 or more"),
+                  (self.tp > 1, f"--tp {self.tp}: traces run data parallelism only"),
+                  (self.pp > 1, f"--pp {self.pp}: traces run data parallelism only"),
+                  (self.cp > 1, f"--cp {self.cp}: traces run data parallelism only"),
+                  (bool(self.offload), "--offload: traces run without offload")]
+        for present, why in layout:
             if present:
-                raise Unsupported(f"{flag}: traces run one GPU without sharding or offload")
+                raise Unsupported(why)
 
     @property
     def micro_batches(self) -> int:

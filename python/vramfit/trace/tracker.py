@@ -4,7 +4,9 @@
 looked at once: a storage not seen before is an allocation of ``storage.nbytes()`` bytes,
 and a weak reference on the storage's Python object reports its free (PyTorch keeps that
 object alive exactly as long as the C++ storage, torch/csrc/Storage.cpp). Views share a
-storage and so count once, as they do on the GPU. Sizes are recorded unrounded; the C side
+storage and so count once, as they do on the GPU. A storage resized in place
+(``UntypedStorage.resize_``, below the dispatcher) frees its old block and allocates the new
+one, as the caching allocator's resize does. Sizes are recorded unrounded; the C side
 replays the events through its caching-allocator model, which rounds and splits blocks as
 PyTorch does.
 
@@ -37,7 +39,9 @@ def leaves(t: torch.Tensor) -> list[torch.Tensor]:
     below this mode, so the tracker meets them through the wrapper."""
     if not is_traceable_wrapper_subclass(t):
         return [t]
-    return [leaf for name in t.__tensor_flatten__()[0] for leaf in leaves(getattr(t, name))]
+    # DTensor (torch 2.13) names its DeviceMesh among the flattened attributes too.
+    inner = (getattr(t, name) for name in t.__tensor_flatten__()[0])
+    return [leaf for x in inner if isinstance(x, torch.Tensor) for leaf in leaves(x)]
 
 
 def _ops(*names: str) -> set[Any]:
@@ -92,7 +96,8 @@ class Tracker(TorchDispatchMode):
         self.hints = hints or Hints()
         self.after_op = after_op
         self.kernels = kernels or {}
-        self._ids: dict[int, int] = {}
+        # id(storage) -> [storage id, bytes] of the block it holds now (a resize changes both)
+        self._blocks: dict[int, list[int]] = {}
         self._next = 1
         self._lock = threading.Lock()
         self.current = 0
@@ -115,12 +120,13 @@ class Tracker(TorchDispatchMode):
         optimizer); everything else is an activation or temporary."""
         with self._lock:
             for leaf in (leaf for t in tensors for leaf in leaves(t)):
-                sid = self._ids.get(id(leaf.untyped_storage()))
-                if sid is not None:
-                    self.events.append(("c", sid, category))
+                block = self._blocks.get(id(leaf.untyped_storage()))
+                if block is not None:
+                    self.events.append(("c", block[0], category))
 
     def storage_id(self, t: torch.Tensor) -> int | None:
-        return self._ids.get(id(t.untyped_storage()))
+        block = self._blocks.get(id(t.untyped_storage()))
+        return block[0] if block is not None else None
 
     def allocate(self, nbytes: int) -> int:
         """An allocation a CUDA kernel makes beside its outputs (a workspace); returns its
@@ -151,11 +157,11 @@ class Tracker(TorchDispatchMode):
         self.events.append(("f", sid))
         self.current -= -(-nbytes // ROUND) * ROUND if nbytes else 0
 
-    def _freed(self, key: int, sid: int, nbytes: int) -> None:
+    def _freed(self, key: int, block: list[int]) -> None:
         with self._lock:
-            if self._ids.get(key) == sid:
-                del self._ids[key]
-            self._record_free(sid, nbytes)
+            if self._blocks.get(key) is block:
+                del self._blocks[key]
+            self._record_free(*block)
 
     def _see(self, t: Any) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
@@ -167,12 +173,41 @@ class Tracker(TorchDispatchMode):
         storage = t.untyped_storage()
         key = id(storage)
         with self._lock:
-            if key in self._ids:
+            if key in self._blocks:
                 return
             nbytes = storage.nbytes()
-            sid = self._record_alloc(nbytes)
-            self._ids[key] = sid
-        weakref.finalize(storage, self._freed, key, sid, nbytes)
+            block = [self._record_alloc(nbytes), nbytes]
+            self._blocks[key] = block
+        weakref.finalize(storage, self._freed, key, block)
+
+    def resized(self, storage: Any, nbytes: int) -> None:
+        """``storage`` now holds ``nbytes``: the caching allocator frees the old block and
+        allocates a new one (FSDP2 gives each gathered parameter's storage its bytes before
+        the all-gather and takes them back after, torch/distributed/fsdp/_fully_shard/
+        _fsdp_param.py ``alloc_storage``/``free_storage``)."""
+        with self._lock:
+            block = self._blocks.get(id(storage))
+            if block is None or block[1] == nbytes:
+                return
+            self._record_free(*block)
+            block[:] = [self._record_alloc(nbytes), nbytes]
+
+    def __enter__(self) -> "Tracker":
+        original = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage: Any, nbytes: int) -> Any:
+            out = original(storage, nbytes)
+            tracker.resized(storage, storage.nbytes())
+            return out
+
+        self._resize = original
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
 
     # ---- data-dependent values --------------------------------------------------------------
     def _hint(self, func: Any, args: tuple, out: Any) -> None:

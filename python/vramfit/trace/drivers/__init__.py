@@ -73,6 +73,18 @@ def driver(name: str) -> Any:
     return importlib.import_module(f"{__name__}.{DRIVERS[name]}")
 
 
+def check_layout(spec: Spec) -> None:
+    """A driver that traces multi-GPU runs (rank 0 of a fake process group, see
+    distributed.py) says which with its own ``check_layout``; the others trace one GPU."""
+    if spec.gpus == 1:
+        return
+    module = driver(spec.framework)
+    if not hasattr(module, "check_layout"):
+        raise Unsupported(f"--gpus {spec.gpus}: the {spec.framework} tracer runs one GPU "
+                          "(multi-GPU traces: --framework torchtune --shard fsdp)")
+    module.check_layout(spec)
+
+
 def preload(spec: Spec) -> None:
     """Imports the framework before the fake CUDA device exists: libraries that choose a
     backend when imported (bitsandbytes) must take the CPU one, since no CUDA library is

@@ -13,7 +13,6 @@ token ids of the right lengths; plus phase markers (module hooks and an optimize
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
 import inspect
 import json
@@ -31,6 +30,10 @@ PACKAGES = ("torchtune", "torchao", "omegaconf") + (
 
 RECIPES = {"full": ("full_finetune_single_device", "FullFinetuneRecipeSingleDevice"),
            "lora": ("lora_finetune_single_device", "LoRAFinetuneRecipeSingleDevice")}
+# The distributed recipes (``tune run --nproc_per_node N``), which shard with FSDP2
+# (training/_distributed.py ``shard_model``: fully_shard per layer, then the model).
+DISTRIBUTED_RECIPES = {"full": ("full_finetune_distributed", "FullFinetuneRecipeDistributed"),
+                       "lora": ("lora_finetune_distributed", "LoRAFinetuneRecipeDistributed")}
 
 # The optimizers of torchtune's single-device configs (torch.optim.AdamW with fused=True in
 # most, bitsandbytes' 8-bit AdamW in the low-memory ones) and their stand-ins for the rest;
@@ -188,18 +191,20 @@ class Tokenizer:
 class Samples:
     """A map-style dataset of token ids: every sample ``seq`` tokens long (fixed lengths),
     or, with varied lengths, the first optimizer step's samples three quarters as long, so
-    padded_collate_sft pads each batch to another length as real data does."""
+    padded_collate_sft pads each batch to another length as real data does. With many GPUs
+    each rank's DistributedSampler takes every ``ranks``-th sample (shuffle off), so there
+    are ``ranks`` times as many."""
 
     def __init__(self, tokenizer: Tokenizer, batch: int, accumulation: int, steps: int,
-                 seq: int, lengths: str) -> None:
+                 seq: int, lengths: str, ranks: int = 1) -> None:
         self.batch, self.accumulation, self.steps = batch, accumulation, steps
-        self.seq, self.lengths = seq, lengths
+        self.seq, self.lengths, self.ranks = seq, lengths, ranks
 
     def __len__(self) -> int:
-        return self.batch * self.accumulation * self.steps
+        return self.batch * self.accumulation * self.steps * self.ranks
 
     def __getitem__(self, i: int) -> dict[str, list[int]]:
-        step = i // (self.batch * self.accumulation)
+        step = i // (self.batch * self.accumulation * self.ranks)
         length = self.seq if self.lengths == "fixed" or step > 0 else max(1, self.seq * 3 // 4)
         return {"tokens": [1] * length, "labels": [1] * length}
 
@@ -221,7 +226,8 @@ def _refuse(spec: Spec) -> None:
         (spec.attention == "flash", "--attention flash: torchtune does not use flash-attn; its "
                                     "SDPA picks the flash kernel where the inputs allow"),
         (spec.grad_ckpt == "selective", "--grad-ckpt selective: the single-device recipes "
-                                        "checkpoint whole layers only"),
+                                        "checkpoint whole layers only (the distributed full "
+                                        "recipe's ac_mode is not traced)"),
         (spec.loss == "fused", "--loss fused: torchtune 0.6 has no fused cross-entropy"),
         (spec.optimizer == "paged-adamw-8bit",
          "--optimizer paged-adamw-8bit: bitsandbytes keeps paged states in CUDA managed "
@@ -275,7 +281,7 @@ def recipe_config(spec: Spec, model_config: dict[str, Any], out_dir: str) -> dic
         "save_adapter_weights_only": False,
         "dataset": {"_component_": f"{__name__}.Samples", "batch": spec.batch,
                     "accumulation": spec.accumulation, "steps": spec.steps, "seq": spec.seq,
-                    "lengths": spec.lengths},
+                    "lengths": spec.lengths, "ranks": spec.gpus},
         "seed": 0, "shuffle": False, "batch_size": spec.batch,
         "optimizer": optimizer,
         "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
@@ -308,26 +314,45 @@ def stored_dtype(config: dict[str, Any]) -> str:
     return stored if stored in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
-def recipe_class(method: str) -> Any:
+def check_layout(spec: Spec) -> None:
+    """Many GPUs run the distributed recipes, which always shard (FSDP2): there is no
+    plain data-parallel recipe."""
+    if spec.shard != "fsdp":
+        raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: torchtune's distributed "
+                          "recipes always shard with FSDP2 (--shard fsdp)")
+    if OPTIMIZERS[spec.optimizer]["_component_"].startswith("bitsandbytes"):
+        # Traced: bitsandbytes 0.50's update op gets FSDP2's DTensor parameters and states
+        # beside its plain quantization maps, which DTensor's dispatch refuses ("got mixed
+        # torch.Tensor and DTensor"), as it would on a GPU.
+        raise Unsupported(f"--optimizer {spec.optimizer}: bitsandbytes' optimizers take plain "
+                          "tensors; FSDP2's parameters are DTensors")
+
+
+def recipe_class(method: str, gpus: int = 1) -> Any:
     """The recipe class, loaded from the file ``tune run`` runs: the wheel installs
     ``recipes/`` beside ``torchtune/`` (torchtune/_cli/run.py ROOT), and its __init__ forbids
     importing it as a package."""
     import torchtune
 
-    name, cls = RECIPES["lora" if method in ("lora", "qlora", "dora") else "full"]
+    recipes = DISTRIBUTED_RECIPES if gpus > 1 else RECIPES
+    name, cls = recipes["lora" if method in ("lora", "qlora", "dora") else "full"]
     path = os.path.join(os.path.dirname(os.path.dirname(torchtune.__file__)), "recipes", f"{name}.py")
     loader = importlib.util.spec_from_file_location(f"vramfit_torchtune_{name}", path)
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
     # The progress bar is the terminal's; the tracer reports its own progress.
-    module.tqdm = functools.partial(module.tqdm, disable=True)
+    # (the distributed recipes pass disable= themselves: rank 0 shows it).
+    bar = module.tqdm
+    module.tqdm = lambda *a, **kw: bar(*a, **{**kw, "disable": True})
     return getattr(module, cls)
 
 
 # ---- phases ----------------------------------------------------------------------------------
 def mark_phases(recipe: Any, run: Run) -> None:
     model, loss_fn, optimizer = recipe._model, recipe._loss_fn, recipe._optimizer
-    model.register_forward_pre_hook(lambda *_: run.phase("forward"))
+    # First among the model's pre-hooks: FSDP2's root all-gather (fully_shard's pre-forward
+    # hook, registered with prepend=True) belongs to the forward.
+    model.register_forward_pre_hook(lambda *_: run.phase("forward"), prepend=True)
     loss_fn.register_forward_pre_hook(lambda *_: run.phase("loss"))
 
     def on_loss(_module: Any, _args: Any, loss: Any) -> None:
@@ -342,6 +367,17 @@ def mark_phases(recipe: Any, run: Run) -> None:
     optimizer.register_step_pre_hook(before_step)
 
 
+def start_process_group() -> None:
+    """The LoRA recipe's ``recipe_main`` makes the process group before the recipe
+    (recipes/lora_finetune_distributed.py: ``init_process_group("cuda:nccl,cpu:gloo")``);
+    the full recipe makes its own in ``__init__``. distributed.one_rank gives it the fake
+    backend."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("cuda:nccl,cpu:gloo")
+
+
 def run(spec: Spec, run: Run) -> None:
     from importlib.metadata import version
 
@@ -353,13 +389,19 @@ def run(spec: Spec, run: Run) -> None:
         model_config = json.load(f)
     with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
         cfg = OmegaConf.create(recipe_config(spec, model_config, out_dir))
-        recipe_type = recipe_class(spec.method)
+        recipe_type = recipe_class(spec.method, spec.gpus)
         run.phase("load")
+        if spec.gpus > 1 and spec.lora:
+            start_process_group()
         recipe = recipe_type(cfg=cfg)
         recipe.setup(cfg=cfg)
         run.note(f"{cfg.model._component_}, recipe {recipe_type.__name__}, "
                  f"{cfg.optimizer._component_}, {cfg.loss._component_.rpartition('.')[2]}")
         mark_phases(recipe, run)
-        recipe.save_checkpoint = lambda **_: None  # saving comes after the traced steps
+        # Saving comes after the traced steps (the full distributed recipe saves through
+        # its CheckpointClient, the others through their own save_checkpoint).
+        recipe.save_checkpoint = lambda **_: None
+        if hasattr(recipe, "_checkpoint_client"):
+            recipe._checkpoint_client.save_checkpoint = lambda *_, **__: None
         recipe.train()
         recipe.cleanup()
