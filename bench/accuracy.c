@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     print_groups(&traced, "traced: method", by_method);
   }
   if (reported.n) {
-    printf("\nmulti-GPU traced corpus (reported, not held to the targets):\n");
+    printf("\nmulti-GPU traced corpus:\n");
     failed += run(argv[1], &reported, "multi-GPU: kind");
     print_groups(&reported, "multi-GPU: method", by_method);
   }

@@ -125,6 +125,7 @@ struct vf_profile {
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
+  bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */

@@ -103,6 +103,7 @@ struct ctx {
   int stage;             /* the pipeline rank replayed */
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
+  uint32_t root;           /* the root FSDP unit, gathered through the step */
   uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   uint64_t zero3_live;     /* elements ZeRO-3's coordinator keeps gathered at most (zero3_coordinator) */
   uint64_t zero3_sub_group; /* gradient elements ZeRO-3's step converts to fp32 at once (0: none) */
@@ -1272,6 +1273,16 @@ struct loss_kept {
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output), made with the logits,
  * before the training loop converts them. */
+/* FSDP2 keeps its root unit (embedding, final norm, head) gathered from the forward into
+ * the backward only when fully_shard was left to choose (reshard_after_forward=None: torch
+ * 2.13 _fully_shard.py auto_reshard_after_forward, _fsdp_state.py _lazy_init); where the
+ * framework asks for resharding (profile field fsdp_root_reshards) the root reshards as the
+ * model's forward returns, before the loss, and gathers again when the backward reaches
+ * the model's outputs. */
+static bool root_reshards(const struct ctx *x) {
+  return x->p->fsdp_root_reshards && vf_shard_fsdp(x->s->shard) && !pipeline_fsdp(x);
+}
+
 static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
@@ -1288,6 +1299,10 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
+  if (root_reshards(x)) {
+    give(x, x->root);
+    x->root = 0;
+  }
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
@@ -1537,6 +1552,7 @@ static void cublas_workspace(struct ctx *x, uint32_t *made) {
 static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct grads *g) {
   const struct dims *d = &x->d;
   uint32_t grad_logits = loss_backward(x, &k);
+  if (root_reshards(x) && !x->root) x->root = gather(x, -1);
   /* The backward's first matmul is the head's: the loss's nodes call no cuBLAS. */
   cublas_workspace(x, &x->backward_workspace);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
@@ -1855,7 +1871,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   receive_buffers(x);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
-  uint32_t root = gather(x, -1);
+  x->root = gather(x, -1);
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
   uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
@@ -1916,7 +1932,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
-  give(x, root);
+  give(x, x->root);
+  x->root = 0;
   if (last_micro) {
     pipeline_post_backward(x, g);
     merge_outputs(x);
@@ -2118,7 +2135,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.rc = 0;
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
-  x->forward_workspace = x->backward_workspace = x->reduce_buckets = 0;
+  x->forward_workspace = x->backward_workspace = x->reduce_buckets = x->root = 0;
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
    * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole

@@ -394,6 +394,20 @@ static void test_fsdp_no_sync(void **state) {
                    (131584 - 66048) + 2 * (164352 - 82432));
 }
 
+static void root_reshards_flag(struct vf_profile *p, bool on) { p->fsdp_root_reshards = on; }
+
+/* FSDP2's root resharded after the forward (torchtune's explicit reshard_after_forward):
+ * the root unit (the toy's embedding, untied head and final norm, 131,584 bytes gathered)
+ * is let go after the head's projection, so the loss's logit tensors come without it and
+ * the loss phase's high point falls, by at most the root's size; it is gathered again for
+ * the backward, whose high point is as before. */
+static void test_fsdp_root_reshards(void **state) {
+  (void)state;
+  int64_t loss = phase_gain(false, "torchtune", root_reshards_flag, fsdp_synced, VF_PHASE_LOSS);
+  assert_true(loss < 0 && loss >= -131584);
+  assert_int_equal(phase_gain(false, "torchtune", root_reshards_flag, fsdp_synced, VF_PHASE_BACKWARD), 0);
+}
+
 static void softmax_input(struct vf_profile *p, bool on) { p->eager_softmax_saves_input = on; }
 static void eager(struct vf_setup *s) { s->attention = VF_ATTN_EAGER; }
 
@@ -1403,7 +1417,7 @@ int main(void) {
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
-      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync),
+      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_root_reshards),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
