@@ -287,6 +287,8 @@ struct vf_timeline_event {
   uint8_t phase;    /* enum vf_phase */
   uint8_t category; /* enum vf_category of the block */
   uint8_t stage;    /* pipeline rank replayed (0 without a pipeline) */
+  uint8_t with_graph; /* a free that waits for the autograd graph to go: in one model, its
+                       * backward's end; in a workload of several, the whole backward's */
   uint64_t id;      /* the block; an allocation's id is freed by the free of the same id */
   uint64_t bytes;   /* block bytes (rounded as the allocator rounds) */
   uint64_t allocated, reserved;

@@ -12,7 +12,7 @@
 #include "core/pipeline.h"
 #include "vramfit.h"
 
-enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3 };
+enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3, OP_GRAPH_FREE = 4 };
 
 /* Live bytes are counted per category, with the temporaries sized by the weights (casts,
  * dequantizations, optimizer scratch, unsharded gradients) apart from those sized by the
@@ -136,6 +136,15 @@ static uint32_t take(struct ctx *x, uint64_t bytes, enum vf_category cat) {
 
 static void give(struct ctx *x, uint32_t id) {
   if (id) push(&x->b, OP_FREE, id, 0, 0, 0);
+}
+
+/* A free that waits for the autograd graph: a leaf's AccumulateGrad node holds the leaf and
+ * the gradient it keeps as .grad (torch 2.13 torch/csrc/autograd/functions/
+ * accumulate_grad.h) until the graph goes with the loss that roots it. Alone, a model's
+ * graph goes as its backward ends, as here; a workload composing several models frees it
+ * after all of their backwards (workload_estimate.c). */
+static void give_with_graph(struct ctx *x, uint32_t id) {
+  if (id) push(&x->b, OP_GRAPH_FREE, id, 0, 0, 0);
 }
 
 /* The replay's stretches, finer than the public phases: the extension to all layers is
@@ -1458,8 +1467,11 @@ static uint32_t embedding_post_backward(struct ctx *x, uint32_t grad_stream, str
     give(x, k.norm_input);
     grad = norm_grad;
   }
-  give(x, k.leaf);
-  return grad;
+  if (!k.leaf) return grad;
+  /* The gradient reaching the leaf is the one AccumulateGrad keeps as its .grad. */
+  give_with_graph(x, grad);
+  give_with_graph(x, k.leaf);
+  return 0;
 }
 
 /* The swapped-in embedding's backward (bitsandbytes nn/modules.py StableEmbedding: a
@@ -2047,10 +2059,12 @@ static void report(const struct ctx *x, const struct ev *e, const struct live *l
                    const struct vf_allocator *a) {
   struct vf_alloc_stats st;
   vf_allocator_stats(a, &st);
-  struct vf_timeline_event te = {.op = e->op == OP_FREE ? VF_TIMELINE_FREE : VF_TIMELINE_ALLOC,
+  bool freed = e->op == OP_FREE || e->op == OP_GRAPH_FREE;
+  struct vf_timeline_event te = {.op = freed ? VF_TIMELINE_FREE : VF_TIMELINE_ALLOC,
                                  .phase = (uint8_t)unit_phase(unit),
                                  .category = l->cat == WEIGHT_TEMPORARIES ? VF_CAT_TEMPORARIES : l->cat,
                                  .stage = (uint8_t)x->stage,
+                                 .with_graph = e->op == OP_GRAPH_FREE,
                                  .id = e->id,
                                  .bytes = l->bytes,
                                  .allocated = st.allocated,
@@ -2076,7 +2090,7 @@ static int replay(const struct ctx *x, const struct builder *b, const struct vf_
       unit = e->unit;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
-    } else if (e->op == OP_FREE) {
+    } else if (e->op == OP_FREE || e->op == OP_GRAPH_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
       if (x->listener) report(x, e, l, unit, a);

@@ -169,14 +169,38 @@ static int run_encoder(const struct vf_workload *w, size_t i, const struct vf_wl
   return r->oom ? VF_ENOMEM : cut(r);
 }
 
+/* Frees that wait for the whole autograd graph (vf_timeline_event.with_graph): the graph
+ * of all the encoders goes with the loss, after every encoder's backward. */
+struct waiting {
+  uint64_t *id;
+  size_t n, cap;
+};
+
+static void wait_for_graph(struct stream *s, struct waiting *w, uint64_t id) {
+  uint64_t *grown = vf_grow(w->id, &w->cap, w->n + 1, sizeof *grown);
+  if (!grown) {
+    s->oom = true;
+    return;
+  }
+  w->id = grown;
+  w->id[w->n++] = id;
+}
+
+static void graph_freed(struct stream *s, struct waiting *w) {
+  for (size_t i = 0; i < w->n; i++) drop(s, w->id[i]);
+  w->n = 0;
+}
+
 /* Copies segment k of an encoder into the stream, leaving out the cuBLAS workspaces of all
- * but the first encoder (skip marks their ids, whose frees go too). */
-static void copy_segment(struct stream *s, const struct encoder_run *r, size_t k, uint8_t *skip) {
+ * but the first encoder (skip marks their ids, whose frees go too), and holding back the
+ * frees that wait for the graph. */
+static void copy_segment(struct stream *s, const struct encoder_run *r, size_t k, uint8_t *skip, struct waiting *w) {
   for (size_t i = r->seg[k].begin; i < r->seg[k].end; i++) {
     const struct vf_timeline_event *e = &r->ev[i];
     if (e->op == VF_TIMELINE_ALLOC && skip && e->category == VF_CAT_RUNTIME) skip[e->id] = 1;
     if (skip && skip[e->id]) continue;
     if (e->op == VF_TIMELINE_ALLOC) put(s, r->base + e->id, e->bytes, (enum vf_category)e->category);
+    else if (e->with_graph) wait_for_graph(s, w, r->base + e->id);
     else drop(s, r->base + e->id);
   }
 }
@@ -335,6 +359,7 @@ struct compose {
   struct encoder_run runs[VF_WL_MAX_ENCODERS];
   uint8_t *skip[VF_WL_MAX_ENCODERS];
   struct parts parts;
+  struct waiting graph; /* frees waiting for the graph to go */
 };
 
 static void compose_free(struct compose *c) {
@@ -342,6 +367,7 @@ static void compose_free(struct compose *c) {
   free(c->s.category);
   for (size_t i = 0; i < VF_WL_MAX_ENCODERS; i++) free(c->runs[i].ev), free(c->skip[i]);
   free(c->parts.kept);
+  free(c->graph.id);
   free(c);
 }
 
@@ -359,7 +385,7 @@ static int check_alike(const struct vf_workload *w, const struct compose *c, str
 static void encoders_in_order(struct compose *c, size_t n, size_t k, bool reverse) {
   for (size_t j = 0; j < n; j++) {
     size_t i = reverse ? n - 1 - j : j;
-    copy_segment(&c->s, &c->runs[i], k, c->skip[i]);
+    copy_segment(&c->s, &c->runs[i], k, c->skip[i], &c->graph);
   }
 }
 
@@ -376,7 +402,7 @@ static int interleave(struct compose *c, const struct vf_workload *w, const stru
     int rc = 0;
     if (ph == VF_PHASE_LOAD) parts_load(&c->s, &c->parts);
     else if (ph == VF_PHASE_FORWARD) parts_forward(&c->s, w, &c->parts);
-    else if (ph == VF_PHASE_BACKWARD) give(&c->s, &c->parts.input_grad);
+    else if (ph == VF_PHASE_BACKWARD) give(&c->s, &c->parts.input_grad), graph_freed(&c->s, &c->graph);
     else if (ph == VF_PHASE_OPTIMIZER) parts_optimizer(&c->s, w, env->profile, &c->parts);
     if ((ph == VF_PHASE_FORWARD && !loss_next) || ph == VF_PHASE_LOSS) rc = parts_loss(&c->s, w, pt, &c->parts, d);
     if (rc) return rc;

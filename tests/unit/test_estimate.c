@@ -1326,6 +1326,39 @@ static void test_checkpointed_input_grads(void **state) {
   assert_int_equal(config_gain(gpt2_config, "hf", input_grads_flag, full_ft, VF_PHASE_LOSS), 0);
 }
 
+struct graph_frees {
+  int n;
+  uint64_t bytes;
+};
+
+static void count_graph_frees(void *arg, const struct vf_timeline_event *e) {
+  struct graph_frees *g = arg;
+  if (e->op == VF_TIMELINE_FREE && e->with_graph) g->n++, g->bytes += e->bytes;
+}
+
+/* What waits for the autograd graph rather than for the backward's end: GPT-2's looked-up
+ * rows, made a leaf by enable_input_require_grads under checkpointing, and the gradient its
+ * AccumulateGrad keeps, 8 x 64 fp32 values each, once per step; nothing under full
+ * fine-tuning, where the rows are no leaf. */
+static void test_leaf_freed_with_graph(void **state) {
+  (void)state;
+  struct vf_model m;
+  load_config(&m, gpt2_config);
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  lora_ckpt(&s);
+  struct graph_frees g = {0};
+  hf_timeline(&m, &s, count_graph_frees, &g);
+  assert_int_equal(g.n, 2 * 2); /* two steps */
+  assert_int_equal(g.bytes, 2 * 2 * 8 * 64 * 4);
+  full_ft(&s);
+  g = (struct graph_frees){0};
+  hf_timeline(&m, &s, count_graph_frees, &g);
+  assert_int_equal(g.n, 0);
+  vf_model_cleanup(&m);
+}
+
 static void generates_flag(struct vf_profile *p, bool on) { p->generates = on; }
 static void lora_seq64(struct vf_setup *s) { s->method = VF_METHOD_LORA, s->seq = 64; }
 
@@ -1417,7 +1450,7 @@ int main(void) {
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
-      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_root_reshards),
+      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
