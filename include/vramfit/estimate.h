@@ -170,6 +170,7 @@ struct vf_profile {
   uint32_t pp_stages_per_rank;
   bool pp_even_layers;
   bool pp_torch_pipelining;
+  bool pp_input_grads_kept; /* each micro batch's stage-input gradient stays on its receive buffer until the next step */
   bool sequence_parallel;  /* tensor parallelism comes with sequence parallelism by default */
   bool sp_gathered_input;  /* under sequence parallelism a projection keeps its all-gathered input */
   bool grad_buffer_fp32;   /* gradients live in one persistent fp32 buffer, zeroed, never freed */

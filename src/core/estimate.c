@@ -1224,6 +1224,14 @@ static bool hold_output(struct ctx *x, uint64_t bytes) {
   return true;
 }
 
+/* torch.distributed.pipelining hands a stage its receive buffer itself as input, and its
+ * backward (torch.autograd.backward) leaves the input's gradient on the buffer's .grad: under
+ * the profile's torch that stays, for every micro batch and model chunk that received, until
+ * the next step's clear_runtime_states (pipelining/_backward.py stage_backward, stage.py). */
+static void hold_input_grads(struct ctx *x, uint64_t stream) {
+  if (x->p->pp_input_grads_kept) hold_output(x, (x->chunks - x->has_embedding) * stream);
+}
+
 /* The last stage's logits kept (hold_output): the bytes per logit they take of the loss's. */
 static uint32_t pipeline_output(struct ctx *x, uint64_t n) {
   if (x->task == VF_TASK_SEQ_CLS) return 0;
@@ -1941,6 +1949,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   grad_stream = embedding_post_backward(x, grad_stream, emb);
   if (embedded) stable_embedding_backward(x, grad_stream, embedded);
   else give(x, grad_stream);
+  hold_input_grads(x, stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);

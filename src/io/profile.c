@@ -109,6 +109,7 @@ static const struct field fields[] = {
     FIELD("pp_stages_per_rank", F_U32, pp_stages_per_rank),
     FIELD("pp_even_layers", F_BOOL, pp_even_layers),
     FIELD("pp_torch_pipelining", F_BOOL, pp_torch_pipelining),
+    FIELD("pp_input_grads_kept", F_BOOL, pp_input_grads_kept),
     FIELD("sequence_parallel", F_BOOL, sequence_parallel),
     FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
     FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
