@@ -204,7 +204,7 @@ static int stage_hint(struct request *r, struct start *st) {
   if (code) return code;
   r->cmd = st->stage.cmd;
   st->hint = st->stage.hint;
-  st->prior.slope = st->stage.slope;
+  st->prior = st->stage.prior;
   st->gpu = st->stage.gpu;
   st->setup = strdup(st->stage.setup);
   return st->setup ? EXIT_OK : EXIT_INTERNAL;

@@ -51,7 +51,8 @@ static int peak_at(const struct workload_context *c, const struct vf_wl_point *p
 }
 
 /* The largest micro batch in [min, max] whose estimate fits the GPU (by the estimate itself,
- * as probe --model starts), and the growth per anchor around it. */
+ * as probe --model starts), and the estimate's curve around it, fitted where
+ * vf_probe_prior_batches says as probe --model fits its own. */
 static void estimate_hint(const struct workload_context *c, struct probe_stage *s, uint64_t min, uint64_t max) {
   uint64_t cap = c->env.gpu.capacity_bytes, peak;
   int64_t lo = (int64_t)min, hi = (int64_t)max, best = 0;
@@ -63,9 +64,12 @@ static void estimate_hint(const struct workload_context *c, struct probe_stage *
     else hi = mid - 1;
   }
   s->hint = (uint64_t)best;
-  uint64_t low;
-  if (best > 1 && !peak_at(c, &s->point, best / 2, &low) && !peak_at(c, &s->point, best, &peak) && peak > low)
-    s->slope = (double)(peak - low) / (double)(best - best / 2);
+  if (!best) return;
+  uint64_t batches[3], peaks[3];
+  unsigned n = vf_probe_prior_batches(s->hint, batches);
+  for (unsigned i = 0; i < n; i++)
+    if (peak_at(c, &s->point, (int64_t)batches[i], &peaks[i])) return;
+  vf_probe_prior_fit(batches, peaks, n, &s->prior);
 }
 
 /* {knob} in the command becomes the stage's value, and VRAMFIT_<KNOB> holds it. */

@@ -12,7 +12,7 @@ struct probe_stage {
   struct vf_wl_point point; /* the plan's values for the stage (batch included) */
   uint64_t planned;         /* the plan's micro batch, which the stage is confirmed at */
   uint64_t hint;            /* the largest micro batch the estimate fits on the GPU; 0: none */
-  double slope;             /* the estimate's bytes per anchor around it */
+  struct vf_probe_prior prior; /* the estimate's curve around it; slope 0: none */
   struct vf_gpu_spec gpu;
   char *setup;              /* for the history: {"workload", "stage", "knobs"} */
   json_t *knobs;            /* {"name": value} of the stage's own knobs */
