@@ -44,6 +44,14 @@ static struct vf_workload *parse(const char *text, int *rc, struct vf_diag *d) {
   return w;
 }
 
+/* text parsed, or the test fails with where and why. */
+static struct vf_workload *parses(const char *text, struct vf_diag *d) {
+  int rc;
+  struct vf_workload *w = parse(text, &rc, d);
+  if (rc) fail_msg("%d:%d: %s", d->line, d->col, d->msg);
+  return w;
+}
+
 static void release(struct vf_workload *w) {
   vf_workload_cleanup(w);
   test_free(w);
@@ -76,9 +84,7 @@ static void fails_at(const char *from, const char *to, int line, int col, const 
 static void test_base_parses(void **state) {
   (void)state;
   struct vf_diag d;
-  int rc;
-  struct vf_workload *w = parse(base, &rc, &d);
-  if (rc) fail_msg("%d:%d: %s", d.line, d.col, d.msg);
+  struct vf_workload *w = parses(base, &d);
   assert_int_equal(w->n_knobs, 3);
   assert_int_equal(w->n_encoders, 1);
   assert_int_equal(w->encoders[0].method, VF_METHOD_LORA);
@@ -105,9 +111,7 @@ static void test_base_parses(void **state) {
 static void test_expressions(void **state) {
   (void)state;
   struct vf_diag d;
-  int rc;
-  struct vf_workload *w = parse(base, &rc, &d);
-  assert_int_equal(rc, 0);
+  struct vf_workload *w = parses(base, &d);
   struct vf_wl_point pt = {{0}};
   pt.values[w->batch] = 10, pt.values[vf_workload_knob(w, "n_pos")] = 3, pt.values[vf_workload_knob(w, "n_neg")] = 4;
   static const struct { const char *text; int64_t want; } cases[] = {
@@ -149,8 +153,7 @@ static void test_expressions(void **state) {
   release(w);
   /* What a micro batch holds cannot depend on the accumulation. */
   char *text = variant("  n_neg: {path: n_neg", "  accumulation: {min: 1, max: 8}\n  n_neg: {path: n_neg");
-  w = parse(text, &rc, &d);
-  assert_int_equal(rc, 0);
+  w = parses(text, &d);
   assert_int_equal(vf_wl_expr_compile(w, "1 + accumulation", &e, &d), VF_EINVAL);
   assert_non_null(strstr(d.msg, "does not depend on accumulation"));
   release(w);
