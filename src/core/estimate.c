@@ -532,6 +532,12 @@ static enum sdpa_backend sdpa_backend(const struct ctx *x) {
  * release that up-casts them (sdpa_math_fp32), else the inputs' own. */
 static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 4 : x->d.c; }
 
+/* The width of the keys and values the attention kernel is given: every query head's
+ * where they were repeated before it (kv_repeated), the key/value heads' otherwise. */
+static uint64_t sdpa_kv_width(const struct ctx *x) {
+  return x->kv_repeated ? x->d.q : x->d.kv;
+}
+
 /* SDPA's math backend (attention.cpp _scaled_dot_product_attention_math): q, k and v
  * up-cast, q and k scaled into new tensors, K and V expanded to every query head (the
  * broadcasting matmul's copy, or repeat_interleave under enable_gqa), the scores (the
@@ -543,7 +549,7 @@ static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 
 static void math_attention_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   uint64_t T = d->T, c = d->c, a = math_bytes(x), scores = T * d->heads * d->s_kv;
-  uint64_t kv_width = x->kv_repeated ? d->q : d->kv;
+  uint64_t kv_width = sdpa_kv_width(x);
   uint32_t q = take(x, T * d->q * c, VF_CAT_ACTIVATIONS), kv = take(x, 2 * T * kv_width * c, VF_CAT_ACTIVATIONS);
   uint32_t mask = take(x, (x->padded ? x->s->batch : 1) * d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
   uint32_t up = a > c ? take(x, T * (d->q + 2 * kv_width) * a, VF_CAT_TEMPORARIES) : 0;
@@ -740,12 +746,17 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
  * once (cp_kv_all_gather: torch's context_parallel, _AllGatherRotater) or one rank's at a
  * time into a second buffer; the partial outputs merged in fp32 (_SDPAMerger with
  * convert_to_f32). The backward accumulates the gradients of q, k and v in fp32 and passes
- * those of k and v on through two more buffers (_templated_ring_attention_backward). */
+ * those of k and v on through two more buffers (_templated_ring_attention_backward). The
+ * keys and values are those the SDPA call is given (context_parallel replaces the
+ * aten._scaled_dot_product_*_attention ops): repeated to every query head where the model
+ * repeats them first (torchtitan/models/llama/model.py@9dec370 repeat_kv before
+ * F.scaled_dot_product_attention). */
 static void ring_exchange(struct ctx *x, bool backward) {
   if (x->s->cp == 1) return;
   const struct dims *d = &x->d;
-  uint64_t kv = d->T * 2 * d->kv * d->c, received = x->p->cp_kv_all_gather ? x->s->cp * kv : kv;
-  uint64_t merged = backward ? d->T * (d->q + 2 * d->kv) * 4 + 2 * d->T * 2 * d->kv * 4 : 2 * d->T * d->q * 4;
+  uint64_t width = sdpa_kv_width(x);
+  uint64_t kv = d->T * 2 * width * d->c, received = x->p->cp_kv_all_gather ? x->s->cp * kv : kv;
+  uint64_t merged = backward ? d->T * (d->q + 2 * width) * 4 + 2 * d->T * 2 * width * 4 : 2 * d->T * d->q * 4;
   transient(x, kv + received + merged, VF_CAT_TEMPORARIES);
 }
 

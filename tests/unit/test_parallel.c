@@ -444,6 +444,19 @@ static void titan_setup(struct vf_setup *s, uint64_t tp, uint64_t pp, uint64_t c
   s->gpus = 2 * tp * pp * cp;
 }
 
+/* Ring attention exchanges the keys and values the SDPA call gets. torchtitan repeats Llama
+ * 3.1 8B's 8 key/value heads to its 32 query heads first, so over cp 2 (2048 of 4096 tokens
+ * per GPU, bf16) this rank's are 2048 x 2 x 4096 x 2 = 32 MiB, both ranks' gathered 64 MiB
+ * and the fp32 outputs merged 2048 x 4096 x 4 x 2 = 64 MiB: 160 MiB, not the 88 MiB of the
+ * unrepeated 1024 channels. */
+static void test_ring_attention_repeated_heads(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 1, 1, 2);
+  assert_true(forward_temporary("llama-3.1-8b", "torchtitan", &s, 160ull << 20));
+  assert_false(forward_temporary("llama-3.1-8b", "torchtitan", &s, 88ull << 20));
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -500,6 +513,17 @@ static const struct published published[] = {
      VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
     {"torchtitan 405B interleaved", "llama-3.1-405b", "torchtitan", 4, 8192, 8, 512, 8, 8, 1, VF_SHARD_FSDP,
      VF_PREC_FP32, VF_PP_INTERLEAVED, VF_CKPT_FULL, "h100-96gb"},
+    /* Table 6 of the same page: the 405B under 1F1B over 512 H100s, TP 8 x PP 8 x FSDP x CP
+     * 64, local batch 8 (8 micro batches of 1), full checkpointing, 32768 tokens a GPU:
+     * 75.3, 75.9, 77.1 and 84.9 GiB reserved at CP 1, 2, 4 and 8. */
+    {"torchtitan 405B CP 1", "llama-3.1-405b", "torchtitan", 1, 32768, 8, 512, 8, 8, 1, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
+    {"torchtitan 405B CP 2", "llama-3.1-405b", "torchtitan", 1, 65536, 8, 512, 8, 8, 2, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
+    {"torchtitan 405B CP 4", "llama-3.1-405b", "torchtitan", 1, 131072, 8, 512, 8, 8, 4, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
+    {"torchtitan 405B CP 8", "llama-3.1-405b", "torchtitan", 1, 262144, 8, 512, 8, 8, 8, VF_SHARD_FSDP,
+     VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
     /* The same page (and at 0413364): Llama 3 70B with FSDP over 64 A100s of 80 GB, local
      * batch 1. */
     {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
@@ -650,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_published_layouts_fit),
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_ring_attention_buffers),
+      cmocka_unit_test(test_ring_attention_repeated_heads),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
