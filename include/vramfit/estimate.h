@@ -177,6 +177,9 @@ struct vf_profile {
   /* Context parallelism's ring attention all-gathers every rank's keys and values at once
    * (else it passes them on rank to rank through two buffers). */
   bool cp_kv_all_gather;
+  /* Under tensor parallelism the cross-entropy runs on the vocabulary-sharded logits through
+   * torch's loss_parallel, whose log-softmax and fused backward are decompositions. */
+  bool loss_parallel;
   /* Expert parallelism: each expert takes at most this factor of its even share of the
    * routed tokens, padded up to it (0: dropless, every token, no padding). */
   double moe_capacity_factor;

@@ -1181,6 +1181,21 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   give(x, gathered);
 }
 
+/* torch's loss_parallel (torch/distributed/tensor/parallel/loss.py) computes the
+ * log-softmax of the sharded logits by its decomposition (_log_softmax): x - max and its
+ * exp are new fp32 tensors beside the up-cast, where aten's kernel makes only its output;
+ * its fused backward (_nll_loss_and_log_softmax_backward) makes zeros_like(x), exp(x),
+ * their sum and the product beside the kept log-softmax, where nll_loss's and
+ * _log_softmax's backward kernels make one gradient each: 4 bytes a logit more in both. */
+static uint32_t loss_parallel_bytes(const struct ctx *x) {
+  return x->s->tp > 1 && x->p->loss_parallel && x->task == VF_TASK_CAUSAL_LM ? 4 : 0;
+}
+
+/* The most the loss's forward holds per logit (per label for classification). */
+static uint32_t logits_peak_bytes(const struct ctx *x) {
+  return x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes + loss_parallel_bytes(x);
+}
+
 static uint64_t loss_outputs(const struct ctx *x) {
   return x->task == VF_TASK_SEQ_CLS ? x->d.labels * x->s->batch : x->d.T * x->d.vocab;
 }
@@ -1333,7 +1348,7 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   }
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
-  uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
+  uint32_t peak = logits_peak_bytes(x);
   uint32_t cap = 0;
   /* Final soft-capping keeps the tanh's output: of the logits, or of the final norm's. */
   if (x->m->arch.final_logit_softcap > 0 && x->task != VF_TASK_SEQ_CLS) {
@@ -1555,7 +1570,7 @@ static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   if (x->task == VF_TASK_SEQ_CLS) return take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
   /* nll_loss's gradient goes once _log_softmax's backward has read it, with the
    * log-softmax that node kept; the cast reads the last. */
-  struct logit_tensors grad_logits = take_logit_tensors(x, n, x->p->logits_backward_bytes, chunks);
+  struct logit_tensors grad_logits = take_logit_tensors(x, n, x->p->logits_backward_bytes + loss_parallel_bytes(x), chunks);
   uint32_t last = last_logit_tensor(&grad_logits);
   for (int i = 0; i < LOGIT_TENSORS; i++)
     if (grad_logits.id[i] != last) give(x, grad_logits.id[i]);
@@ -2027,8 +2042,7 @@ static void eval_pass(struct ctx *x) {
     input = out;
   }
   if (x->has_head) {
-    uint32_t peak = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes;
-    transient(x, loss_outputs(x) * peak, VF_CAT_TEMPORARIES);
+    transient(x, loss_outputs(x) * logits_peak_bytes(x), VF_CAT_TEMPORARIES);
   }
   drop_graph(x);
   give(x, input);

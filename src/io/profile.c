@@ -114,6 +114,7 @@ static const struct field fields[] = {
     FIELD("sp_gathered_input", F_BOOL, sp_gathered_input),
     FIELD("grad_buffer_fp32", F_BOOL, grad_buffer_fp32),
     FIELD("cp_kv_all_gather", F_BOOL, cp_kv_all_gather),
+    FIELD("loss_parallel", F_BOOL, loss_parallel),
     FIELD("moe_capacity_factor", F_DOUBLE, moe_capacity_factor),
     FIELD("zero_reduce_buckets", F_U32, zero_reduce_buckets),
     FIELD("zero_reduce_bucket_elems", F_U32, zero_reduce_bucket_elems),

@@ -457,6 +457,27 @@ static void test_ring_attention_repeated_heads(void **state) {
   assert_false(forward_temporary("llama-3.1-8b", "torchtitan", &s, 88ull << 20));
 }
 
+/* torch's loss_parallel, which torchtitan enters under TP, holds one fp32 tensor a logit
+ * more than aten's fused kernels, in the loss's forward and in its backward: Llama 3.1 8B
+ * over tp 2 (4096 tokens, 128256 / 2 = 64128 logits each), 4096 x 64128 x 4 bytes =
+ * 1002 MiB more at both peaks; without TP the loss is aten's. */
+static void test_loss_parallel(void **state) {
+  (void)state;
+  struct vf_setup s;
+  titan_setup(&s, 2, 1, 1);
+  struct vf_profile p = profile("torchtitan");
+  struct vf_estimate parallel = run_with("llama-3.1-8b", &s, &p);
+  p.loss_parallel = false;
+  struct vf_estimate fused = run_with("llama-3.1-8b", &s, &p);
+  uint64_t more = 4096ull * 64128 * 4;
+  assert_int_equal(parallel.phase_allocated[VF_PHASE_LOSS] - fused.phase_allocated[VF_PHASE_LOSS], more);
+  assert_int_equal(parallel.phase_allocated[VF_PHASE_BACKWARD] - fused.phase_allocated[VF_PHASE_BACKWARD], more);
+  titan_setup(&s, 1, 1, 1);
+  uint64_t unsharded = run_with("llama-3.1-8b", &s, &p).phase_allocated[VF_PHASE_LOSS];
+  p.loss_parallel = true;
+  assert_int_equal(run_with("llama-3.1-8b", &s, &p).phase_allocated[VF_PHASE_LOSS], unsharded);
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -524,6 +545,10 @@ static const struct published published[] = {
      VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
     {"torchtitan 405B CP 8", "llama-3.1-405b", "torchtitan", 1, 262144, 8, 512, 8, 8, 8, VF_SHARD_FSDP,
      VF_PREC_FP32, VF_PP_1F1B, VF_CKPT_FULL, "h100-96gb"},
+    /* Table 4 of the same page: Llama 3.1 70B over 256 H100s, FSDP 32 x TP 8, local batch
+     * 16, full checkpointing: 71.9 GiB reserved (67.6 with asynchronous TP). */
+    {"torchtitan 70B 2D", "llama-3.1-70b", "torchtitan", 16, 8192, 1, 256, 8, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
+     VF_PP_DEFAULT, VF_CKPT_FULL, "h100-96gb"},
     /* The same page (and at 0413364): Llama 3 70B with FSDP over 64 A100s of 80 GB, local
      * batch 1. */
     {"torchtitan 70B", "llama-3.1-70b", "torchtitan", 1, 8192, 1, 64, 1, 1, 1, VF_SHARD_FSDP, VF_PREC_FP32,
@@ -675,6 +700,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_split_by_sequence_parallelism),
       cmocka_unit_test(test_ring_attention_buffers),
       cmocka_unit_test(test_ring_attention_repeated_heads),
+      cmocka_unit_test(test_loss_parallel),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
