@@ -5,7 +5,8 @@ even knowing the trainer's line exactly, the answer is one of the batches whose 
 the 256 MiB above what that launch reached, and both it and the batch past it must be
 launched. An optimal decision tree over those candidates, averaged over every boundary in
 1..4096 and 16 positions of the report in its 256 MiB. Later out-of-memory reports, which
-narrow the range further, are left out. Usage: python3 bench/probe_floor.py"""
+narrow the range further, are left out. Also the most launches a search without an estimate
+needs at each boundary, after the launches that build its line. Usage: python3 bench/probe_floor.py"""
 import functools
 import math
 import sys
@@ -42,18 +43,35 @@ def open_range(m):
     return min([m + above_launched(m)] + [m + below_launched(m - k + 1) + above_launched(k - 1) for k in range(1, m + 1)])
 
 
-def mean_launches(boundary, positions=16):
+def candidates(boundary, positions=16):
+    """How many batches may be the answer after the first out-of-memory launch, for each of
+    the positions of its report in its 256 MiB."""
     line_at = (boundary + 0.5) / (1 - FRAG)
     slope = (CAPACITY - FIXED) / line_at
     usable = FIXED + slope * (boundary + 0.5)
-    total = 0
     for i in range(positions):
         reached = usable - SHORT * (i + 0.5) / positions
         first = math.floor((reached - FIXED) / slope)  # fits for certain
         last = math.floor((reached + SHORT - FIXED) / slope)  # may fit
-        n = last - first + 1
-        total += 1 + open_range(n) / n
-    return total / positions
+        yield last - first + 1
+
+
+def mean_launches(boundary):
+    counts = list(candidates(boundary))
+    return sum(1 + open_range(n) / n for n in counts) / len(counts)
+
+
+# Without an estimate the search launches 1, the batch the line through the origin allows and
+# one far batch (a line from two batches close together cannot be told from a bend) before
+# its prediction runs out of memory.
+BEFORE_NO_ESTIMATE = 4
+
+
+def most_without_estimate(boundary):
+    """The most launches without an estimate: the 4 above, then the answers 1..n with nothing
+    launched among them or past them take ceil(log2(n + 2)) at worst (each launch halves the
+    n + 1 batches that may need one; the recursion above, minimised over its worst case)."""
+    return BEFORE_NO_ESTIMATE + max(math.ceil(math.log2(n + 2)) for n in candidates(boundary))
 
 
 def main():
@@ -61,6 +79,9 @@ def main():
     all_, small = [mean_launches(b) for b in range(1, 4097)], [mean_launches(b) for b in range(1, 65)]
     print("fragmentation 5%%, the line known exactly after one out-of-memory launch: "
           "mean %.2f over 1..4096, %.2f over 1..64" % (sum(all_) / len(all_), sum(small) / len(small)))
+    over = [b for b in range(1, 4097) if most_without_estimate(b) > 8]
+    print("without an estimate, the line known exactly after %d launches: more than 8 at %d boundaries "
+          "(every one from %d) where the report lands low" % (BEFORE_NO_ESTIMATE, len(over), over[0]))
 
 
 if __name__ == "__main__":

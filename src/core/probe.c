@@ -419,9 +419,13 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
   /* Where the curve itself crosses the middle of the ceiling's range: the likeliest answer.
    * When that is the top of the region (the curve puts the answer at or past the batch that
    * last ran out), or a prediction did not end the search (the curve is off by more than
-   * its noise, one way), the region's middle. */
-  uint64_t center = last_under(p, f, lo, hi - 1, (k.low + k.high) / 2, 0);
-  if (center >= high || p->predicted) center = low + (high - low + 1) / 2;
+   * its noise, one way), the region's middle; but after a prediction that fitted, the curve
+   * now passes through its peak, measured where the answer is near: where it puts the
+   * answer above the middle, it is believed (a curve that fell short rises to the answer). */
+  uint64_t center = last_under(p, f, lo, hi - 1, (k.low + k.high) / 2, 0), middle = low + (high - low + 1) / 2;
+  bool fell_short = p->predicted && !p->overshot;
+  bool likeliest = fell_short ? center > middle && center <= high : !p->predicted && center < high;
+  if (!likeliest) center = middle;
   if (center <= lo) center = lo + 1;
   bool bottom = low > lo && (low == high || extrapolated(p, f, low, high));
   uint64_t target = bottom ? low : center, at_x = approach(p, f, lo, target);
