@@ -9,8 +9,9 @@ markers (module hooks and a wrapper around the accelerator's backward).
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 from .. import distributed
 from ..spec import Spec, Unsupported
@@ -200,6 +201,9 @@ def check_layout(spec: Spec) -> None:
     plain (accelerate wraps the model in DistributedDataParallel: ``--shard none``) or
     sharded by accelerate's FSDP plugin (``--shard fsdp``, TrainingArguments' ``fsdp``).
     ZeRO stages are DeepSpeed's (spec.check_layout refuses them)."""
+    if spec.shard == "hsdp":
+        raise Unsupported(f"--gpus {spec.gpus} --shard hsdp: the Trainer's FSDP2 shards fully; "
+                          "hybrid_shard is FSDP1's, which transformers 5 deprecates")
     if spec.shard not in ("none", "fsdp"):
         raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: the hf tracer runs the "
                           "Trainer's DDP (--shard none) or FSDP (--shard fsdp)")
@@ -297,6 +301,26 @@ def _as_on_a_gpu() -> None:
     import_utils.is_fake_tensor = lambda _x: False
 
 
+@contextlib.contextmanager
+def _as_its_own_process() -> Iterator[None]:
+    """accelerate keeps its process-wide state (the distributed type, the FSDP plugin) in
+    class-level singletons (accelerate/state.py ``PartialState``, ``AcceleratorState``,
+    ``GradientState``) made by the first Accelerator of a process, and says FSDP is on in
+    the environment (utils/fsdp_utils.py sets ACCELERATE_USE_FSDP), which the next
+    Accelerator reads. A training process makes one; the tests trace many setups in one
+    process, and each must start as its own process would, not with the last one's FSDP."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    environment = dict(os.environ)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+
 def run(spec: Spec, run: Run) -> None:
     if spec.grad_ckpt == "selective":
         raise Unsupported("--grad-ckpt selective: the hf Trainer checkpoints whole layers only")
@@ -314,10 +338,21 @@ def run(spec: Spec, run: Run) -> None:
     run.framework("transformers", tf.__version__)
     run.phase("load")
     model = _build(spec, run)
-    with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
+    with _as_its_own_process(), tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
         trainer = tf.Trainer(model=model, args=_training_args(spec, out_dir),
                              train_dataset=Batches(spec), data_collator=_collate(spec))
         _in_order(trainer)
         _mark_phases(trainer, model, run)
         with distributed.addresses() if spec.gpus > 1 else contextlib.nullcontext():
             trainer.train()
+        if spec.gpus > 1:
+            run.note(_layout(trainer, spec))
+
+
+def _layout(trainer: Any, spec: Spec) -> str:
+    """How the Trainer spread the model over the ranks, as accelerate made it."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if plugin is None:
+        return f"rank 0 of {spec.gpus}, {type(trainer.model_wrapped).__name__}"
+    return (f"rank 0 of {spec.gpus}, accelerate FSDP{plugin.fsdp_version} "
+            f"(reshard after forward: {plugin.reshard_after_forward})")
