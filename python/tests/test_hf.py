@@ -115,6 +115,13 @@ def test_fsdp_keeps_a_shard_of_every_state_on_each_gpu(tmp_path):
     assert four.peak < one.peak
 
 
+def test_every_rank_runs_every_micro_batch(tmp_path):
+    # accelerate gives each rank every 4th batch: the dataset holds 4 ranks' batches
+    _, events = traced(tmp_path, gpus=4, shard="fsdp", accumulation=2)
+    assert events.phases.count("forward") == 4
+    assert events.phases.count("optimizer") == 2
+
+
 def test_fsdp_shards_the_adapters_of_a_lora_model(tmp_path):
     _, one = traced(tmp_path, method="lora", lora_targets=["q", "v"])
     _, two = traced(tmp_path, gpus=2, shard="fsdp", method="lora", lora_targets=["q", "v"])

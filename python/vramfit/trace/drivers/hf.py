@@ -144,19 +144,22 @@ class Batches:
     lengths (DataCollatorWithPadding's case): within each micro batch the first sample is
     the longest and the others shorter, so the batch is padded and carries a real
     attention mask; the first step's longest sample has 3/4 of ``seq`` tokens, the second
-    step's ``seq``."""
+    step's ``seq``. With many GPUs accelerate gives each rank every ``gpus``-th batch
+    (data_loader.py ``BatchSamplerShard``), so there are ``gpus`` times as many, and the
+    batches of one step are ``gpus`` apart."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
 
     def __len__(self) -> int:
-        return self.spec.batch * self.spec.micro_batches
+        return self.spec.batch * self.spec.micro_batches * self.spec.gpus
 
     def length(self, i: int) -> int:
         spec = self.spec
         if spec.lengths == "fixed":
             return spec.seq
-        step, within = i // (spec.batch * spec.accumulation), i % spec.batch
+        micro_batch, within = i // (spec.batch * spec.gpus), i % spec.batch
+        step = micro_batch // spec.accumulation
         longest = spec.seq if step > 0 else max(1, spec.seq * 3 // 4)
         return max(1, longest - within * longest // (2 * spec.batch))
 
