@@ -2,7 +2,7 @@
 # The multi-GPU traced corpus: rank 0 of an N-GPU run on torch.distributed's fake process
 # group (python/vramfit/trace/distributed.py), one line per setup as bench/traced/setups.sh
 # prints them. `make traces-multi-gpu` traces them into bench/traced/multi-gpu/<framework>.tsv,
-# which the accuracy gate reports but does not hold to the corpus's targets (bench/README.md).
+# which unit/test_accuracy holds to the corpus's targets (bench/README.md).
 set -eu
 n=0
 row() { # MODEL ARGS...
