@@ -144,11 +144,13 @@ def _ddp_on_the_fake_group() -> None:
     (torch/nn/parallel/distributed.py ``__init__``: ``_verify_param_shape_across_processes``)
     in code that reads each tensor's memory, which a fake tensor has not; with one rank
     traced there is nothing to compare, and what the check allocates is a few integers per
-    parameter. Then its reducer all-reduces each gradient bucket with the built-in hook,
-    whose future must hold the bucket, while the fake group's work has no value: the hook
-    is given as the built-in one does it (torch/csrc/distributed/c10d/default_comm_hooks.cpp
-    ``AllReduceCommHook``: divide the bucket by the world size in place, all-reduce it in
-    place, the bucket is the result), in place, so allocating nothing either."""
+    parameter. Then its reducer all-reduces each gradient bucket through a future that must
+    hold the bucket, while the fake group's work has none (the reducer asserts "expected
+    the hook result is either a Tensor or a TensorList found None"). The all-reduce is
+    given as a comm hook that does what DDP's own does, in place on the bucket: divide by
+    the world size, all-reduce, the bucket is the result (the built-in ALLREDUCE hook,
+    torch/csrc/distributed/c10d/default_comm_hooks.cpp ``AllReduceCommHook``). Neither
+    allocates."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import distributed as ddp
