@@ -51,8 +51,8 @@ trace-test: trace-env
 traces: build trace-env
 	sh bench/traced/setups.sh | $(BUILD)/bench/bench_traces $(BUILD)/vramfit bench/traced $(TRACES)
 
-# The multi-GPU traced corpus (bench/traced/multi-gpu/*.tsv), reported by the accuracy
-# gate but not held to its targets. About ten minutes.
+# The multi-GPU traced corpus (bench/traced/multi-gpu/*.tsv), held to the accuracy gate's
+# targets. About twelve minutes.
 traces-multi-gpu: build trace-env
 	sh bench/traced/multi-gpu/setups.sh | $(BUILD)/bench/bench_traces $(BUILD)/vramfit bench/traced/multi-gpu $(TRACES)
 

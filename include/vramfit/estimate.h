@@ -126,6 +126,9 @@ struct vf_profile {
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
+  /* FSDP mixed precision reduces in the compute dtype: the unsharded gradients no_sync()
+   * holds stay in it, not the weights' */
+  bool fsdp_grads_in_compute_dtype;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, Events
 from vramfit.trace.__main__ import trace
 from vramfit.trace.spec import Spec, Unsupported
 
@@ -82,8 +82,6 @@ def test_encoder_classification(tmp_path):
 def test_unsupported_setups_are_refused(tmp_path):
     with pytest.raises(Unsupported, match="selective"):
         run(tmp_path, grad_ckpt="selective")
-    with pytest.raises(Unsupported, match="--gpus 2: the hf tracer runs one GPU"):
-        run(tmp_path, gpus=2)
     with pytest.raises(Unsupported, match="--shard zero2: traces shard with FSDP only"):
         Spec.from_json('{"model": "m", "config": "c", "gpus": 2, "shard": "zero2"}')
     with pytest.raises(Unsupported, match="--tp 2"):
@@ -97,3 +95,55 @@ def test_list_indices_in_a_checkpoints_recompute(tmp_path):
     summary, events = run(tmp_path, config=config, grad_ckpt="full")
     assert summary["framework"]["name"] == "transformers"
     assert sum(1 for e in events if e == "p backward") == 2
+
+
+def traced(tmp_path, **kw):
+    summary = trace(spec(**kw), str(tmp_path / "events"))
+    return summary, Events((tmp_path / "events").read_text().splitlines()[1:])
+
+
+def test_fsdp_keeps_a_shard_of_every_state_on_each_gpu(tmp_path):
+    _, one = traced(tmp_path)
+    summary, four = traced(tmp_path, gpus=4, shard="fsdp")
+    assert "accelerate FSDP2" in summary["notes"][-1]  # transformers 5's default version
+    assert four.phases == one.phases
+    # every dimension of tiny-llama divides by 4: no padding
+    assert four.labelled("weights") == one.labelled("weights") // 4
+    assert four.labelled("gradients") == one.labelled("gradients") // 4
+    # AdamW's step counters (one per parameter) are not sharded
+    assert four.labelled("optimizer") == pytest.approx(one.labelled("optimizer") / 4, rel=1e-3)
+    assert four.peak < one.peak
+
+
+def test_every_rank_runs_every_micro_batch(tmp_path):
+    # accelerate gives each rank every 4th batch: the dataset holds 4 ranks' batches
+    _, events = traced(tmp_path, gpus=4, shard="fsdp", accumulation=2)
+    assert events.phases.count("forward") == 4
+    assert events.phases.count("optimizer") == 2
+
+
+def test_fsdp_shards_the_adapters_of_a_lora_model(tmp_path):
+    _, one = traced(tmp_path, method="lora", lora_targets=["q", "v"])
+    _, two = traced(tmp_path, gpus=2, shard="fsdp", method="lora", lora_targets=["q", "v"])
+    assert two.labelled("gradients") == one.labelled("gradients") // 2
+    assert two.labelled("optimizer") == pytest.approx(one.labelled("optimizer") / 2, rel=1e-2)
+
+
+def test_ddp_keeps_every_state_and_a_bucket_of_every_gradient(tmp_path):
+    _, one = traced(tmp_path)
+    summary, two = traced(tmp_path, gpus=2)
+    assert "DistributedDataParallel" in summary["notes"][-1]
+    for kind in ("weights", "gradients", "optimizer"):
+        assert two.labelled(kind) == one.labelled(kind)
+    # the reducer's buckets, made when the model is wrapped, hold a copy of every gradient
+    buckets = two.live_at("forward") - one.live_at("forward")
+    assert buckets == pytest.approx(one.labelled("gradients"), rel=1e-3)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(gpus=2, shard="fsdp", method="qlora", quant="nf4"), "quantization"),
+    (dict(gpus=2, shard="zero2"), "DDP \\(--shard none\\) or FSDP"),
+])
+def test_layouts_the_hf_tracer_cannot_run_are_refused(tmp_path, change, message):
+    with pytest.raises(Unsupported, match=message):
+        traced(tmp_path, **change)

@@ -1050,10 +1050,18 @@ static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) 
   if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
 }
 
+/* The bytes per element of the unsharded gradients no_sync() holds: the dtype the gathered
+ * weights compute in when FSDP's mixed precision reduces in it too (FSDP2 then drops the
+ * reduce dtype, _fsdp_param.py init_dtype_attrs, and adds each micro batch's gradient into
+ * the last in place), else the weights'. */
+static uint64_t unsharded_grad_bytes(const struct ctx *x) {
+  return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
+}
+
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (gradients_deferred(x, layer)) return;
   uint32_t *held = &x->unsharded[layer + 1];
-  uint64_t elems = layer_grad_elems(x, layer), full = elems * x->d.g;
+  uint64_t elems = layer_grad_elems(x, layer), full = elems * unsharded_grad_bytes(x);
   /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
    * compute dtype and are added into it (_fsdp_param.py accumulate_unsharded_grad_if_needed). */
   uint32_t fresh = pipeline_fsdp(x) && x->d.c < x->d.g ? take(x, elems * x->d.c, VF_CAT_GRADIENTS) : 0;

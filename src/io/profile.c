@@ -88,6 +88,7 @@ static const struct field fields[] = {
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("fsdp_root_reshards", F_BOOL, fsdp_root_reshards),
+    FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
     FIELD("generates", F_BOOL, generates),

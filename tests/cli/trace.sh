@@ -39,7 +39,7 @@ grep -q "max_memory_allocated" "$TMP/out" && grep -q "<- peak" "$TMP/out" && [ "
 
 # refusals, each one line and its exit code
 fails 2 "unknown model 'no-such-model'" trace no-such-model
-fails 2 "the hf tracer runs one GPU" trace "$TINY/tiny-llama" --gpus 2
+fails 2 "hybrid_shard is FSDP1's" trace "$TINY/tiny-llama" --gpus 4 --shard hsdp --dp-replicate 2
 fails 2 "traces shard with FSDP only" trace "$TINY/tiny-llama" --gpus 2 --shard zero3
 fails 2 "sharding needs --gpus 2 or more" trace "$TINY/tiny-llama" --shard fsdp
 fails 2 "--tp 2: traces run data parallelism only" trace "$TINY/tiny-llama" --gpus 2 --tp 2

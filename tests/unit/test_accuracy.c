@@ -87,7 +87,8 @@ static void traced_corpus_when_present(void **state) {
 }
 
 /* The multi-GPU traced corpus (bench/traced/multi-gpu/NAME.tsv: rank 0 of torchtune's FSDP2
- * recipes on a fake process group), held to the corpus's targets. */
+ * recipes and of the Hugging Face Trainer's FSDP and DDP on a fake process group), held to
+ * the corpus's targets. */
 static void multi_gpu_corpus_meets_the_targets(void **state) {
   (void)state;
   struct acc_set s = {0};

@@ -394,6 +394,22 @@ static void test_fsdp_no_sync(void **state) {
                    (131584 - 66048) + 2 * (164352 - 82432));
 }
 
+static void compute_dtype_grads(struct vf_profile *p, bool on) { p->fsdp_grads_in_compute_dtype = on; }
+static void fsdp_accumulating_bf16(struct vf_setup *s) {
+  fsdp_accumulating(s);
+  s->weights = VF_PREC_FP32, s->amp = VF_PREC_BF16;
+}
+
+/* With FSDP's mixed precision reducing in bf16 (accelerate's plugin) the whole gradients
+ * no_sync keeps are bf16, half the fp32 ones: root 66,048 for 131,584 bytes after 512-byte
+ * rounding, each layer 82,432 for 164,352. Without autocast there is no narrower dtype. */
+static void test_fsdp_grads_in_compute_dtype(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", compute_dtype_grads, fsdp_accumulating_bf16, VF_PHASE_FORWARD),
+                   -((131584 - 66048) + 2 * (164352 - 82432)));
+  assert_int_equal(phase_gain(false, "hf", compute_dtype_grads, fsdp_accumulating, VF_PHASE_FORWARD), 0);
+}
+
 static void root_reshards_flag(struct vf_profile *p, bool on) { p->fsdp_root_reshards = on; }
 
 /* FSDP2's root resharded after the forward (torchtune's explicit reshard_after_forward):
@@ -1450,7 +1466,7 @@ int main(void) {
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
-      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
+      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),

@@ -53,6 +53,8 @@ def one_rank(world_size: int) -> Iterator[None]:
     os.environ.update(launch_environment(world_size))
     dist.init_process_group = distributed_c10d.init_process_group = init_process_group
     _meshes_on_the_host()
+    _fake_tensors_move_to_the_device()
+    _ddp_on_the_fake_group()
     try:
         yield
     finally:
@@ -103,3 +105,130 @@ def _meshes_on_the_host() -> None:
                 "__hash__", "__eq__", "__repr__", "__getstate__", "__setstate__"):
             setattr(mesh_class, name, lifted(value, name == "__init__"))
     mesh_class.vramfit_on_host = True
+
+
+def _fake_tensors_move_to_the_device() -> None:
+    """fully_shard moves a module's host parameters to the GPU before sharding them
+    (torch/distributed/fsdp/_fully_shard/_fsdp_init.py ``_move_states_to_device``:
+    ``tensor.data = tensor.to(device)``). A fake tensor's device is its own attribute,
+    which assigning ``.data`` leaves as it was, so FSDP would find the parameter still on
+    the host; a fake tensor is moved the way PyTorch moves tensor subclasses, by swapping
+    in the copy on the device (the same allocation)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+    original = _fsdp_init._move_states_to_device
+    if getattr(original, "vramfit_swaps", False):
+        return
+
+    @functools.wraps(original)
+    def move(params: list, buffers: list, device: Any) -> None:
+        for tensor in [*params, *buffers]:
+            if not isinstance(tensor, FakeTensor) or tensor.device in (device, torch.device("meta")):
+                continue
+            with torch.no_grad():
+                moved = tensor.to(device)
+            if isinstance(tensor, torch.nn.Parameter):
+                moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+            torch.utils.swap_tensors(tensor, moved)
+        original(params, buffers, device)
+
+    move.vramfit_swaps = True
+    _fsdp_init._move_states_to_device = move
+
+
+def _ddp_on_the_fake_group() -> None:
+    """What DistributedDataParallel's C++ asks of a real process group, given in Python.
+    First it checks that every rank holds parameters of the same shapes
+    (torch/nn/parallel/distributed.py ``__init__``: ``_verify_param_shape_across_processes``)
+    in code that reads each tensor's memory, which a fake tensor has not; with one rank
+    traced there is nothing to compare, and what the check allocates is a few integers per
+    parameter. Then its reducer all-reduces each gradient bucket through a future that must
+    hold the bucket, while the fake group's work has none (the reducer asserts "expected
+    the hook result is either a Tensor or a TensorList found None"). The all-reduce is
+    given as a comm hook that does what DDP's own does, in place on the bucket: divide by
+    the world size, all-reduce, the bucket is the result (the built-in ALLREDUCE hook,
+    torch/csrc/distributed/c10d/default_comm_hooks.cpp ``AllReduceCommHook``). Neither
+    allocates."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import distributed as ddp
+
+    if getattr(ddp.DistributedDataParallel, "vramfit_hooked", False):
+        return
+    ddp._verify_param_shape_across_processes = lambda *_args, **_kwargs: None
+    original = ddp.DistributedDataParallel.__init__
+
+    # Unannotated: DDP refuses a hook whose annotations are not its own types, and this
+    # module's annotations are strings.
+    def all_reduce(_state, bucket):  # type: ignore[no-untyped-def]
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        dist.all_reduce(tensor)
+        done: Any = torch.futures.Future()
+        done.set_result(tensor)
+        return done
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.register_comm_hook(None, all_reduce)
+        self.logger = _Untimed(self.logger)
+        self.reducer = _Unrebuilt(self.reducer)
+
+    ddp.DistributedDataParallel.__init__ = init
+    ddp.DistributedDataParallel.vramfit_hooked = True
+
+
+class _Untimed:
+    """DDP's logger, less its runtime statistics: every few iterations it reads the
+    reducer's timer (torch/nn/parallel/distributed.py ``_pre_forward``:
+    ``logger.set_runtime_stats_and_log``), CUDA events on a GPU, which a CPU build of
+    PyTorch cannot make (its reducer has no timer). Timing holds no device memory."""
+
+    def __init__(self, logger: Any) -> None:
+        self._logger = logger
+
+    def set_runtime_stats_and_log(self) -> None:
+        """Times nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+class _Unrebuilt:
+    """DDP's reducer, keeping the buckets it made first. Before the second forward it
+    regroups the gradients into new buckets in the order the first backward made them
+    ready (``Reducer::rebuild_buckets``), once rank 0 has broadcast that order: a message
+    whose values C++ reads, which a fake tensor has not. The new buckets hold the same
+    gradients, so the same bytes; only their grouping differs."""
+
+    def __init__(self, reducer: Any) -> None:
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+
+@contextlib.contextmanager
+def addresses() -> Iterator[None]:
+    """Gives fake tensors distinct ``data_ptr()`` values while it lasts. A fake tensor's
+    address is 0, so code that tells parameters apart by address takes them all for one:
+    accelerate's FSDP2 preparation maps the optimizer's parameters to the sharded ones by
+    ``data_ptr()`` (accelerate/accelerator.py ``_prepare_fsdp2``), and with one address the
+    optimizer would hold a single parameter and keep no states for the others. The address
+    given is the storage's identity (its Python object lives as long as it does: the
+    tracker keys storages by it too) with the tensor's offset in it."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def data_ptr(t: Any) -> int:
+        return (id(t.untyped_storage()) << 40) + t.storage_offset() * t.element_size()
+
+    FakeTensor.data_ptr = data_ptr
+    try:
+        yield
+    finally:
+        del FakeTensor.data_ptr

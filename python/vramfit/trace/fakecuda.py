@@ -68,6 +68,9 @@ class _Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:
+        return False
+
     def record_event(self, event: Any = None) -> Any:
         return event or _Event()
 
@@ -175,6 +178,10 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
         setattr(cuda, name, value)
         if hasattr(cuda, "memory") and hasattr(cuda.memory, name):
             setattr(cuda.memory, name, value)
+    # The device-generic API answers for the current accelerator: FSDP2 waits on its
+    # streams' events through it (_fsdp_param_group.py ``finalize_backward``), events the
+    # fake streams made.
+    torch.accelerator.current_stream = answers["current_stream"]
     _with_nccl(torch)
     _keep_modules_in_place(torch)
     _swappable(torch)

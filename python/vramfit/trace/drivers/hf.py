@@ -8,9 +8,12 @@ markers (module hooks and a wrapper around the accelerator's backward).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
+from .. import distributed
 from ..spec import Spec, Unsupported
 from . import Run, materialize
 
@@ -121,11 +124,14 @@ def _build(spec: Spec, run: Run) -> Any:
 
     config = model_config(spec)
     # As from_pretrained does: the modules are made on the meta device, then every
-    # parameter is given its memory on the GPU once (loading writes into it) and the
-    # tied weights are tied again (modeling_utils.py, _load_pretrained_model).
+    # parameter is given its memory once (loading writes into it) and the tied weights
+    # are tied again (modeling_utils.py, _load_pretrained_model). On the GPU, where the
+    # Trainer would move it whole; with FSDP on the host, where from_pretrained leaves it:
+    # the Trainer does not place an FSDP model (trainer.py place_model_on_device), and
+    # fully_shard moves each unit's shard to the GPU as it wraps it.
     with torch.device("meta"):
         model = _model_class(spec).from_config(config, dtype=weights_dtype(spec), **_attention(spec))
-    materialize(model, "cuda")
+    materialize(model, "cpu" if spec.gpus > 1 and spec.shard == "fsdp" else "cuda")
     model.tie_weights()
     model = adapted(spec, model, config.model_type)
     run.note(f"{model.__class__.__name__} {config.model_type}, "
@@ -138,19 +144,22 @@ class Batches:
     lengths (DataCollatorWithPadding's case): within each micro batch the first sample is
     the longest and the others shorter, so the batch is padded and carries a real
     attention mask; the first step's longest sample has 3/4 of ``seq`` tokens, the second
-    step's ``seq``."""
+    step's ``seq``. With many GPUs accelerate gives each rank every ``gpus``-th batch
+    (data_loader.py ``BatchSamplerShard``), so there are ``gpus`` times as many, and the
+    batches of one step are ``gpus`` apart."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
 
     def __len__(self) -> int:
-        return self.spec.batch * self.spec.micro_batches
+        return self.spec.batch * self.spec.micro_batches * self.spec.gpus
 
     def length(self, i: int) -> int:
         spec = self.spec
         if spec.lengths == "fixed":
             return spec.seq
-        step, within = i // (spec.batch * spec.accumulation), i % spec.batch
+        micro_batch, within = i // (spec.batch * spec.gpus), i % spec.batch
+        step = micro_batch // spec.accumulation
         longest = spec.seq if step > 0 else max(1, spec.seq * 3 // 4)
         return max(1, longest - within * longest // (2 * spec.batch))
 
@@ -190,6 +199,39 @@ def _fields(cls: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
+def check_layout(spec: Spec) -> None:
+    """Many GPUs: the Trainer runs data parallelism when torchrun's WORLD_SIZE is above one,
+    plain (accelerate wraps the model in DistributedDataParallel: ``--shard none``) or
+    sharded by accelerate's FSDP plugin (``--shard fsdp``, TrainingArguments' ``fsdp``).
+    ZeRO stages are DeepSpeed's (spec.check_layout refuses them)."""
+    if spec.shard == "hsdp":
+        raise Unsupported(f"--gpus {spec.gpus} --shard hsdp: the Trainer's FSDP2 shards fully; "
+                          "hybrid_shard is FSDP1's, which transformers 5 deprecates")
+    if spec.shard not in ("none", "fsdp"):
+        raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: the hf tracer runs the "
+                          "Trainer's DDP (--shard none) or FSDP (--shard fsdp)")
+    if spec.shard == "fsdp" and spec.quantized:
+        raise Unsupported("--shard fsdp with quantized weights: the hf tracer does not trace "
+                          "bitsandbytes quantization")
+
+
+def _data_parallel(spec: Spec) -> dict[str, Any]:
+    """FSDP as the Trainer's documentation configures it: full sharding, each decoder
+    layer wrapped (the plugin's transformer-layer auto wrap, which takes the layer classes
+    from the model's ``_no_split_modules``), the release's default FSDP version.
+
+    DDP as the Trainer builds it, but for ``find_unused_parameters``, which the Trainer
+    turns on for a model without checkpointing (trainer.py ``_build_accelerator_args``):
+    the reducer then copies its map of used parameters (one int32 per parameter tensor)
+    to the GPU through pinned host memory, in C++ that asserts a real pinned tensor, which
+    the fake device cannot give. What the flag adds on the GPU is that map alone."""
+    if spec.gpus == 1:
+        return {}
+    if spec.shard == "fsdp":
+        return {"fsdp": "full_shard auto_wrap"}
+    return {"ddp_find_unused_parameters": False}
+
+
 def _training_args(spec: Spec, out_dir: str) -> Any:
     import transformers as tf
 
@@ -199,7 +241,7 @@ def _training_args(spec: Spec, out_dir: str) -> Any:
         bf16=spec.amp == "bf16", fp16=spec.amp == "fp16", report_to=[],
         save_strategy="no", logging_strategy="no", eval_strategy="no",
         dataloader_num_workers=0, dataloader_pin_memory=False, disable_tqdm=True,
-        remove_unused_columns=False, use_cpu=False)
+        remove_unused_columns=False, use_cpu=False, **_data_parallel(spec))
     # transformers 5.23 renamed the flag (the old name still works, with a warning).
     ckpt = "activation_checkpointing" if "activation_checkpointing" in _fields(tf.TrainingArguments) \
         else "gradient_checkpointing"
@@ -262,6 +304,26 @@ def _as_on_a_gpu() -> None:
     import_utils.is_fake_tensor = lambda _x: False
 
 
+@contextlib.contextmanager
+def _as_its_own_process() -> Iterator[None]:
+    """accelerate keeps its process-wide state (the distributed type, the FSDP plugin) in
+    class-level singletons (accelerate/state.py ``PartialState``, ``AcceleratorState``,
+    ``GradientState``) made by the first Accelerator of a process, and says FSDP is on in
+    the environment (utils/fsdp_utils.py sets ACCELERATE_USE_FSDP), which the next
+    Accelerator reads. A training process makes one; the tests trace many setups in one
+    process, and each must start as its own process would, not with the last one's FSDP."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    environment = dict(os.environ)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+
 def run(spec: Spec, run: Run) -> None:
     if spec.grad_ckpt == "selective":
         raise Unsupported("--grad-ckpt selective: the hf Trainer checkpoints whole layers only")
@@ -279,9 +341,21 @@ def run(spec: Spec, run: Run) -> None:
     run.framework("transformers", tf.__version__)
     run.phase("load")
     model = _build(spec, run)
-    with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
+    with _as_its_own_process(), tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
         trainer = tf.Trainer(model=model, args=_training_args(spec, out_dir),
                              train_dataset=Batches(spec), data_collator=_collate(spec))
         _in_order(trainer)
         _mark_phases(trainer, model, run)
-        trainer.train()
+        with distributed.addresses() if spec.gpus > 1 else contextlib.nullcontext():
+            trainer.train()
+        if spec.gpus > 1:
+            run.note(_layout(trainer, spec))
+
+
+def _layout(trainer: Any, spec: Spec) -> str:
+    """How the Trainer spread the model over the ranks, as accelerate made it."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if plugin is None:
+        return f"rank 0 of {spec.gpus}, {type(trainer.model_wrapped).__name__}"
+    return (f"rank 0 of {spec.gpus}, accelerate FSDP{plugin.fsdp_version} "
+            f"(reshard after forward: {plugin.reshard_after_forward})")
