@@ -129,6 +129,9 @@ struct vf_profile {
   /* FSDP mixed precision reduces in the compute dtype: the unsharded gradients no_sync()
    * holds stay in it, not the weights' */
   bool fsdp_grads_in_compute_dtype;
+  /* Data parallelism without sharding wraps the model in torch's DistributedDataParallel,
+   * whose constructor broadcasts every parameter from rank 0 through flat buckets. */
+  bool ddp_init_broadcast;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */

@@ -478,6 +478,24 @@ static void test_loss_parallel(void **state) {
   assert_int_equal(run_with("llama-3.1-8b", &s, &p).phase_allocated[VF_PHASE_LOSS], unsharded);
 }
 
+/* DistributedDataParallel's constructor broadcasts the parameters from rank 0 through flat
+ * buckets of up to 250 MiB: the toy model's 361,536 fp32 elements (embedding and head 256 x
+ * 64 each, 8 layers of 41,088, the final norm's 64) make one bucket of 1,446,144 bytes at
+ * load. Sharded data parallelism, or a framework without it, makes none. */
+static void test_ddp_init_broadcast(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.gpus = 2;
+  struct vf_profile p = profile("hf");
+  assert_true(has_block(NULL, &s, &p, VF_PHASE_LOAD, VF_CAT_TEMPORARIES, 1446144));
+  p.ddp_init_broadcast = false;
+  assert_false(has_block(NULL, &s, &p, VF_PHASE_LOAD, VF_CAT_TEMPORARIES, 1446144));
+  p.ddp_init_broadcast = true;
+  s.shard = VF_SHARD_FSDP;
+  assert_false(has_block(NULL, &s, &p, VF_PHASE_LOAD, VF_CAT_TEMPORARIES, 1446144));
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -701,6 +719,7 @@ int main(void) {
       cmocka_unit_test(test_ring_attention_buffers),
       cmocka_unit_test(test_ring_attention_repeated_heads),
       cmocka_unit_test(test_loss_parallel),
+      cmocka_unit_test(test_ddp_init_broadcast),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
