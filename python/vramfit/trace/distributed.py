@@ -108,34 +108,37 @@ def _meshes_on_the_host() -> None:
 
 
 def _fake_tensors_move_to_the_device() -> None:
-    """fully_shard moves a module's host parameters to the GPU before sharding them
-    (torch/distributed/fsdp/_fully_shard/_fsdp_init.py ``_move_states_to_device``:
-    ``tensor.data = tensor.to(device)``). A fake tensor's device is its own attribute,
-    which assigning ``.data`` leaves as it was, so FSDP would find the parameter still on
-    the host; a fake tensor is moved the way PyTorch moves tensor subclasses, by swapping
-    in the copy on the device (the same allocation)."""
+    """FSDP moves a module's host parameters to the GPU before sharding them (FSDP2:
+    torch/distributed/fsdp/_fully_shard/_fsdp_init.py, FSDP1: _init_utils.py, both
+    ``_move_states_to_device``: ``tensor.data = tensor.to(device)``). A fake tensor's
+    device is its own attribute, which assigning ``.data`` leaves as it was, so FSDP would
+    find the parameter still on the host; a fake tensor is moved the way PyTorch moves
+    tensor subclasses, by swapping in the copy on the device (the same allocation)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.fsdp import _init_utils
     from torch.distributed.fsdp._fully_shard import _fsdp_init
 
-    original = _fsdp_init._move_states_to_device
-    if getattr(original, "vramfit_swaps", False):
-        return
+    def swapping(original: Any) -> Any:
+        @functools.wraps(original)
+        def move(params: list, buffers: list, device: Any) -> None:
+            for tensor in [*params, *buffers]:
+                if (device is None or not isinstance(tensor, FakeTensor)
+                        or tensor.device in (device, torch.device("meta"))):
+                    continue
+                with torch.no_grad():
+                    moved = tensor.to(device)
+                if isinstance(tensor, torch.nn.Parameter):
+                    moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+                torch.utils.swap_tensors(tensor, moved)
+            original(params, buffers, device)
 
-    @functools.wraps(original)
-    def move(params: list, buffers: list, device: Any) -> None:
-        for tensor in [*params, *buffers]:
-            if not isinstance(tensor, FakeTensor) or tensor.device in (device, torch.device("meta")):
-                continue
-            with torch.no_grad():
-                moved = tensor.to(device)
-            if isinstance(tensor, torch.nn.Parameter):
-                moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
-            torch.utils.swap_tensors(tensor, moved)
-        original(params, buffers, device)
+        move.vramfit_swaps = True
+        return move
 
-    move.vramfit_swaps = True
-    _fsdp_init._move_states_to_device = move
+    for module in (_fsdp_init, _init_utils):
+        if not getattr(module._move_states_to_device, "vramfit_swaps", False):
+            module._move_states_to_device = swapping(module._move_states_to_device)
 
 
 def _ddp_on_the_fake_group() -> None:
