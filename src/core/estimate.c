@@ -982,17 +982,17 @@ static uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bo
  * embedding gradient last, so the head's part waits through the whole backward. */
 static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && vf_shard_fsdp(x->s->shard); }
 
-/* The layers' own weights take gradients: in full fine-tuning, and in FSDP1's units that
- * hold an adapter. FSDP1 flattens a unit's parameters into one FlatParameter that requires
- * grad when any of them does (torch/distributed/fsdp/_flat_param.py@2.13.0
- * _validate_tensors_to_flatten, use_orig_params=True) and runs the forward on views of it
- * (_use_unsharded_views), so the frozen weights beside a LoRA adapter take gradients too:
- * the layer keeps what full fine-tuning keeps and reduces a gradient for all its
- * parameters. The root unit (embedding, final norm, head) holds no adapter and stays
- * frozen. */
+/* The layers' own weights take gradients: in full fine-tuning, and in FSDP1 units that
+ * hold a layer's adapters with its frozen weights (profile field fsdp_adapter_units_train).
+ * Such a FlatParameter requires grad when any of its tensors does
+ * (torch/distributed/fsdp/_flat_param.py@2.13.0 _validate_tensors_to_flatten, under
+ * use_orig_params=True) and the forward runs on views of it (_use_unsharded_views), so the
+ * frozen weights take gradients too: the layer keeps what full fine-tuning keeps and
+ * reduces a gradient for all its parameters. The root unit (embedding, final norm, head)
+ * holds no adapter and stays frozen. */
 static bool layers_take_gradients(const struct ctx *x) {
   bool adapted = x->s->method == VF_METHOD_LORA || x->s->method == VF_METHOD_DORA;
-  return x->base_trainable || (adapted && flat_grads(x));
+  return x->base_trainable || (adapted && x->p->fsdp_adapter_units_train && flat_grads(x));
 }
 
 /* The parameters of a layer that take gradients: all of them where its weights train. */
