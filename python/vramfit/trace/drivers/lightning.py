@@ -190,21 +190,6 @@ def _sigterm_from_the_host() -> None:
     _TrainingEpochLoop._broadcast_sigterm_tensor = broadcast
 
 
-@contextlib.contextmanager
-def _node_of(spec: Spec) -> Any:
-    """The node's GPUs, as torch.cuda counts them in each process torchrun starts (it
-    leaves CUDA_VISIBLE_DEVICES alone): Lightning checks that the ``devices`` it is given
-    exist (fabric/utilities/device_parser.py ``_sanitize_gpu_ids``), and the fake device
-    is one."""
-    import torch
-    original = torch.cuda.device_count
-    torch.cuda.device_count = lambda: min(spec.gpus, distributed.GPUS_PER_NODE)
-    try:
-        yield
-    finally:
-        torch.cuda.device_count = original
-
-
 def strategy(spec: Spec, model: Any) -> Any:
     """``strategy="ddp"``, or FSDPStrategy as Lightning's FSDP guide sets it up for a
     transformer: each decoder layer its own FSDP unit (``auto_wrap_policy`` the set of
@@ -246,7 +231,7 @@ def run(spec: Spec, run: Run) -> None:
     mark_forward_and_loss(model, run)
     if spec.gpus > 1:
         _sigterm_from_the_host()
-    with _node_of(spec):
+    with distributed.node_gpus(spec.gpus):
         _fit(spec, run, model)
 
 
