@@ -1002,9 +1002,20 @@ static uint64_t layer_grad_sum(const struct ctx *x, int32_t layer, bool sharded)
 
 static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_grad_sum(x, layer, false); }
 
-/* The gradient parts a flat unit holds until its concatenation (0 when not flat). */
-static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
-  return flat_grads(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
+/* The bytes per element of a unit's unsharded gradients, before their reduce-scatter and
+ * while no_sync() holds them: the dtype the gathered weights compute in when FSDP's mixed
+ * precision reduces in it too (FSDP2 then drops the reduce dtype, _fsdp_param.py
+ * init_dtype_attrs, and adds each micro batch's gradient into the last in place; FSDP1's
+ * autograd computes the flat gradient in param_dtype and _reduce_grad casts only the
+ * shard to the weights' dtype, _runtime_utils.py), else the weights'. */
+static uint64_t unsharded_grad_bytes(const struct ctx *x) {
+  return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
+}
+
+/* The gradient parts of `elems` elements a flat unit holds until its concatenation (0
+ * when not flat). */
+static uint32_t flat_parts(struct ctx *x, uint64_t elems) {
+  return flat_grads(x) ? take(x, elems * unsharded_grad_bytes(x), VF_CAT_GRADIENTS) : 0;
 }
 
 /* Reduce-scatters a unit's whole gradient to its shard. */
@@ -1070,13 +1081,6 @@ static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) 
   if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
 }
 
-/* The bytes per element of the unsharded gradients no_sync() holds: the dtype the gathered
- * weights compute in when FSDP's mixed precision reduces in it too (FSDP2 then drops the
- * reduce dtype, _fsdp_param.py init_dtype_attrs, and adds each micro batch's gradient into
- * the last in place), else the weights'. */
-static uint64_t unsharded_grad_bytes(const struct ctx *x) {
-  return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
-}
 
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (gradients_deferred(x, layer)) return;
@@ -1106,7 +1110,7 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
     layer_params(x, layer, g);
     return 0;
   }
-  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
+  uint64_t full = layer_grad_elems(x, layer) * unsharded_grad_bytes(x);
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
   uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
   grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
@@ -1201,7 +1205,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
   ring_exchange(x, true);
-  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
+  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer));
   layer_grads(x, layer, g, false);
   give(x, parts);
   give(x, attn);
@@ -1401,14 +1405,14 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   return k;
 }
 
-/* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
-static uint64_t root_grad_bytes(const struct ctx *x, bool embedding) {
+/* Gradient elements of the root unit's trainable tensors: the embedding, or all the others. */
+static uint64_t root_grad_elems(const struct ctx *x, bool embedding) {
   uint64_t n = 0;
   size_t begin, end;
   vf_params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
-  return n * x->d.g;
+  return n;
 }
 
 /* Accumulating into whole gradients kept from the last micro batch: each new gradient is
@@ -1561,7 +1565,7 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
     embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
     return whole;
   }
-  uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
+  uint32_t late = flat_parts(x, root_grad_elems(x, true) + (x->has_head ? 0 : root_grad_elems(x, false)));
   uint32_t whole = layer_grads(x, -1, g, true);
   give(x, late);
   give(x, early);
@@ -1633,7 +1637,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
-  uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
+  uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_elems(x, false)) : layer_grads(x, -1, g, true);
   /* Accumulating, layer_grads made nothing: the head's new gradient comes beside the kept one. */
   if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);

@@ -195,6 +195,16 @@ def check_layout(spec: Spec) -> None:
                           "under FSDP (--grad-ckpt full)")
     if spec.quantized:
         raise Unsupported("--quant: litgpt's scripts refuse quantization for multi-GPU training")
+    if spec.method in ("lora", "qlora"):
+        # lora.py's load_checkpoint: load_from_full_model_state_dict(cpu_offload=True) assigns
+        # shards moved to the CPU, which FSDP2's first all-gather then copies in beside the
+        # GPU's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather).
+        raise Unsupported(f"--gpus {spec.gpus} --method {spec.method}: litgpt 0.5.13's lora.py loads the "
+                          "checkpoint's shards onto the CPU and its first all-gather mixes devices; "
+                          "not traced")
+    if spec.method != "full":
+        raise Unsupported(f"--gpus {spec.gpus} --method {spec.method}: adapter.py's FSDP units fail to "
+                          "move to the fake device (gating_factor cannot be swapped); not traced")
 
 
 def _strategy(spec: Spec, script: Any) -> Any:
@@ -329,18 +339,22 @@ def _load_sharded(fabric: Any, model: Any, dtype: Any, strict: bool) -> None:
     (each FSDP1 unit gathered, written and resharded in turn: fabric/strategies/
     model_parallel.py ``_load_raw_module_state``), ``load_from_full_model_state_dict``
     with ModelParallelStrategy (each parameter distributed from the full one), from a full
-    state dict on the CPU: the names and shapes of a copy of the model on the meta device
+    state dict on the CPU: the names and shapes of the base model, made on the meta device
     (the sharded one has flat or sharded parameters)."""
     import torch
     from lightning.fabric.strategies import FSDPStrategy
     from lightning.fabric.strategies.model_parallel import _load_raw_module_state
     from lightning.fabric.wrappers import _unwrap_objects
+    from litgpt.config import Config
+    from litgpt.model import GPT
     from litgpt.utils import load_from_full_model_state_dict
 
     sharded = _unwrap_objects(model)
     original = getattr(model, "_original_module", sharded)
+    # The checkpoint is the base model's (convert_hf_checkpoint), whatever the script adds.
+    base = Config(**{f.name: getattr(original.config, f.name) for f in dataclasses.fields(Config)})
     with torch.device("meta"):
-        reference = type(original)(original.config)
+        reference = GPT(base)
     state = {k: torch.empty(v.shape, dtype=dtype if v.is_floating_point() else v.dtype, device="cpu")
              for k, v in reference.state_dict(keep_vars=True).items() if not _is_adapter_key(k)}
     if isinstance(fabric.strategy, FSDPStrategy):
