@@ -124,6 +124,7 @@ struct vf_profile {
   bool zero_grad_before_backward; /* zero_grad() runs after the next forward, not the step */
   bool fsdp_no_sync;       /* FSDP accumulates unsharded gradients under no_sync() */
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
+  bool fsdp_adapter_units_train; /* a flat unit holds a layer's adapters with its frozen weights */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
   /* FSDP mixed precision reduces in the compute dtype: the unsharded gradients no_sync()

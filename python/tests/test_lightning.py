@@ -3,8 +3,9 @@ import os
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, Events
 from test_hf import live_peak
+from vramfit.trace import rules
 from vramfit.trace.__main__ import trace
 from vramfit.trace.spec import Spec, Unsupported
 
@@ -133,9 +134,66 @@ def test_unsupported_setups_are_refused(tmp_path):
                 (dict(method="adapter"), "LLaMA-Adapter"),
                 (dict(weights="fp16", amp="fp16"), "GradScaler"),
                 (dict(loss="chunked"), "own loss"),
-                (dict(optimizer="paged-adamw-8bit"), "managed memory")]
+                (dict(optimizer="paged-adamw-8bit"), "managed memory"),
+                (dict(gpus=2, shard="hsdp"), "FSDPStrategy \\(--shard fsdp\\)")]
     if not driver.HAS_BITSANDBYTES:
         refusals.append((dict(optimizer="adamw-8bit"), "bitsandbytes"))
     for setup, why in refusals:
         with pytest.raises(Unsupported, match=why):
             run(tmp_path, **setup)
+
+
+def traced(tmp_path, **kw):
+    summary, events = run(tmp_path, **kw)
+    return summary, Events(events)
+
+
+def test_ddp_keeps_every_state_and_a_bucket_of_every_gradient(tmp_path):
+    _, one = traced(tmp_path)
+    summary, two = traced(tmp_path, gpus=2)
+    assert summary["notes"][-1] == "rank 0 of 2, DDPStrategy"
+    assert two.phases == one.phases
+    for kind in ("weights", "gradients", "optimizer"):
+        assert two.labelled(kind) == one.labelled(kind)
+    # the reducer's buckets, made when the model is wrapped, hold a copy of every gradient
+    buckets = two.live_at("forward") - one.live_at("forward")
+    assert buckets == pytest.approx(one.labelled("gradients"), rel=1e-3)
+
+
+def test_fsdp_keeps_a_shard_of_the_weights_gradients_and_states(tmp_path):
+    _, one = traced(tmp_path)
+    summary, four = traced(tmp_path, gpus=4, shard="fsdp")
+    assert summary["notes"][-1] == "rank 0 of 4, FSDPStrategy"
+    assert four.phases == one.phases
+    # FSDP1 pads each unit's flat parameter to a multiple of the world size
+    for kind in ("weights", "gradients", "optimizer"):
+        assert four.labelled(kind) == pytest.approx(one.labelled(kind) / 4, rel=1e-2), kind
+    assert four.peak < one.peak
+
+
+def test_fsdp_accumulates_whole_gradients_in_the_compute_dtype(tmp_path):
+    # The Trainer runs every micro batch but the last under FSDP1's no_sync (its
+    # DistributedDataParallel Protocol matches any module with a no_sync method): the first
+    # backward leaves each unit's whole gradient, in bf16 (MixedPrecision's param_dtype),
+    # not the fp32 weights' dtype, and no shard.
+    _, one = traced(tmp_path, weights="fp32", amp="bf16")
+    summary, two = traced(tmp_path, weights="fp32", amp="bf16", gpus=2, shard="fsdp",
+                          accumulation=2)
+    workspaces = summary["cublas_workspaces"] * rules.cublas_workspace_bytes((9, 0))
+    held = two.live_at("forward", 1) - two.live_at("forward", 0) - workspaces
+    assert held == pytest.approx(one.labelled("gradients") / 2, rel=1e-3)
+
+
+def test_fsdp_lora_blocks_take_gradients_for_their_frozen_weights(tmp_path):
+    # A block's flat parameter holds its adapters with its frozen weights and requires grad
+    # (use_orig_params=True): each block's gradient shard covers all its parameters. The
+    # root unit (embedding, final norm, head: 2 x 512 x 64 + 64) holds no adapter.
+    _, full = traced(tmp_path)
+    _, lora = traced(tmp_path, method="lora", lora_targets=["q", "v"])
+    _, sharded = traced(tmp_path, gpus=2, shard="fsdp", method="lora", lora_targets=["q", "v"])
+    root = (2 * 512 * 64 + 64) * 2
+    blocks = full.labelled("gradients") - root + lora.labelled("gradients")
+    assert sharded.labelled("gradients") == pytest.approx(blocks / 2, rel=1e-3)
+    # AdamW keeps states for the adapter elements in rank 0's half of each flat block:
+    # here q's and v's adapters come before the MLP, so all of them.
+    assert sharded.labelled("optimizer") == lora.labelled("optimizer")

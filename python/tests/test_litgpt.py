@@ -180,3 +180,32 @@ def test_bitsandbytes_gemm_dequantizes_beyond_its_own_kernel():
             sizes = [e[2] for e in tracker.events[start:] if e[0] == "a"]
             assert (out_features * in_features * 2 in sizes) == dequantized
             assert sizes.count(out_features * in_features // 64 * 4) == (2 if dequantized else 0)
+
+
+def labelled(events, category):
+    """Bytes of the storages the last optimizer step labelled as ``category``."""
+    sizes = {e[1]: int(e[2]) for e in events if e[0] == "a"}
+    last = max(i for i, e in enumerate(events) if e == ["p", "optimizer"])
+    return sum(sizes[i] for i in {e[1] for e in events[last:] if e[0] == "c" and e[2] == category})
+
+
+def test_fsdp_keeps_a_shard_of_the_weights_gradients_and_states(tmp_path):
+    # full.py's setup() on 4 devices: FSDPStrategy, each Block a flat unit, checkpointed.
+    _, one = run(tmp_path, method="full")
+    summary, four = run(tmp_path, method="full", gpus=4, shard="fsdp", grad_ckpt="full")
+    assert summary["notes"][-1] == "rank 0 of 4, FSDPStrategy"
+    assert phases(four) == phases(one)
+    # FSDP1 pads each unit's flat parameter to a multiple of the world size
+    for kind in ("weights", "gradients", "optimizer"):
+        assert labelled(four, kind) == pytest.approx(labelled(one, kind) / 4, rel=1e-2), kind
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(method="full", gpus=2, shard="fsdp"), "checkpoint every block"),
+    (dict(method="full", gpus=2, grad_ckpt="full"), "shard with FSDP"),
+    (dict(method="lora", gpus=2, shard="fsdp", grad_ckpt="full"), "mixes devices"),
+    (dict(method="adapter", gpus=2, shard="fsdp", grad_ckpt="full"), "gating_factor"),
+])
+def test_multi_gpu_layouts_the_litgpt_tracer_cannot_run_are_refused(tmp_path, change, message):
+    with pytest.raises(Unsupported, match=message):
+        run(tmp_path, **change)

@@ -77,6 +77,7 @@ struct ctx {
   uint64_t layers; /* layers replayed */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
   bool base_trainable; /* the model's own weights train (full fine-tuning) */
+  bool layers_train;   /* the layers' own weights take gradients (layers_take_gradients) */
   struct builder b;
   struct saved *sv; /* per replayed layer, plus the head */
   struct grads grads;
@@ -320,37 +321,38 @@ static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *by
 /* Trainable projections reading a norm's output keep it as their input. Autocast casts it
  * for each of them apart (a cast is cached only for leaf weights, autocast_mode.cpp
  * cached_cast), so each keeps a copy of its own. */
-static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool trains) {
   /* Under sequence parallelism the projections read the output all-gathered over the
    * tensor-parallel group, the whole sequence: kept as their input where the framework keeps
    * the gathered tensor, else a buffer for the matmul (gathered again in the backward). */
-  bool gathered_kept = x->d.sp && x->p->sp_gathered_input && x->base_trainable;
+  bool gathered_kept = x->d.sp && x->p->sp_gathered_input && trains;
   if (x->d.sp && readers && !gathered_kept) transient(x, x->d.T * x->d.h * x->d.c, VF_CAT_TEMPORARIES);
-  if (!x->base_trainable) return;
+  if (!trains) return;
   uint32_t copies = autocast_casts(x) ? readers : readers > 0;
   uint64_t read = x->d.sp && !gathered_kept ? x->d.Ts : x->d.T;
   for (uint32_t i = 0; i < copies; i++) keep(x, sv, read * x->d.h * x->d.c);
 }
 
-/* The norms' weights train: in full fine-tuning, and under litgpt's adapter v2
- * (adapter_v2.py adapter_filter: norm_1, norm_2, ln_f). */
-static bool norm_weights_train(const struct ctx *x) {
-  return x->base_trainable || x->s->method == VF_METHOD_ADAPTER_V2;
+/* The norms' weights train: where the weights around them do (`trains`), and under
+ * litgpt's adapter v2 (adapter_v2.py adapter_filter: norm_1, norm_2, ln_f). */
+static bool norm_weights_train(const struct ctx *x, bool trains) {
+  return trains || x->s->method == VF_METHOD_ADAPTER_V2;
 }
 
 /* A norm keeps what its backward needs; a trainable weight needs more, and trainable
- * projections after it keep its output. */
-static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers) {
+ * projections after it (`trains`: the weights of its layer, or of the head) keep its
+ * output. */
+static void norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool trains) {
   const struct vf_profile *p = x->p;
   uint64_t elems = x->d.Ts * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
     keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
-    if (norm_weights_train(x))
+    if (norm_weights_train(x, trains))
       keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
   } else {
     keep_stream_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
   }
-  norm_output_saves(x, sv, readers);
+  norm_output_saves(x, sv, readers, trains);
 }
 
 /* Projections reading a block's attention input, and its MLP input. */
@@ -574,7 +576,7 @@ static void math_attention_forward(struct ctx *x, struct saved *sv) {
   give(x, mask);
   give(x, q);
   give(x, kv);
-  if (x->base_trainable) keep(x, sv, T * d->q * c);
+  if (x->layers_train) keep(x, sv, T * d->q * c);
   else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
   give(x, out);
 }
@@ -635,7 +637,7 @@ static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
     hold(x, sv, v, T * d->kv * c, VF_CAT_ACTIVATIONS);
   }
   bool dropout = a->family == VF_FAMILY_BERT || a->family == VF_FAMILY_GPT2;
-  uint32_t out_copies = x->base_trainable ? x->p->attn_out_copies : 1;
+  uint32_t out_copies = x->layers_train ? x->p->attn_out_copies : 1;
   if (x->attn == VF_ATTN_EAGER) {
     uint64_t scores = T * d->heads * d->s_kv;
     bool fp32 = eager_softmax_fp32(x);
@@ -659,7 +661,7 @@ static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
     }
     give(x, cast);
     transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
-    if (x->base_trainable) keep(x, sv, T * d->q * c);
+    if (x->layers_train) keep(x, sv, T * d->q * c);
   } else {
     keep(x, sv, T * d->heads * 4); /* log-sum-exp */
     /* The padding mask made additive in the query's dtype (attention.cpp
@@ -668,7 +670,7 @@ static void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
     for (uint32_t i = 0; i < out_copies; i++) keep(x, sv, T * d->q * c);
     /* The output's contiguous copy, o_proj's input. */
     if (model_listed(x->p->sdpa_out_copied, x->p->n_sdpa_out_copied, a->model_type)) {
-      if (x->base_trainable) keep(x, sv, T * d->q * c);
+      if (x->layers_train) keep(x, sv, T * d->q * c);
       else transient(x, T * d->q * c, VF_CAT_TEMPORARIES);
     }
   }
@@ -733,7 +735,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
   uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
   bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && x->s->amp != VF_PREC_NONE;
   for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
-  if (x->base_trainable) keep(x, sv, T * d->ffn * c); /* the down projection's input */
+  if (x->layers_train) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);
   adapter_input(x, sv, d->ffn, BIT(VF_KIND_DOWN));
   projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
@@ -785,7 +787,7 @@ static bool post_norm(const struct ctx *x) {
 static void recomputation_stop(struct ctx *x) {
   const struct dims *d = &x->d;
   if (!post_norm(x)) return;
-  uint32_t activation = x->base_trainable ? 0 : take(x, d->T * d->ffn * mlp_bytes(x), VF_CAT_TEMPORARIES);
+  uint32_t activation = x->layers_train ? 0 : take(x, d->T * d->ffn * mlp_bytes(x), VF_CAT_TEMPORARIES);
   uint32_t dropped = take(x, d->Ts * d->h * d->c, VF_CAT_TEMPORARIES);
   transient(x, d->Ts * d->h * stream_bytes(x), VF_CAT_TEMPORARIES);
   give(x, dropped);
@@ -799,7 +801,7 @@ static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer, bool r
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
-  norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0));
+  norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0), x->layers_train);
   attention_forward(x, sv, layer);
   ring_exchange(x, false);
   row_parallel_output(x);
@@ -808,12 +810,12 @@ static void layer_forward(struct ctx *x, struct saved *sv, int32_t layer, bool r
     /* A parallel block's second norm (GPT-NeoX's post_attention_layernorm, modeling_gpt_neox.py
      * GPTNeoXLayer) reads the block input too: the input its LayerNorm keeps is the one the
      * first keeps; only its output is its own. */
-    if (!one_norm) norm_output_saves(x, sv, mlp_readers(x));
+    if (!one_norm) norm_output_saves(x, sv, mlp_readers(x), x->layers_train);
   } else {
     /* The norms after attention: the one before the MLP, and Gemma-2's around the outputs
      * (read by no projection). */
     for (uint32_t i = 2; i <= a->norms_per_layer; i++)
-      norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0);
+      norm_saves(x, sv, i == (a->norms_per_layer == 4 ? 3u : 2u) ? mlp_readers(x) : 0, x->layers_train);
   }
   mlp_forward(x, sv);
   row_parallel_output(x);
@@ -974,24 +976,53 @@ static uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bo
   return param_sum(x, begin, end, trainable, bytes, sharded);
 }
 
-static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, true, false, false); }
-
 /* FSDP1 keeps a unit's parameters as views of one flat tensor: autograd holds each view's
  * gradient until the unit's last one arrives, then concatenates them into one whole flat
  * gradient, the parts still alive. The root unit's head gradient comes first and its
  * embedding gradient last, so the head's part waits through the whole backward. */
 static bool flat_grads(const struct ctx *x) { return x->p->fsdp_flat_params && vf_shard_fsdp(x->s->shard); }
 
-/* The gradient parts a flat unit holds until its concatenation (0 when not flat). */
-static uint32_t flat_parts(struct ctx *x, uint64_t bytes) {
-  return flat_grads(x) ? take(x, bytes, VF_CAT_GRADIENTS) : 0;
+/* The layers' own weights take gradients: in full fine-tuning, and in FSDP1 units that
+ * hold a layer's adapters with its frozen weights (profile field fsdp_adapter_units_train).
+ * Such a FlatParameter requires grad when any of its tensors does
+ * (torch/distributed/fsdp/_flat_param.py@2.13.0 _validate_tensors_to_flatten, under
+ * use_orig_params=True) and the forward runs on views of it (_use_unsharded_views), so the
+ * frozen weights take gradients too: the layer keeps what full fine-tuning keeps and
+ * reduces a gradient for all its parameters. The root unit (embedding, final norm, head)
+ * holds no adapter and stays frozen. */
+static bool layers_take_gradients(const struct ctx *x) {
+  bool adapted = x->s->method == VF_METHOD_LORA || x->s->method == VF_METHOD_DORA;
+  return x->base_trainable || (adapted && x->p->fsdp_adapter_units_train && flat_grads(x));
+}
+
+/* The parameters of a layer that take gradients: all of them where its weights train. */
+static uint64_t layer_grad_sum(const struct ctx *x, int32_t layer, bool sharded) {
+  return layer_sum(x, layer, !x->layers_train, false, sharded);
+}
+
+static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_grad_sum(x, layer, false); }
+
+/* The bytes per element of a unit's unsharded gradients, before their reduce-scatter and
+ * while no_sync() holds them: the dtype the gathered weights compute in when FSDP's mixed
+ * precision reduces in it too (FSDP2 then drops the reduce dtype, _fsdp_param.py
+ * init_dtype_attrs, and adds each micro batch's gradient into the last in place; FSDP1's
+ * autograd computes the flat gradient in param_dtype and _reduce_grad casts only the
+ * shard to the weights' dtype, _runtime_utils.py), else the weights'. */
+static uint64_t unsharded_grad_bytes(const struct ctx *x) {
+  return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
+}
+
+/* The gradient parts of `elems` elements a flat unit holds until its concatenation (0
+ * when not flat). */
+static uint32_t flat_parts(struct ctx *x, uint64_t elems) {
+  return flat_grads(x) ? take(x, elems * unsharded_grad_bytes(x), VF_CAT_GRADIENTS) : 0;
 }
 
 /* Reduce-scatters a unit's whole gradient to its shard. */
 static void reduce_unsharded(struct ctx *x, int32_t layer, struct grads *g) {
   uint32_t *held = &x->unsharded[layer + 1];
   if (!*held) return;
-  grad_push(x, g, take(x, layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
+  grad_push(x, g, take(x, layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
   give(x, *held);
   *held = 0;
 }
@@ -1050,13 +1081,6 @@ static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) 
   if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
 }
 
-/* The bytes per element of the unsharded gradients no_sync() holds: the dtype the gathered
- * weights compute in when FSDP's mixed precision reduces in it too (FSDP2 then drops the
- * reduce dtype, _fsdp_param.py init_dtype_attrs, and adds each micro batch's gradient into
- * the last in place), else the weights'. */
-static uint64_t unsharded_grad_bytes(const struct ctx *x) {
-  return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
-}
 
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (gradients_deferred(x, layer)) return;
@@ -1086,9 +1110,9 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
     layer_params(x, layer, g);
     return 0;
   }
-  uint64_t full = layer_grad_elems(x, layer) * x->d.g;
+  uint64_t full = layer_grad_elems(x, layer) * unsharded_grad_bytes(x);
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
-  uint64_t shard = layer_sum(x, layer, true, false, true) * x->d.g / x->d.dsize;
+  uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
   grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
@@ -1181,7 +1205,7 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
   ring_exchange(x, true);
-  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer) * x->d.g);
+  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer));
   layer_grads(x, layer, g, false);
   give(x, parts);
   give(x, attn);
@@ -1336,7 +1360,7 @@ static bool root_reshards(const struct ctx *x) {
 
 static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
-  norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1);
+  norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1, x->base_trainable);
   if (x->task == VF_TASK_CAUSAL_LM) {
     quantized_input(x, sv, d->h, true);
     adapter_input(x, sv, d->h, BIT(VF_KIND_HEAD));
@@ -1381,14 +1405,14 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   return k;
 }
 
-/* Gradient bytes of the root unit's trainable tensors: the embedding, or all the others. */
-static uint64_t root_grad_bytes(const struct ctx *x, bool embedding) {
+/* Gradient elements of the root unit's trainable tensors: the embedding, or all the others. */
+static uint64_t root_grad_elems(const struct ctx *x, bool embedding) {
   uint64_t n = 0;
   size_t begin, end;
   vf_params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
-  return n * x->d.g;
+  return n;
 }
 
 /* Accumulating into whole gradients kept from the last micro batch: each new gradient is
@@ -1541,7 +1565,7 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
     embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
     return whole;
   }
-  uint32_t late = flat_parts(x, root_grad_bytes(x, true) + (x->has_head ? 0 : root_grad_bytes(x, false)));
+  uint32_t late = flat_parts(x, root_grad_elems(x, true) + (x->has_head ? 0 : root_grad_elems(x, false)));
   uint32_t whole = layer_grads(x, -1, g, true);
   give(x, late);
   give(x, early);
@@ -1613,7 +1637,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   /* A quantized head is dequantized again for the input gradient. */
   if (quantized_weight(x, true) && x->task == VF_TASK_CAUSAL_LM)
     transient(x, d->h * d->vocab * dequant_bytes(x, false), WEIGHT_TEMPORARIES);
-  uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_bytes(x, false)) : layer_grads(x, -1, g, true);
+  uint32_t root_grads = flat_grads(x) ? flat_parts(x, root_grad_elems(x, false)) : layer_grads(x, -1, g, true);
   /* Accumulating, layer_grads made nothing: the head's new gradient comes beside the kept one. */
   if (accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);
@@ -2454,6 +2478,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   x.attn = resolved.attention;
   if (p->softcap_eager && m->arch.attn_logit_softcap > 0) x.attn = VF_ATTN_EAGER;
   x.base_trainable = s->method == VF_METHOD_FULL;
+  x.layers_train = layers_take_gradients(&x);
   x.accumulation = resolved.accumulation;
   x.eval = resolved.eval == VF_EVAL_YES;
   x.chunks = vf_pp_chunks(resolved.pp_schedule, p);

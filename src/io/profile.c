@@ -86,6 +86,7 @@ static const struct field fields[] = {
     FIELD("zero_grad_before_backward", F_BOOL, zero_grad_before_backward),
     FIELD("fsdp_no_sync", F_BOOL, fsdp_no_sync),
     FIELD("fsdp_flat_params", F_BOOL, fsdp_flat_params),
+    FIELD("fsdp_adapter_units_train", F_BOOL, fsdp_adapter_units_train),
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("fsdp_root_reshards", F_BOOL, fsdp_root_reshards),
     FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),

@@ -49,9 +49,20 @@ def one_rank(world_size: int) -> Iterator[None]:
         options = {k: v for k, v in kwargs.items() if k in ("timeout", "pg_options")}
         original("fake", store=FakeStore(), rank=0, world_size=world_size, **options)
 
+    original_group = distributed_c10d.new_group
+
+    @functools.wraps(original_group)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        # A subgroup of the fake world is fake too: a gloo group (Lightning Fabric's
+        # rank_zero_first barrier, fabric/utilities/distributed.py _InfiniteBarrier) needs
+        # a real store.
+        kwargs["backend"] = "fake"
+        return original_group(*args, **kwargs)
+
     saved = {k: os.environ.get(k) for k in launch_environment(world_size)}
     os.environ.update(launch_environment(world_size))
     dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    dist.new_group = distributed_c10d.new_group = new_group
     _meshes_on_the_host()
     _fake_tensors_move_to_the_device()
     _ddp_on_the_fake_group()
@@ -59,6 +70,7 @@ def one_rank(world_size: int) -> Iterator[None]:
         yield
     finally:
         dist.init_process_group = distributed_c10d.init_process_group = original
+        dist.new_group = distributed_c10d.new_group = original_group
         if dist.is_initialized():
             dist.destroy_process_group()
         for k, v in saved.items():
@@ -66,6 +78,21 @@ def one_rank(world_size: int) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def node_gpus(world_size: int) -> Iterator[None]:
+    """The node's GPUs, as torch.cuda counts them in each process torchrun starts (it
+    leaves CUDA_VISIBLE_DEVICES alone), while it lasts: Lightning checks that the
+    ``devices`` it is given exist (fabric/utilities/device_parser.py ``_sanitize_gpu_ids``),
+    and the fake device is one."""
+    import torch
+    original = torch.cuda.device_count
+    torch.cuda.device_count = lambda: min(world_size, GPUS_PER_NODE)
+    try:
+        yield
+    finally:
+        torch.cuda.device_count = original
 
 
 def _meshes_on_the_host() -> None:
@@ -108,34 +135,37 @@ def _meshes_on_the_host() -> None:
 
 
 def _fake_tensors_move_to_the_device() -> None:
-    """fully_shard moves a module's host parameters to the GPU before sharding them
-    (torch/distributed/fsdp/_fully_shard/_fsdp_init.py ``_move_states_to_device``:
-    ``tensor.data = tensor.to(device)``). A fake tensor's device is its own attribute,
-    which assigning ``.data`` leaves as it was, so FSDP would find the parameter still on
-    the host; a fake tensor is moved the way PyTorch moves tensor subclasses, by swapping
-    in the copy on the device (the same allocation)."""
+    """FSDP moves a module's host parameters to the GPU before sharding them (FSDP2:
+    torch/distributed/fsdp/_fully_shard/_fsdp_init.py, FSDP1: _init_utils.py, both
+    ``_move_states_to_device``: ``tensor.data = tensor.to(device)``). A fake tensor's
+    device is its own attribute, which assigning ``.data`` leaves as it was, so FSDP would
+    find the parameter still on the host; a fake tensor is moved the way PyTorch moves
+    tensor subclasses, by swapping in the copy on the device (the same allocation)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.fsdp import _init_utils
     from torch.distributed.fsdp._fully_shard import _fsdp_init
 
-    original = _fsdp_init._move_states_to_device
-    if getattr(original, "vramfit_swaps", False):
-        return
+    def swapping(original: Any) -> Any:
+        @functools.wraps(original)
+        def move(params: list, buffers: list, device: Any) -> None:
+            for tensor in [*params, *buffers]:
+                if (device is None or not isinstance(tensor, FakeTensor)
+                        or tensor.device in (device, torch.device("meta"))):
+                    continue
+                with torch.no_grad():
+                    moved = tensor.to(device)
+                if isinstance(tensor, torch.nn.Parameter):
+                    moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+                torch.utils.swap_tensors(tensor, moved)
+            original(params, buffers, device)
 
-    @functools.wraps(original)
-    def move(params: list, buffers: list, device: Any) -> None:
-        for tensor in [*params, *buffers]:
-            if not isinstance(tensor, FakeTensor) or tensor.device in (device, torch.device("meta")):
-                continue
-            with torch.no_grad():
-                moved = tensor.to(device)
-            if isinstance(tensor, torch.nn.Parameter):
-                moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
-            torch.utils.swap_tensors(tensor, moved)
-        original(params, buffers, device)
+        move.vramfit_swaps = True
+        return move
 
-    move.vramfit_swaps = True
-    _fsdp_init._move_states_to_device = move
+    for module in (_fsdp_init, _init_utils):
+        if not getattr(module._move_states_to_device, "vramfit_swaps", False):
+            module._move_states_to_device = swapping(module._move_states_to_device)
 
 
 def _ddp_on_the_fake_group() -> None:

@@ -182,6 +182,7 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     # streams' events through it (_fsdp_param_group.py ``finalize_backward``), events the
     # fake streams made.
     torch.accelerator.current_stream = answers["current_stream"]
+    _streams_record_nothing(torch)
     _with_nccl(torch)
     _keep_modules_in_place(torch)
     _swappable(torch)
@@ -190,6 +191,23 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     _subclasses_of_fake_tensors(torch)
     _list_indices(torch)
     _foreach_takes_fake_tensors(torch)
+
+
+def _streams_record_nothing(torch: Any) -> None:
+    """``Tensor.record_stream`` tells the caching allocator that another stream still uses
+    a block (FSDP1 records its gathered and reduced tensors on its own streams:
+    torch/distributed/fsdp/_common_utils.py ``_no_dispatch_record_stream``). The fake
+    device has one stream, whose stand-in C++ does not take; there is nothing to record."""
+    original = torch.Tensor.record_stream
+    if getattr(original, "vramfit_fake_streams", False):
+        return
+
+    def record_stream(self: Any, stream: Any) -> None:
+        if not isinstance(stream, _Stream):
+            original(self, stream)
+
+    record_stream.vramfit_fake_streams = True
+    torch.Tensor.record_stream = record_stream
 
 
 def _foreach_takes_fake_tensors(torch: Any) -> None:

@@ -81,7 +81,7 @@ def check_layout(spec: Spec) -> None:
     module = driver(spec.framework)
     if not hasattr(module, "check_layout"):
         raise Unsupported(f"--gpus {spec.gpus}: the {spec.framework} tracer runs one GPU "
-                          "(multi-GPU traces: --framework torchtune or hf)")
+                          "(multi-GPU traces: --framework torchtune, hf or lightning)")
     module.check_layout(spec)
 
 

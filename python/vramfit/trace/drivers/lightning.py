@@ -8,10 +8,13 @@ Lightning callback and a forward hook on the model's head).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 from typing import Any, Callable
 
 from ..spec import Spec, Unsupported
+from .. import distributed
 from . import Run
 from .hf import Batches, _as_on_a_gpu, _build, _collate, mark_forward_and_loss
 
@@ -136,13 +139,75 @@ def _checkpoint_layers(model: Any) -> None:
     enable()
 
 
+class RankBatches(Batches):
+    """The hf driver's samples for each rank of a Lightning run: the Trainer gives its
+    loader a ``DistributedSampler`` (trainer/connectors/data_connector.py
+    ``_requires_distributed_sampler``), which hands rank r the samples r, r + N, r + 2N, ...
+    so rank 0's i-th sample is the dataset's i*N-th, and sees the lengths one GPU would."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__(spec)
+        self.one_gpu = Batches(dataclasses.replace(spec, gpus=1))
+
+    def length(self, i: int) -> int:
+        return self.one_gpu.length(i // self.spec.gpus)
+
+
 def _loader(spec: Spec) -> Any:
     from torch.utils.data import DataLoader
     # The hf driver's dataset and padding collator. Pinned batches, as Lightning's own
     # LightningDataModule.from_datasets loads them (core/datamodule.py); the Trainer moves
     # each batch to the GPU (Strategy.batch_to_device).
-    return DataLoader(Batches(spec), batch_size=spec.batch, shuffle=False,
+    return DataLoader(RankBatches(spec), batch_size=spec.batch, shuffle=False,
                       collate_fn=_collate(spec), num_workers=0, pin_memory=True)
+
+
+def check_layout(spec: Spec) -> None:
+    """Many GPUs: the Trainer launched by torchrun, one process per GPU, with
+    ``strategy="ddp"`` (``--shard none``) or ``FSDPStrategy`` (``--shard fsdp``)."""
+    if spec.shard not in ("none", "fsdp"):
+        raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: the lightning tracer runs "
+                          "strategy=\"ddp\" (--shard none) or FSDPStrategy (--shard fsdp)")
+
+
+def _sigterm_from_the_host() -> None:
+    """Before each batch every rank learns whether rank 0 got SIGTERM: rank 0 broadcasts a
+    one-element tensor of 0 or 1 and each rank reads it (loops/training_epoch_loop.py
+    ``_broadcast_sigterm_tensor``). The fake device cannot hold the value read back; it
+    is rank 0's own flag, which the replacement reads from the host after making and
+    broadcasting the same tensor (the same allocation)."""
+    import torch
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def broadcast(self: Any) -> None:
+        received = bool(getattr(self.trainer, "received_sigterm", False))
+        flag = torch.tensor([int(received)], device=self.trainer.strategy.root_device)
+        torch.distributed.broadcast(flag, src=0)
+        if received:
+            raise SIGTERMException()
+
+    _TrainingEpochLoop._broadcast_sigterm_tensor = broadcast
+
+
+def strategy(spec: Spec, model: Any) -> Any:
+    """``strategy="ddp"``, or FSDPStrategy as Lightning's FSDP guide sets it up for a
+    transformer: each decoder layer its own FSDP unit (``auto_wrap_policy`` the set of
+    block classes, here the model's ``_no_split_modules``, as accelerate takes them), the
+    rest of the strategy's defaults: FULL_SHARD, ``use_orig_params=True``, and the
+    precision plugin's MixedPrecision (param, reduce and buffer dtype all the
+    precision's: bf16 for bf16-mixed and bf16-true; pytorch/plugins/precision/fsdp.py
+    ``mixed_precision_config``)."""
+    if spec.gpus == 1:
+        return "auto"
+    if spec.shard == "none":
+        return "ddp"
+    from lightning.pytorch.strategies import FSDPStrategy
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = {type(m) for m in model.modules() if type(m).__name__ in names}
+    if not blocks:
+        raise Unsupported(f"--shard fsdp: {type(model).__name__} names no block class to wrap")
+    return FSDPStrategy(auto_wrap_policy=blocks)
 
 
 def run(spec: Spec, run: Run) -> None:
@@ -164,10 +229,22 @@ def run(spec: Spec, run: Run) -> None:
     if spec.grad_ckpt == "full":
         _checkpoint_layers(model)
     mark_forward_and_loss(model, run)
+    if spec.gpus > 1:
+        _sigterm_from_the_host()
+    with distributed.node_gpus(spec.gpus):
+        _fit(spec, run, model)
+
+
+def _fit(spec: Spec, run: Run, model: Any) -> None:
+    import lightning
     trainer = lightning.Trainer(
-        accelerator="cuda", devices=1, precision=precision(spec),
+        accelerator="cuda", devices=spec.gpus, strategy=strategy(spec, model),
+        precision=precision(spec),
         accumulate_grad_batches=spec.accumulation, max_steps=spec.steps,
         enable_checkpointing=False, logger=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[phase_callback(run)])
     run.note(f"Trainer(precision={precision(spec)!r}), no gradient clipping (Lightning's default)")
-    trainer.fit(module_class()(model, optimizer_factory(spec)), train_dataloaders=_loader(spec))
+    with distributed.addresses() if spec.gpus > 1 else contextlib.nullcontext():
+        trainer.fit(module_class()(model, optimizer_factory(spec)), train_dataloaders=_loader(spec))
+    if spec.gpus > 1:
+        run.note(f"rank 0 of {spec.gpus}, {type(trainer.strategy).__name__}")

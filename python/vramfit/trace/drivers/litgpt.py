@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import distributed
 from ..spec import Spec, Unsupported
 from . import FrameworkMissing, Run
 
@@ -163,7 +164,7 @@ def _check(spec: Spec) -> None:
                           f"--quantize), adapter and adapter_v2")
     if spec.task != "causal-lm":
         raise Unsupported(f"--task {spec.task}: litgpt's fine-tuning scripts train causal language models")
-    if spec.grad_ckpt != "none":
+    if spec.gpus == 1 and spec.grad_ckpt != "none":
         raise Unsupported(f"--grad-ckpt {spec.grad_ckpt}: litgpt's fine-tuning scripts checkpoint activations "
                           f"only under FSDP (devices > 1); on one GPU they do not")
     if spec.optimizer not in OPTIMIZERS:
@@ -181,9 +182,47 @@ def _check(spec: Spec) -> None:
         raise Unsupported(f"--amp {spec.amp}: litgpt refuses quantization with mixed precision")
 
 
-def _fabric(spec: Spec) -> tuple[Any, str | None]:
-    """Fabric as setup() makes it for one device: the precision string, or a
-    BitsandbytesPrecision plugin and no precision (finetune/lora.py 0.5.13 lines 140-173)."""
+def check_layout(spec: Spec) -> None:
+    """Many GPUs: setup() shards whenever devices > 1, checkpointing every block (full.py,
+    adapter*.py: FSDPStrategy with activation_checkpointing_policy={Block}; lora.py:
+    ModelParallelStrategy, whose parallelize_fn wraps each block in checkpoint_wrapper and
+    applies fully_shard), and refuses quantization there."""
+    if spec.shard != "fsdp":
+        raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: litgpt's fine-tuning scripts shard "
+                          "with FSDP whenever devices > 1 (--shard fsdp)")
+    if spec.grad_ckpt != "full":
+        raise Unsupported(f"--grad-ckpt {spec.grad_ckpt}: litgpt's fine-tuning scripts checkpoint every block "
+                          "under FSDP (--grad-ckpt full)")
+    if spec.quantized:
+        raise Unsupported("--quant: litgpt's scripts refuse quantization for multi-GPU training")
+    if spec.method in ("lora", "qlora"):
+        # lora.py's load_checkpoint: load_from_full_model_state_dict(cpu_offload=True) assigns
+        # shards moved to the CPU, which FSDP2's first all-gather then copies in beside the
+        # GPU's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather).
+        raise Unsupported(f"--gpus {spec.gpus} --method {spec.method}: litgpt 0.5.13's lora.py loads the "
+                          "checkpoint's shards onto the CPU and its first all-gather mixes devices; "
+                          "not traced")
+    if spec.method != "full":
+        raise Unsupported(f"--gpus {spec.gpus} --method {spec.method}: adapter.py's FSDP units fail to "
+                          "move to the fake device (gating_factor cannot be swapped); not traced")
+
+
+def _strategy(spec: Spec, script: Any) -> Any:
+    """The strategy setup() gives Fabric: "auto" on one device, else as check_layout says
+    (finetune/full.py 0.5.13 lines 107-116, lora.py 152-163)."""
+    if spec.gpus == 1:
+        return "auto"
+    from lightning.fabric.strategies import FSDPStrategy, ModelParallelStrategy
+    if hasattr(script, "parallelize_fn"):
+        return ModelParallelStrategy(parallelize_fn=script.parallelize_fn, data_parallel_size=spec.gpus,
+                                     tensor_parallel_size=1)
+    return FSDPStrategy(auto_wrap_policy={script.Block}, activation_checkpointing_policy={script.Block},
+                        state_dict_type="full", limit_all_gathers=True, cpu_offload=False)
+
+
+def _fabric(spec: Spec, script: Any) -> tuple[Any, str | None]:
+    """Fabric as setup() makes it: the precision string, or a BitsandbytesPrecision plugin
+    and no precision (finetune/lora.py 0.5.13 lines 140-173), and the strategy."""
     import lightning as L
     import torch
 
@@ -199,7 +238,7 @@ def _fabric(spec: Spec) -> tuple[Any, str | None]:
         precision = None
     # accelerator "cuda" is what "auto" picks on a GPU machine; named here so that a broken
     # fake device fails loudly instead of falling back to the CPU.
-    fabric = L.Fabric(accelerator="cuda", devices=1, num_nodes=1, strategy="auto",
+    fabric = L.Fabric(accelerator="cuda", devices=spec.gpus, num_nodes=1, strategy=_strategy(spec, script),
                       precision=precision, plugins=plugins, loggers=None)
     return fabric, precision
 
@@ -229,8 +268,12 @@ def _data_module(spec: Spec) -> Any:
     def train_lengths() -> list[int]:
         per_step = spec.batch * spec.accumulation
         short = max(2, spec.seq * 3 // 4) if spec.lengths == "varied" else spec.seq
-        return [short if i < per_step * (spec.steps - 1) else spec.seq
-                for i in range(per_step * spec.steps)]
+        return every_rank([short if i < per_step * (spec.steps - 1) else spec.seq
+                           for i in range(per_step * spec.steps)])
+
+    def every_rank(lengths: list[int]) -> list[int]:
+        # Fabric's DistributedSampler gives rank 0 the samples 0, N, 2N, ...
+        return [lengths[i // spec.gpus] for i in range(len(lengths) * spec.gpus)]
 
     @dataclasses.dataclass
     class TokenIds(DataModule):
@@ -255,7 +298,7 @@ def _data_module(spec: Spec) -> Any:
 
         def val_dataloader(self) -> Any:
             # two batches: fit()'s sanity check validates on two
-            return self._loader([spec.seq] * (2 * spec.batch))
+            return self._loader(every_rank([spec.seq] * (2 * spec.batch)))
 
     return TokenIds()
 
@@ -277,6 +320,9 @@ def _load_checkpoint(dtype: Any) -> Any:
     import torch
 
     def load(fabric: Any, model: Any, checkpoint_path: Any, strict: bool = True) -> None:
+        if fabric.world_size > 1:
+            _load_sharded(fabric, model, dtype, strict)
+            return
         module = getattr(model, "module", model)  # _FabricModule.module: the user's model
         persistent = set(module.state_dict(keep_vars=True))
         tensors = dict(module.named_parameters())
@@ -286,6 +332,36 @@ def _load_checkpoint(dtype: Any) -> Any:
         model.load_state_dict(state, strict=strict)
 
     return load
+
+
+def _load_sharded(fabric: Any, model: Any, dtype: Any, strict: bool) -> None:
+    """litgpt/utils.py load_checkpoint under FSDP: Fabric's ``load_raw`` with FSDPStrategy
+    (each FSDP1 unit gathered, written and resharded in turn: fabric/strategies/
+    model_parallel.py ``_load_raw_module_state``), ``load_from_full_model_state_dict``
+    with ModelParallelStrategy (each parameter distributed from the full one), from a full
+    state dict on the CPU: the names and shapes of the base model, made on the meta device
+    (the sharded one has flat or sharded parameters)."""
+    import torch
+    from lightning.fabric.strategies import FSDPStrategy
+    from lightning.fabric.strategies.model_parallel import _load_raw_module_state
+    from lightning.fabric.wrappers import _unwrap_objects
+    from litgpt.config import Config
+    from litgpt.model import GPT
+    from litgpt.utils import load_from_full_model_state_dict
+
+    sharded = _unwrap_objects(model)
+    original = getattr(model, "_original_module", sharded)
+    # The checkpoint is the base model's (convert_hf_checkpoint), whatever the script adds.
+    base = Config(**{f.name: getattr(original.config, f.name) for f in dataclasses.fields(Config)})
+    with torch.device("meta"):
+        reference = GPT(base)
+    state = {k: torch.empty(v.shape, dtype=dtype if v.is_floating_point() else v.dtype, device="cpu")
+             for k, v in reference.state_dict(keep_vars=True).items() if not _is_adapter_key(k)}
+    if isinstance(fabric.strategy, FSDPStrategy):
+        _load_raw_module_state(state, module=sharded, world_size=fabric.world_size, strict=strict)
+    else:
+        load_from_full_model_state_dict(model=sharded, full_sd=state, device=fabric.device, strict=strict,
+                                        cpu_offload=True)
 
 
 def _is_float(t: Any) -> bool:
@@ -430,7 +506,7 @@ def _train_args(script: Any, spec: Spec) -> Any:
     makes --accumulation micro batches per step on one device, --seq as max_seq_length,
     --steps optimizer steps; no checkpoints written mid-run."""
     from litgpt.args import TrainArgs
-    wanted = dict(save_interval=None, log_interval=1, global_batch_size=spec.batch * spec.accumulation,
+    wanted = dict(save_interval=None, log_interval=1, global_batch_size=spec.batch * spec.accumulation * spec.gpus,
                   micro_batch_size=spec.batch, lr_warmup_steps=100, epochs=1, max_steps=spec.steps,
                   max_seq_length=spec.seq)
     known = {f.name for f in dataclasses.fields(TrainArgs)}
@@ -448,7 +524,7 @@ def _eval_args(spec: Spec) -> Any:
 
 def _call_main(script: Any, spec: Spec, fabric: Any, precision: str | None, config: Any,
                out_dir: Path) -> None:
-    offered = dict(fabric=fabric, devices=1, num_nodes=1, seed=SEED, config=config,
+    offered = dict(fabric=fabric, devices=spec.gpus, num_nodes=1, seed=SEED, config=config,
                    data=_data_module(spec), checkpoint_dir=out_dir / "checkpoint", out_dir=out_dir / "out",
                    train=_train_args(script, spec), eval=_eval_args(spec), optimizer=OPTIMIZERS[spec.optimizer],
                    precision=precision, resume=False)
@@ -488,7 +564,12 @@ def run(spec: Spec, run: Run) -> None:
         raise Unsupported(f"--method adapter: litgpt's adapter starts at layer {config.adapter_start_layer} "
                           f"(adapter_start_layer) and {spec.model} has {config.n_layer}: nothing to train")
     bitsandbytes_without_kernels()  # quantization and bitsandbytes' optimizers
-    fabric, precision = _fabric(spec)
+    with distributed.node_gpus(spec.gpus):
+        _fit(spec, run, script, config)
+
+
+def _fit(spec: Spec, run: Run, script: Any, config: Any) -> None:
+    fabric, precision = _fabric(spec, script)
     evaluating = [False]
     _mark_phases(fabric, run, evaluating)
     # full.py writes its final checkpoint with fabric.save; torch.save copies each tensor
@@ -503,6 +584,8 @@ def run(spec: Spec, run: Run) -> None:
             setattr(script, name, value)
         with tempfile.TemporaryDirectory(prefix="vramfit-trace-") as out_dir:
             _call_main(script, spec, fabric, precision, config, Path(out_dir))
+        if spec.gpus > 1:
+            run.note(f"rank 0 of {spec.gpus}, {type(fabric.strategy).__name__}")
     finally:
         for name, value in originals.items():
             setattr(script, name, value)
