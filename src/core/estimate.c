@@ -995,9 +995,10 @@ static bool layers_take_gradients(const struct ctx *x) {
   return x->base_trainable || (adapted && x->p->fsdp_adapter_units_train && flat_grads(x));
 }
 
-/* The parameters of a layer that take gradients: all of them where its weights train. */
+/* The parameters of a layer that take gradients: all of them where its weights train;
+ * the root unit's trainable ones only (it holds no adapter to make it train). */
 static uint64_t layer_grad_sum(const struct ctx *x, int32_t layer, bool sharded) {
-  return layer_sum(x, layer, !x->layers_train, false, sharded);
+  return layer_sum(x, layer, !x->layers_train || layer < 0, false, sharded);
 }
 
 static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_grad_sum(x, layer, false); }

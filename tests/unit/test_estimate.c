@@ -410,6 +410,23 @@ static void test_fsdp_grads_in_compute_dtype(void **state) {
   assert_int_equal(phase_gain(false, "hf", compute_dtype_grads, fsdp_accumulating, VF_PHASE_FORWARD), 0);
 }
 
+static void adapter_units_train(struct vf_profile *p, bool on) { p->fsdp_adapter_units_train = on; }
+static void lora_fsdp(struct vf_setup *s) {
+  lora_qv(s);
+  fsdp_synced(s);
+}
+
+/* An FSDP1 unit holding a LoRA adapter requires grad as a whole (Lightning's FSDPStrategy):
+ * after the backward each of the toy's 2 layers keeps a gradient shard of all its 43,136
+ * elements (41,088 frozen, 2 x 1,024 of q's and v's adapters), 86,272 bytes fp32 over 2
+ * GPUs (86,528 after 512-byte rounding), instead of its adapters' 4,096: 82,432 bytes more
+ * a layer. The root unit (embedding, norm, head) holds no adapter and takes none. */
+static void test_fsdp_adapter_units_train(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "lightning", adapter_units_train, lora_fsdp, VF_PHASE_OPTIMIZER), 2 * 82432);
+  assert_int_equal(phase_gain(false, "lightning", adapter_units_train, fsdp_synced, VF_PHASE_OPTIMIZER), 0);
+}
+
 static void root_reshards_flag(struct vf_profile *p, bool on) { p->fsdp_root_reshards = on; }
 
 /* FSDP2's root resharded after the forward (torchtune's explicit reshard_after_forward):
@@ -1466,7 +1483,7 @@ int main(void) {
       cmocka_unit_test(test_ddp_buckets),      cmocka_unit_test(test_paged_states),
       cmocka_unit_test(test_gradients_kept),   cmocka_unit_test(test_memory_savers),
       cmocka_unit_test(test_enum_names),       cmocka_unit_test(test_lora_zero_pad),
-      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
+      cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_adapter_units_train), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
