@@ -1082,7 +1082,6 @@ static void chunk_post_backward(struct ctx *x, uint64_t layer, struct grads *g) 
   if (c + 1 == x->chunks && x->has_head) post_backward(x, -1, 0, g);
 }
 
-
 static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (gradients_deferred(x, layer)) return;
   uint32_t *held = &x->unsharded[layer + 1];
