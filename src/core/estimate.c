@@ -1095,7 +1095,6 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
 }
 
-
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
