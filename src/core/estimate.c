@@ -1922,9 +1922,9 @@ static void persistent(struct ctx *x) {
   /* The swapped-out embedding stays referenced (litgpt's main() keeps it in a variable and
    * the optimizer holds its weight): a second embedding-sized weight. */
   if (stable_embedding(x)) take(x, embedding_bytes(x), VF_CAT_WEIGHTS);
+  ddp_init_broadcast(x);
   /* DDP's flat gradient buckets, when there is data parallelism to reduce over; a
    * framework with a gradient buffer of its own keeps every gradient there. */
-  ddp_init_broadcast(x);
   if (x->p->grad_buffer_fp32) take(x, trainable_elems(x, x->layers) * 4, VF_CAT_GRADIENTS);
   else if (data_parallel_unsharded(x)) take(x, trainable_elems(x, x->layers) * x->d.g, VF_CAT_GRADIENTS);
 }
