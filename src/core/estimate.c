@@ -1098,7 +1098,34 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
 /* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
  * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
  * are reduced only when the whole backward is done); 0 otherwise. */
+static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
+                                      uint32_t parts[2]);
+
+static void give_parts(struct ctx *x, uint32_t parts[2]) {
+  give(x, parts[0]);
+  give(x, parts[1]);
+  parts[0] = parts[1] = 0;
+}
+
+/* layer_grads for a unit whose gradient parts (flat_parts: 0 where there are none) its
+ * flat gradient is concatenated from. Autograd frees the parts once the concatenating node
+ * has run, and FSDP1's post-backward hook, which reduce-scatters, runs after the flat
+ * parameter's AccumulateGrad (torch 2.13 distributed/fsdp/_runtime_utils.py
+ * _post_backward_hook): the parts go before the shard is made. */
+static uint32_t layer_grads_from(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
+                                 uint32_t parts[2]) {
+  uint32_t whole = unsharded_layer_grads(x, layer, g, keep_unsharded, parts);
+  give_parts(x, parts);
+  return whole;
+}
+
 static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
+  uint32_t none[2] = {0, 0};
+  return layer_grads_from(x, layer, g, keep_unsharded, none);
+}
+
+static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
+                                      uint32_t parts[2]) {
   if (x->p->grad_buffer_fp32) return 0; /* accumulated into the persistent buffer (persistent) */
   if (no_sync(x)) {
     no_sync_grads(x, layer, g);
@@ -1111,6 +1138,7 @@ static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool 
   }
   uint64_t full = layer_grad_elems(x, layer) * unsharded_grad_bytes(x);
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
+  give_parts(x, parts);
   uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
   grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
   if (keep_unsharded) return unsharded;
@@ -1204,9 +1232,8 @@ static void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struc
   else
     attn = take(x, T * ((d->q + 2 * d->kv) * c + d->q * 4), VF_CAT_TEMPORARIES);
   ring_exchange(x, true);
-  uint32_t parts = flat_parts(x, layer_grad_elems(x, layer));
-  layer_grads(x, layer, g, false);
-  give(x, parts);
+  uint32_t parts[2] = {flat_parts(x, layer_grad_elems(x, layer)), 0};
+  layer_grads_from(x, layer, g, false, parts);
   give(x, attn);
   release(x, sv);
   give(x, gathered);
@@ -1564,11 +1591,8 @@ static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early
     embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
     return whole;
   }
-  uint32_t late = flat_parts(x, root_grad_elems(x, true) + (x->has_head ? 0 : root_grad_elems(x, false)));
-  uint32_t whole = layer_grads(x, -1, g, true);
-  give(x, late);
-  give(x, early);
-  return whole;
+  uint32_t parts[2] = {flat_parts(x, root_grad_elems(x, true) + (x->has_head ? 0 : root_grad_elems(x, false))), early};
+  return layer_grads_from(x, -1, g, true, parts);
 }
 
 /* A whole head's loss chunks each leave the gradient of their slice of the converted
