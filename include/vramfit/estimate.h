@@ -127,8 +127,8 @@ struct vf_profile {
   bool fsdp_adapter_units_train; /* a flat unit holds a layer's adapters with its frozen weights */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
-  /* FSDP mixed precision reduces in the compute dtype: the unsharded gradients no_sync()
-   * holds stay in it, not the weights' */
+  /* FSDP mixed precision reduces in the compute dtype: a unit's unsharded gradients (held
+   * under no_sync(), or awaiting their reduce-scatter) stay in it, not the weights' */
   bool fsdp_grads_in_compute_dtype;
   /* Data parallelism without sharding wraps the model in torch's DistributedDataParallel,
    * whose constructor broadcasts every parameter from rank 0 through flat buckets. */

@@ -1095,35 +1095,20 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct grads *g) {
   if (x->last_micro && !pipeline_fsdp(x)) reduce_unsharded(x, layer, g);
 }
 
-/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
- * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
- * are reduced only when the whole backward is done); 0 otherwise. */
-static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
-                                      uint32_t parts[2]);
-
 static void give_parts(struct ctx *x, uint32_t parts[2]) {
   give(x, parts[0]);
   give(x, parts[1]);
   parts[0] = parts[1] = 0;
 }
 
-/* layer_grads for a unit whose gradient parts (flat_parts: 0 where there are none) its
- * flat gradient is concatenated from. Autograd frees the parts once the concatenating node
- * has run, and FSDP1's post-backward hook, which reduce-scatters, runs after the flat
- * parameter's AccumulateGrad (torch 2.13 distributed/fsdp/_runtime_utils.py
- * _post_backward_hook): the parts go before the shard is made. */
-static uint32_t layer_grads_from(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
-                                 uint32_t parts[2]) {
-  uint32_t whole = unsharded_layer_grads(x, layer, g, keep_unsharded, parts);
-  give_parts(x, parts);
-  return whole;
-}
-
-static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
-  uint32_t none[2] = {0, 0};
-  return layer_grads_from(x, layer, g, keep_unsharded, none);
-}
-
+/* The gradients of a layer's trainable tensors: whole, or reduce-scattered to a shard.
+ * Returns the unsharded buffer when the caller frees it later (the root unit's gradients
+ * are reduced only when the whole backward is done); 0 otherwise. `parts` are the flat
+ * unit's gradient parts (flat_parts: 0 where there are none) its whole gradient is
+ * concatenated from. Autograd frees them once the concatenating node has run, and FSDP1's
+ * post-backward hook, which reduce-scatters, runs after the flat parameter's
+ * AccumulateGrad (torch 2.13 distributed/fsdp/_runtime_utils.py _post_backward_hook): they
+ * go before the shard is made (layer_grads_from frees them in the other cases). */
 static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
                                       uint32_t parts[2]) {
   if (x->p->grad_buffer_fp32) return 0; /* accumulated into the persistent buffer (persistent) */
@@ -1144,6 +1129,18 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
+}
+
+static uint32_t layer_grads_from(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded,
+                                 uint32_t parts[2]) {
+  uint32_t whole = unsharded_layer_grads(x, layer, g, keep_unsharded, parts);
+  give_parts(x, parts);
+  return whole;
+}
+
+static uint32_t layer_grads(struct ctx *x, int32_t layer, struct grads *g, bool keep_unsharded) {
+  uint32_t none[2] = {0, 0};
+  return layer_grads_from(x, layer, g, keep_unsharded, none);
 }
 
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
