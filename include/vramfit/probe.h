@@ -94,7 +94,8 @@ int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint)
  * estimate's growth by an eighth). The answer lies between where the top and the bottom of
  * the band cross the ceiling; the next launch is where the curve itself crosses it, or the
  * bottom of a band much wider than the points are spread, and the launch just past the
- * largest fit where the band puts the answer there. A launch that runs out of memory more
+ * largest fit where the band puts the answer there (none where the peaks settle that it runs
+ * out of memory: vf_probe_settled). A launch that runs out of memory more
  * than 256 MiB short of the ceiling, or where the band puts it under it, makes the ceiling
  * what the launches reached plus up to 256 MiB; a curve contradicted even by that, a line
  * overshooting from points that show no bend, or peaks that did not help within twice
@@ -113,6 +114,13 @@ int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o,
 /* The peak the points so far predict for batch; 0 when they cannot (fewer than one point,
  * or no steering). */
 uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch);
+
+/* Whether the search is over without launching the batch past its answer because the
+ * measured peaks settle it: a curve fitted to two or more of them (never the estimate's
+ * alone) puts even the bottom of its noise band there above what a launch can surely hold
+ * (the GPU's free memory, and less than the curve's top at a batch that ran out of memory).
+ * Then *batch is that batch, *predicted its predicted peak and *limit that hold, in bytes. */
+bool vf_probe_settled(const struct vf_probe *p, uint64_t *batch, uint64_t *predicted, uint64_t *limit);
 
 /* "start", "predicted", "confirm", "bisect", "step". */
 const char *vf_probe_move_name(enum vf_probe_move m);

@@ -44,10 +44,12 @@ static const char usage[] =
     "(a line, or a curve where the peaks bend) with a band for NVML's noise, and the next\n"
     "launch is where it crosses the GPU's free memory (or what an out-of-memory launch far\n"
     "short of it reached), splitting the batches the band leaves open; where the fit fails,\n"
-    "the rest is bisected. Without peaks (no NVML): the search starts at the estimate and\n"
-    "steps out by an eighth of it, doubling each step (without --model: doubles from\n"
-    "--min), then bisects. The command's output is captured (the last 64 KiB of each\n"
-    "stream) and shown only when a launch fails.\n\n"
+    "the rest is bisected. The batch past the answer is not launched where two or more\n"
+    "measured peaks put even the bottom of their band there over the GPU's free memory\n"
+    "('settled_by_peaks' in --json). Without peaks (no NVML): the search starts at the\n"
+    "estimate and steps out by an eighth of it, doubling each step (without --model:\n"
+    "doubles from --min), then bisects. The command's output is captured (the last 64 KiB\n"
+    "of each stream) and shown only when a launch fails.\n\n"
     "Each launch runs in its own process group; its whole tree (children that left the\n"
     "group included) is ended at the time limit, when it exits leaving processes behind, and\n"
     "when vramfit gets Ctrl-C, SIGTERM or SIGHUP (passed on, then SIGKILL after the grace\n"
@@ -316,6 +318,24 @@ static int search_run(struct search *s, bool json) {
   return EXIT_OK;
 }
 
+/* Why the batch past the answer was not launched, where the peaks settled it. */
+static void print_settled(const struct vf_probe *p) {
+  uint64_t batch, predicted, limit;
+  if (!vf_probe_settled(p, &batch, &predicted, &limit)) return;
+  char at[32], most[32];
+  cli_format_bytes(predicted, at, sizeof at);
+  cli_format_bytes(limit, most, sizeof most);
+  printf("batch %llu not launched: the measured peaks put it at %s, over the %s a launch can hold\n",
+         (unsigned long long)batch, at, most);
+}
+
+static json_t *settled_json(const struct vf_probe *p) {
+  uint64_t batch, predicted, limit;
+  if (!vf_probe_settled(p, &batch, &predicted, &limit)) return json_null();
+  return json_pack("{s:I, s:I, s:I}", "batch", (json_int_t)batch, "predicted_peak_bytes", (json_int_t)predicted,
+                   "limit_bytes", (json_int_t)limit);
+}
+
 static void print_result(const struct search *s, const struct request *r) {
   uint64_t fit = vf_probe_result(&s->p);
   if (fit)
@@ -323,6 +343,7 @@ static void print_result(const struct search *s, const struct request *r) {
            s->p.launches == 1 ? "" : "es");
   else
     printf("no batch fits: batch %llu (--min) ran out of memory\n", (unsigned long long)r->min);
+  print_settled(&s->p);
 }
 
 /* A stage is confirmed when its planned micro batch fits the real GPU. */
@@ -350,6 +371,7 @@ static int report(struct search *s, const struct request *r, const struct start 
     json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s->p),
                           "launches", (json_int_t)s->p.launches, "estimate_batch",
                           st->hint ? json_integer((json_int_t)st->hint) : json_null(), "trials", s->trials);
+    json_object_set_new(o, "settled_by_peaks", settled_json(&s->p));
     if (st->stage.cmd) json_object_set_new(o, "stage", stage_json(s, st));
     int rc = cli_print_json(o);
     if (rc) code = rc;

@@ -432,13 +432,40 @@ static uint64_t steered(const struct vf_probe *p, const struct curve *f, enum vf
   return move(m, at_x != target || (bottom && low != high) ? VF_PROBE_APPROACH : VF_PROBE_PREDICTED, at_x);
 }
 
+/* The most a launch can surely hold: the GPU's free memory, and less than the curve's top at
+ * a batch that ran out of memory (that batch needed no more). Not OOM_SHORTFALL's guess. */
+static double surely_held(const struct vf_probe *p, const struct curve *f) {
+  double capacity = (double)p->ceiling, x = (double)p->oom;
+  return p->oom ? fmin(capacity, at(f, x) + band(p, f, x)) : capacity;
+}
+
+/* Launching the batch past the largest fit where the peaks settle that it runs out of memory
+ * would only confirm a crash, and each launch costs minutes. The estimate's curve alone never
+ * settles it: measured peaks do. */
+static bool settled(const struct vf_probe *p, const struct curve *f) {
+  if (!p->fit || p->fit == p->max || f->kind != LEAST_SQUARES) return false;
+  double x = (double)p->fit + 1;
+  return at(f, x) - band(p, f, x) > surely_held(p, f);
+}
+
+bool vf_probe_settled(const struct vf_probe *p, uint64_t *batch, uint64_t *predicted, uint64_t *limit) {
+  struct curve f;
+  if (p->stopped || !p->fit || (p->oom && p->oom - p->fit <= 1) || !fit_curve(p, &f) || !settled(p, &f))
+    return false;
+  *batch = p->fit + 1;
+  *predicted = (uint64_t)llround(at(&f, (double)*batch));
+  *limit = (uint64_t)llround(surely_held(p, &f));
+  return true;
+}
+
 uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *m) {
   if (p->stopped) return 0;
   if (!p->launches) return move(m, VF_PROBE_START, p->start);
   if (p->fit && p->oom && p->oom - p->fit <= 1) return 0;
   if ((p->fit && p->fit == p->max) || (p->oom && p->oom == p->min)) return 0;
   struct curve f;
-  return fit_curve(p, &f) ? steered(p, &f, m) : without_peaks(p, m);
+  if (!fit_curve(p, &f)) return without_peaks(p, m);
+  return settled(p, &f) ? 0 : steered(p, &f, m);
 }
 
 int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o, uint64_t peak_bytes) {

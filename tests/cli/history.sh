@@ -49,7 +49,11 @@ pycheck "steered probe json" "$TMP/out" "
 t = j['trials']
 assert j['max_batch'] == 30, j
 assert j['launches'] <= 5, [(x['batch'], x['move']) for x in t]   # doubling and bisecting: 10
-assert t[0]['move'] == 'start' and t[-1]['batch'] == 31 and t[-1]['outcome'] == 'oom', t
+assert t[0]['move'] == 'start' and t[-1]['batch'] == 30 and t[-1]['outcome'] == 'ok', t
+# 31 would hold 24.12 GiB: the measured peaks settle that it does not fit, without a launch.
+s = j['settled_by_peaks']
+assert s['batch'] == 31 and s['limit_bytes'] == 24 * 2**30, s
+assert abs(s['predicted_peak_bytes'] - (3000 + 700 * 31) * 2**20) < 2**20, s
 assert all(x['peak_device_bytes'] == (3000 + 700 * x['batch']) * 2**20 for x in t if x['outcome'] == 'ok'), t
 p = [x for x in t if x['move'] == 'predicted']
 assert p and all(x['predicted_peak_bytes'] for x in p), t
@@ -58,6 +62,8 @@ under "$TMP/l4.nvml" probe -- "$TMP/train.sh" {batch}
 has "steering by the measured peaks: 24.00 GiB free on NVIDIA L4" "steering line"
 grep -Eq "^batch 30: ok, 23.44 GiB peak \(predicted 23.44 GiB\), [0-9.]+ s$" "$TMP/out" && ok ||
   bad "predicted trial line: $(cat "$TMP/out")"
+has "batch 31 not launched: the measured peaks put it at 24.12 GiB, over the 24.00 GiB a launch can hold" \
+  "settled line"
 
 # With the estimate's setup: the launches are kept with it.
 SETUP=(gpt2 --seq 1024 --amp bf16)
@@ -67,6 +73,9 @@ pycheck "probe from the estimate" "$TMP/out" "
 assert j['max_batch'] == 30 and j['estimate_batch'], j
 assert j['launches'] <= 4, [(x['batch'], x['move']) for x in j['trials']]
 print('ok')"
+# Out of memory at once: kept too.
+under "$TMP/l4.nvml" probe --model "${SETUP[@]}" --min 31 --max 31 -- "$TMP/train.sh" {batch}
+expect 1 "probe where --min runs out of memory"
 run history --json
 pycheck "history json" "$TMP/out" "
 runs = j['runs']

@@ -199,6 +199,27 @@ static void fitting_prediction_moves_the_line(void **state) {
   assert_int_equal(p.launches, 5);
 }
 
+/* Where a sample adds less than NVML's noise spans, the peaks cannot tell the answer from
+ * the batch past it, so that batch is launched. 16 GiB + 16 MiB per sample (mib_per_sample):
+ * 4096 is 8 MiB under the 80 GiB ceiling; with --max 8192 the search ends on 4097 running
+ * out of memory. */
+static void batch_past_the_answer_launched_within_the_noise(void **state) {
+  (void)state;
+  struct vf_probe p;
+  assert_int_equal(vf_probe_init(&p, 1, 8192, 0), 0);
+  vf_probe_steer(&p, (uint64_t)(80 * GIB), NULL);
+  uint64_t last = 0;
+  for (uint64_t b; (b = vf_probe_next(&p, NULL)); last = b) {
+    bool fits = b <= 4096;
+    uint64_t peak = fits ? mib_per_sample(b) : (uint64_t)(79.9 * GIB);
+    assert_int_equal(vf_probe_record(&p, b, fits ? VF_PROBE_OK : VF_PROBE_OOM, peak), 0);
+  }
+  assert_int_equal(vf_probe_result(&p), 4096);
+  assert_int_equal(last, 4097);
+  uint64_t batch, predicted, limit;
+  assert_false(vf_probe_settled(&p, &batch, &predicted, &limit));
+}
+
 /* Peaks that say nothing useful cannot make the search wrong or endless. */
 static uint64_t nonsense_peak(uint64_t batch, uint64_t t, void *arg) {
   uint32_t *seed = arg;
@@ -240,8 +261,10 @@ static void any_peaks_still_find_it(void **state) {
 
 /* One fit with the estimate's slope (65.5 MiB per sample, 100.5 samples of room left): the
  * slope may be off by an eighth and the peak by 20 MiB, so batch 900 + 89 certainly fits
- * ((100.5 s - 20 MiB) / 1.125 s = 89.06); from two points the line predicts the answer, and
- * the launch just past it confirms. */
+ * ((100.5 s - 20 MiB) / 1.125 s = 89.06); from two points the line predicts the answer. Its
+ * peak lies half a sample (32.75 MiB) under the GPU's memory, and the line through the three
+ * measured peaks puts 1001 half a sample over it, more than the band (NVML's 20 MiB times the
+ * fit's weights): settled without launching 1001. */
 static void estimate_slope_and_one_fit(void **state) {
   (void)state;
   struct vf_probe p;
@@ -258,14 +281,16 @@ static void estimate_slope_and_one_fit(void **state) {
   assert_int_equal(m, VF_PROBE_PREDICTED);
   assert_true(vf_probe_predict(&p, 1000) <= (uint64_t)(80 * GIB));
   assert_true(vf_probe_predict(&p, 1001) > (uint64_t)(80 * GIB));
+  uint64_t batch, predicted, limit;
+  assert_false(vf_probe_settled(&p, &batch, &predicted, &limit));
   assert_int_equal(vf_probe_record(&p, 1000, VF_PROBE_TIMEOUT, linear_peak(1000, 1000, NULL)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 1001);
-  assert_int_equal(m, VF_PROBE_CONFIRM);
-  assert_int_equal(vf_probe_record(&p, 1001, VF_PROBE_OOM, (uint64_t)(79 * GIB)), 0);
   assert_int_equal(vf_probe_next(&p, NULL), 0);
   assert_int_equal(vf_probe_result(&p), 1000);
-  assert_int_equal(p.revealed, (uint64_t)(79 * GIB));
-  assert_string_equal(vf_probe_move_name(VF_PROBE_CONFIRM), "confirm");
+  assert_int_equal(p.launches, 3);
+  assert_true(vf_probe_settled(&p, &batch, &predicted, &limit));
+  assert_int_equal(batch, 1001);
+  assert_int_equal(limit, (uint64_t)(80 * GIB));
+  assert_true(predicted > limit + (20u << 20) && predicted < limit + (40u << 20));
 }
 
 /* Peaks 16 GiB + 1 GiB per sample under 80 GiB: 64 fits. The estimate says 16 GiB + 1.05 GiB
@@ -281,7 +306,8 @@ static uint64_t after_the_hint(struct vf_probe *p, double fixed, enum vf_probe_m
 }
 
 /* One point and the estimate's fixed bytes: (76 - 16) / 60 = 1 GiB per sample, within an
- * eighth of the estimate's 1.05, so the line through them predicts 64 exactly. */
+ * eighth of the estimate's 1.05, so the line through them predicts 64 exactly; the line
+ * through the two measured peaks puts 65 a whole GiB over the GPU's memory: settled. */
 static void estimate_fixed_bytes_pivot_one_point(void **state) {
   (void)state;
   struct vf_probe p;
@@ -290,12 +316,9 @@ static void estimate_fixed_bytes_pivot_one_point(void **state) {
   assert_int_equal(m, VF_PROBE_PREDICTED);
   assert_int_equal(vf_probe_predict(&p, 64), (uint64_t)(80 * GIB));
   assert_int_equal(vf_probe_record(&p, 64, VF_PROBE_OK, gib_per_sample(64)), 0);
-  assert_int_equal(vf_probe_next(&p, &m), 65);
-  assert_int_equal(m, VF_PROBE_CONFIRM);
-  assert_int_equal(vf_probe_record(&p, 65, VF_PROBE_OOM, (uint64_t)(79.9 * GIB)), 0);
   assert_int_equal(vf_probe_next(&p, NULL), 0);
   assert_int_equal(vf_probe_result(&p), 64);
-  assert_int_equal(p.launches, 3);
+  assert_int_equal(p.launches, 2);
 }
 
 /* Fixed bytes that disagree (40 GiB: 0.6 GiB per sample, 43% off) are not used: the
@@ -368,9 +391,9 @@ static unsigned from_a_low_estimate(const struct vf_probe_prior *prior) {
 
 /* The estimate's curve, its growth scaled through the one fit (by 1.11, within an eighth),
  * is the true curve: after the start (out of memory) and the step down that fits, it
- * predicts 1000 and the batch past it confirms: 4 launches, the least there can be. The
- * line the probe took before (through the estimates at 543 and 1087) bends less: its
- * predictions creep down from 1005, 6 launches. */
+ * predicts 1000, and the two measured peaks settle that 1001 does not fit: 3 launches, the
+ * least there can be. The line the probe took before (through the estimates at 543 and
+ * 1087) bends less: its predictions creep down from 1005, 5 launches. */
 static void estimate_curve_scaled_through_one_point(void **state) {
   (void)state;
   uint64_t b[3], est[3];
@@ -382,8 +405,8 @@ static void estimate_curve_scaled_through_one_point(void **state) {
   vf_probe_prior_fit(ends, ends_est, 2, &line);
   assert_true(curve.bend > 0 && line.bend == 0);
   assert_float_equal(curve.fixed, 16 * GIB, 1e3);
-  assert_int_equal(from_a_low_estimate(&curve), 4);
-  assert_int_equal(from_a_low_estimate(&line), 6);
+  assert_int_equal(from_a_low_estimate(&curve), 3);
+  assert_int_equal(from_a_low_estimate(&line), 5);
 }
 
 /* An out-of-memory launch that reached far less than the GPU's memory (fragmentation)
@@ -471,6 +494,7 @@ int main(void) {
       cmocka_unit_test(linear_peaks_find_it_in_five),
       cmocka_unit_test(noisy_peaks_find_it_in_eight),
       cmocka_unit_test(fitting_prediction_moves_the_line),
+      cmocka_unit_test(batch_past_the_answer_launched_within_the_noise),
       cmocka_unit_test(any_peaks_still_find_it),
       cmocka_unit_test(estimate_slope_and_one_fit),
       cmocka_unit_test(estimate_fixed_bytes_pivot_one_point),
