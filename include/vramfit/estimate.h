@@ -130,6 +130,9 @@ struct vf_profile {
   /* FSDP mixed precision reduces in the compute dtype: a unit's unsharded gradients (held
    * under no_sync(), or awaiting their reduce-scatter) stay in it, not the weights' */
   bool fsdp_grads_in_compute_dtype;
+  /* Under FSDP with mixed precision the framework runs the forward under autocast too, not
+   * only on the weights FSDP gathers in the compute dtype (autocast's fp32 ops then up-cast). */
+  bool fsdp_autocast;
   /* Data parallelism without sharding wraps the model in torch's DistributedDataParallel,
    * whose constructor broadcasts every parameter from rank 0 through flat buckets. */
   bool ddp_init_broadcast;

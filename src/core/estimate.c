@@ -282,13 +282,20 @@ static void reload(struct ctx *x, struct saved *sv) {
     if (!sv->id[i]) sv->id[i] = take(x, sv->bytes[i], (enum vf_category)sv->cat[i]);
 }
 
+/* Whether the forward runs under autocast: mixed precision is asked for, and under FSDP only
+ * where the framework enters autocast besides FSDP's own mixed precision (accelerate's FSDP2
+ * does not: fsdp_autocast). */
+static bool autocast_runs(const struct ctx *x) {
+  return x->s->amp != VF_PREC_NONE && (!vf_shard_fsdp(x->s->shard) || x->p->fsdp_autocast);
+}
+
 /* Autocast computes in a narrower dtype than the weights are stored in. Sharded mixed
  * precision gathers the weights already in the compute dtype (FSDP MixedPrecision
  * param_dtype, ZeRO-3's 16-bit partitions): nothing is cast and the residual stream is in
  * the compute dtype. */
 static bool autocast_casts(const struct ctx *x) {
   bool gathered = vf_shard_weights(x->s->shard);
-  return x->s->amp != VF_PREC_NONE && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
+  return autocast_runs(x) && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
 }
 
 /* Whether a profile's list of model types (config.json model_type) names the model's. */
@@ -598,7 +605,7 @@ static void attention_output(struct ctx *x, struct saved *sv) {
 static bool eager_softmax_fp32(const struct ctx *x) {
   const struct vf_profile *p = x->p;
   if (x->d.c >= 4) return false;
-  if (x->s->amp != VF_PREC_NONE) return true;
+  if (autocast_runs(x)) return true;
   return p->eager_softmax_fp32 && !model_listed(p->eager_softmax_in_dtype, p->n_eager_softmax_in_dtype,
                                                 x->m->arch.model_type);
 }
@@ -733,7 +740,7 @@ static void mlp_forward(struct ctx *x, struct saved *sv) {
    * so pow keeps an fp32 copy of x, and the tanh and 1 + tanh after it are fp32: of its
    * tensors only 0.5 x stays in the compute dtype. */
   uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
-  bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && x->s->amp != VF_PREC_NONE;
+  bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && autocast_runs(x);
   for (uint32_t i = 0; i < kept; i++) keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->layers_train) keep(x, sv, T * d->ffn * c); /* the down projection's input */
   quantized_input(x, sv, d->ffn, false);

@@ -90,6 +90,7 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("fsdp_root_reshards", F_BOOL, fsdp_root_reshards),
     FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),
+    FIELD("fsdp_autocast", F_BOOL, fsdp_autocast),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),

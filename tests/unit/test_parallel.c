@@ -496,6 +496,23 @@ static void test_ddp_init_broadcast(void **state) {
   assert_false(has_block(NULL, &s, &p, VF_PHASE_LOAD, VF_CAT_TEMPORARIES, 1446144));
 }
 
+/* Accelerate's FSDP2 runs no autocast beside FSDP's mixed precision (fsdp_autocast false in
+ * hf 5.23): gpt2's gelu_new keeps its tensors in bf16. Under autocast torch.pow up-casts, so
+ * all but the first of the gelu_new_saves tensors are fp32: (saves - 1) x T x ffn x 2 more
+ * bytes a layer, 12 layers of T 1024 x ffn 3072 at the peak. */
+static void test_fsdp_autocast(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP, s.weights = VF_PREC_FP32, s.amp = VF_PREC_BF16;
+  struct vf_profile p = profile("hf");
+  assert_false(p.fsdp_autocast);
+  uint64_t without = run_with("gpt2", &s, &p).by_category[VF_CAT_ACTIVATIONS];
+  p.fsdp_autocast = true;
+  uint64_t with = run_with("gpt2", &s, &p).by_category[VF_CAT_ACTIVATIONS];
+  assert_int_equal(with - without, (uint64_t)(p.gelu_new_saves - 1) * 1024 * 3072 * 2 * 12);
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -720,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_ring_attention_repeated_heads),
       cmocka_unit_test(test_loss_parallel),
       cmocka_unit_test(test_ddp_init_broadcast),
+      cmocka_unit_test(test_fsdp_autocast),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
