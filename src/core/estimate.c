@@ -105,6 +105,8 @@ struct ctx {
   bool eval;             /* the run validates after its steps */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
   uint32_t root;           /* the root FSDP unit, gathered through the step */
+  bool forwarding;         /* in the step's forward, before the root's post-forward */
+  uint32_t gather_buffer;  /* FSDP2's last forward all-gather buffer, kept (fsdp2_buffers) */
   uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   uint64_t zero3_live;     /* elements ZeRO-3's coordinator keeps gathered at most (zero3_coordinator) */
   uint64_t zero3_sub_group; /* gradient elements ZeRO-3's step converts to fp32 at once (0: none) */
@@ -953,11 +955,39 @@ static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
 /* A unit's weights gathered for its forward or backward: the id the caller frees after it,
  * or 0 when the step keeps them gathered (pipeline_fsdp). ZeRO-3's coordinator holds its
  * most through the whole forward and backward, counted once as the root's. */
+/* FSDP2 all-gathers a unit into one buffer and copies each parameter out of it (torch 2.13
+ * _fsdp_collectives.py foreach_all_gather_copy_out): both exist until the copy-out ends. In
+ * the forward, wait_for_unshard (_fsdp_param_group.py) keeps the buffer (all_gather_state)
+ * to overlap its copy-out with the next all-gather, and frees it as the next unit's
+ * wait_for_unshard returns (its local prev_all_gather_state holds it through that
+ * copy-out); the root's post-forward frees the last (_fsdp_state.py _post_forward). In the
+ * backward and checkpointed recomputation it goes once its copy-out is done. FSDP1 gathers
+ * into the flat parameter itself; over one GPU FSDP2 copies without a buffer. */
+static bool fsdp2_buffers(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
+}
+
+static uint32_t fsdp2_gather(struct ctx *x, uint64_t bytes) {
+  uint32_t buffer = fsdp2_buffers(x) ? take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
+  uint32_t params = take_on(x, bytes, VF_CAT_WEIGHTS, buffer ? STREAM_COMPUTE : STREAM_ALL_GATHER);
+  if (!x->forwarding) return give(x, buffer), params;
+  give(x, x->gather_buffer);
+  x->gather_buffer = buffer;
+  return params;
+}
+
+/* The root's post-forward: the model's forward has returned. */
+static void forward_returned(struct ctx *x) {
+  give(x, x->gather_buffer);
+  x->gather_buffer = 0;
+  x->forwarding = false;
+}
+
 static uint32_t gather(struct ctx *x, int32_t layer) {
   if (zero3_coordinator(x))
     return layer < 0 ? take_on(x, x->zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
   uint64_t bytes = layer_gather_bytes(x, layer);
-  if (!pipeline_fsdp(x)) return take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  if (!pipeline_fsdp(x)) return fsdp2_gather(x, bytes);
   uint32_t *held = &x->held_gather[layer + 1];
   if (!*held) *held = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   return 0;
@@ -1404,6 +1434,7 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
+  forward_returned(x);
   if (root_reshards(x)) {
     give(x, x->root);
     x->root = 0;
@@ -2005,6 +2036,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   receive_buffers(x);
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
+  x->forwarding = true;
   x->root = gather(x, -1);
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
@@ -2040,6 +2072,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   struct loss_kept loss = {0};
   uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
+  else forward_returned(x);
   /* The rank's other model chunks send theirs on too. */
   hold_output(x, (x->chunks - x->has_head) * stream);
   give_all(x, &x->cast_cache);

@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/pipeline.h"
@@ -513,6 +514,54 @@ static void test_fsdp_autocast(void **state) {
   assert_int_equal(with - without, (uint64_t)(p.gelu_new_saves - 1) * 1024 * 3072 * 2 * 12);
 }
 
+/* The most weight bytes live during the forward. */
+struct weights_live {
+  uint64_t live, most;
+  uint64_t sizes[4096], ids[4096];
+  size_t n;
+};
+
+static void weights_in_forward(void *arg, const struct vf_timeline_event *e) {
+  struct weights_live *w = arg;
+  if (e->op == VF_TIMELINE_ALLOC && e->category == VF_CAT_WEIGHTS && w->n < 4096) {
+    w->ids[w->n] = e->id, w->sizes[w->n++] = e->bytes;
+    w->live += e->bytes;
+  } else if (e->op == VF_TIMELINE_FREE) {
+    for (size_t i = 0; i < w->n; i++)
+      if (w->ids[i] == e->id) w->live -= w->sizes[i], w->ids[i] = 0;
+  }
+  if (e->phase == VF_PHASE_FORWARD && w->live > w->most) w->most = w->live;
+}
+
+static uint64_t most_weights_in_forward(const struct vf_setup *s, const struct vf_profile *p) {
+  struct weights_live *w = calloc(1, sizeof *w);
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(NULL, s, p, weights_in_forward, w, &e, &d)) fail_msg("%s", d.msg);
+  uint64_t most = w->most;
+  free(w);
+  return most;
+}
+
+/* FSDP2 all-gathers a unit into a buffer and copies the parameters out of it; in the
+ * forward the buffer stays until the next unit's copy-out is done (torch 2.13
+ * _fsdp_param_group.py wait_for_unshard). As layer l is copied out, layer l - 1's buffer,
+ * layer l's and its parameters are all there: two of the toy's layers (41,088 fp32
+ * elements, 164,352 B) more than FSDP1, which gathers into its flat parameters (at layer 0
+ * the root's buffer stands for layer - 1's: 131,584 B, less). */
+static void test_fsdp2_gather_buffers(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  struct vf_profile p = profile("torchtune");
+  assert_false(p.fsdp_flat_params);
+  uint64_t fsdp2 = most_weights_in_forward(&s, &p);
+  p.fsdp_flat_params = true;
+  uint64_t fsdp1 = most_weights_in_forward(&s, &p);
+  assert_int_equal(fsdp2 - fsdp1, 2 * 164352);
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -738,6 +787,7 @@ int main(void) {
       cmocka_unit_test(test_loss_parallel),
       cmocka_unit_test(test_ddp_init_broadcast),
       cmocka_unit_test(test_fsdp_autocast),
+      cmocka_unit_test(test_fsdp2_gather_buffers),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
