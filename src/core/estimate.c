@@ -107,6 +107,7 @@ struct ctx {
   uint32_t root;           /* the root FSDP unit, gathered through the step */
   bool forwarding;         /* in the step's forward, before the root's post-forward */
   uint32_t gather_buffer;  /* FSDP2's last forward all-gather buffer, kept (fsdp2_buffers) */
+  uint32_t prefetched;     /* FSDP2's buffer for the next unit of the backward, gathered early */
   uint32_t reduce_buckets; /* ZeRO's reduce buckets, made by the last backward */
   uint64_t zero3_live;     /* elements ZeRO-3's coordinator keeps gathered at most (zero3_coordinator) */
   uint64_t zero3_sub_group; /* gradient elements ZeRO-3's step converts to fp32 at once (0: none) */
@@ -967,10 +968,24 @@ static bool fsdp2_buffers(const struct ctx *x) {
   return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
 }
 
-static uint32_t fsdp2_gather(struct ctx *x, uint64_t bytes) {
-  uint32_t buffer = fsdp2_buffers(x) ? take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
+/* In the backward each unit's pre-backward, its copy-out done, all-gathers the unit that ran
+ * its forward before it (_fsdp_param_group.py _backward_prefetch, the default): that buffer
+ * waits for its unit's own pre-backward. The root's pre-backward prefetches the last layer. */
+static void backward_prefetch(struct ctx *x, int32_t layer) {
+  if (fsdp2_buffers(x) && layer >= 0 && !pipeline_fsdp(x))
+    x->prefetched = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+}
+
+static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
+  uint32_t buffer = x->prefetched;
+  if (!buffer && fsdp2_buffers(x)) buffer = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  x->prefetched = 0;
   uint32_t params = take_on(x, bytes, VF_CAT_WEIGHTS, buffer ? STREAM_COMPUTE : STREAM_ALL_GATHER);
-  if (!x->forwarding) return give(x, buffer), params;
+  if (!x->forwarding) {
+    give(x, buffer);
+    if (layer >= 0) backward_prefetch(x, layer - 1);
+    return params;
+  }
   give(x, x->gather_buffer);
   x->gather_buffer = buffer;
   return params;
@@ -987,7 +1002,7 @@ static uint32_t gather(struct ctx *x, int32_t layer) {
   if (zero3_coordinator(x))
     return layer < 0 ? take_on(x, x->zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
   uint64_t bytes = layer_gather_bytes(x, layer);
-  if (!pipeline_fsdp(x)) return fsdp2_gather(x, bytes);
+  if (!pipeline_fsdp(x)) return fsdp2_gather(x, layer, bytes);
   uint32_t *held = &x->held_gather[layer + 1];
   if (!*held) *held = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   return 0;
@@ -1039,6 +1054,23 @@ static uint64_t layer_grad_sum(const struct ctx *x, int32_t layer, bool sharded)
 }
 
 static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return layer_grad_sum(x, layer, false); }
+
+/* Gradient elements of the root unit's trainable tensors: the embedding, or all the others. */
+static uint64_t root_grad_elems(const struct ctx *x, bool embedding) {
+  uint64_t n = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
+  return n;
+}
+
+/* A sharded root's unsharded gradients: an untied embedding's is made only by its own
+ * backward, the pass's last, not with the head's (FSDP2's root reduces both at the pass's
+ * end, its post-backward; FSDP1's flat root is flat_grads' own case). */
+static bool sharded_embedding_grad_late(const struct ctx *x) {
+  return x->has_head && x->has_embedding && !tied_head(x) && sharded_grads(x->s) && !flat_grads(x) && !no_sync(x);
+}
 
 /* The bytes per element of a unit's unsharded gradients, before their reduce-scatter and
  * while no_sync() holds them: the dtype the gathered weights compute in when FSDP's mixed
@@ -1153,16 +1185,21 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct grads
     no_sync_grads(x, layer, g);
     return 0;
   }
-  if (x->grads_kept) return 0; /* accumulating into last micro batch's gradients */
   if (!sharded_grads(x->s)) {
-    layer_params(x, layer, g);
+    if (!x->grads_kept) layer_params(x, layer, g); /* else added into the last micro batch's */
     return 0;
   }
-  uint64_t full = layer_grad_elems(x, layer) * unsharded_grad_bytes(x);
+  uint64_t late = layer < 0 && sharded_embedding_grad_late(x) ? root_grad_elems(x, true) : 0;
+  uint64_t full = (layer_grad_elems(x, layer) - late) * unsharded_grad_bytes(x);
   uint32_t unsharded = take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
   give_parts(x, parts);
   uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
-  grad_push(x, g, take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER));
+  /* Each micro batch is reduce-scattered anew; accumulating, its shard is added into the
+   * kept one (torch 2.13 _fsdp_collectives.py foreach_reduce: sharded_param.grad._local_tensor
+   * += new_sharded_grad) and goes. */
+  uint32_t reduced = take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER);
+  if (x->grads_kept) give(x, reduced);
+  else grad_push(x, g, reduced);
   if (keep_unsharded) return unsharded;
   give(x, unsharded);
   return 0;
@@ -1466,16 +1503,6 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   return k;
 }
 
-/* Gradient elements of the root unit's trainable tensors: the embedding, or all the others. */
-static uint64_t root_grad_elems(const struct ctx *x, bool embedding) {
-  uint64_t n = 0;
-  size_t begin, end;
-  vf_params_layer(x->ps, -1, &begin, &end);
-  for (size_t i = begin; i < end; i++)
-    if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
-  return n;
-}
-
 /* Accumulating into whole gradients kept from the last micro batch: each new gradient is
  * made beside its kept one, which AccumulateGrad then adds it into in place
  * (torch/csrc/autograd/functions/accumulate_grad.h). */
@@ -1620,7 +1647,13 @@ static void stable_embedding_backward(struct ctx *x, uint32_t grad_stream, uint3
 /* The root unit's gradients once the embedding's has arrived (early: what the head's
  * backward made of them). Returns what the caller frees when the backward is done. */
 static uint32_t finish_root_grads(struct ctx *x, struct grads *g, uint32_t early) {
-  if (!flat_grads(x) && x->has_head) return embedding_backward(x, early);
+  if (!flat_grads(x) && x->has_head) {
+    uint64_t late = sharded_embedding_grad_late(x) ? root_grad_elems(x, true) * unsharded_grad_bytes(x) : 0;
+    uint32_t embedding = take_on(x, late, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
+    uint32_t root = embedding_backward(x, early);
+    give(x, embedding);
+    return root;
+  }
   if (!flat_grads(x)) {
     uint32_t whole = layer_grads(x, -1, g, true);
     embedding_backward(x, 0); /* a first pipeline stage's: the sort buffers, nothing tied */
@@ -1689,6 +1722,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   const struct dims *d = &x->d;
   uint32_t grad_logits = loss_backward(x, &k);
   if (root_reshards(x) && !x->root) x->root = gather(x, -1);
+  backward_prefetch(x, (int32_t)x->layers - 1);
   /* The backward's first matmul is the head's: the loss's nodes call no cuBLAS. */
   cublas_workspace(x, &x->backward_workspace);
   uint32_t grad_hidden = take(x, d->T * d->h * d->c, VF_CAT_TEMPORARIES);
@@ -2093,6 +2127,8 @@ static void one_step(struct ctx *x, bool last_micro) {
     chunk_post_backward(x, l, g);
   }
   mark(x, ST_ROOT_BACKWARD);
+  give(x, x->prefetched); /* for a layer outside the graph */
+  x->prefetched = 0;
   grad_stream = embedding_post_backward(x, grad_stream, emb);
   if (embedded) stable_embedding_backward(x, grad_stream, embedded);
   else give(x, grad_stream);
@@ -2304,7 +2340,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   x->b.rc = 0;
   push(&x->b, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
-  x->forward_workspace = x->backward_workspace = x->reduce_buckets = x->root = 0;
+  x->forward_workspace = x->backward_workspace = x->reduce_buckets = x->root = x->prefetched = 0;
   /* Two optimizer steps: states appear in the first, the second has everything. With
    * accumulation each step is up to three micro batches: the first makes the gradients, a
    * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole

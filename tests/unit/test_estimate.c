@@ -463,16 +463,19 @@ static void test_zero_grad_in_place(void **state) {
 
 static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on; }
 
-/* FSDP1's flat units: at a layer's gradient reduction its parts (164,352 bytes) are alive
- * next to their concatenation and go before the reduce-scatter makes the shard, where an
- * unflattened unit has its shard (82,432) next to its whole gradient; and the root unit
- * holds only its head's part (head and final norm, 66,048 after rounding) until the
- * embedding's arrives, instead of its whole unsharded gradient and shard (131,584 +
- * 66,048) from the head's backward on. */
+/* FSDP1's flat units against FSDP2's per-parameter units, at each one's backward peak.
+ * FSDP1 peaks at layer 0's gradient reduction: its parts (164,352 bytes) alive next to
+ * their concatenation (164,352), the root holding only its head's part (head and final
+ * norm, 66,048 after rounding) until the embedding's arrives. FSDP2 peaks a layer earlier,
+ * at layer 1's: its whole gradient (the concatenation's size) next to its shard (82,432, as
+ * FSDP1's layer 1 shard), the root's head-and-norm gradient whole (66,048) with the root's
+ * shard (66,048), layer 0's all-gather buffer prefetched (164,352) and layer 0's saved
+ * tensors still there (43,520). */
 static void test_flat_params(void **state) {
   (void)state;
+  int64_t parts = 164352, head_part = 66048, root_shard = 66048, prefetched = 164352, layer0_saved = 43520;
   assert_int_equal(phase_gain(false, "litgpt", flat_flag, fsdp_synced, VF_PHASE_BACKWARD),
-                   164352 - 82432 + 66048 - (131584 + 66048));
+                   parts + head_part - root_shard - prefetched - layer0_saved - head_part);
 }
 
 /* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
