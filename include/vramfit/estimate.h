@@ -127,6 +127,13 @@ struct vf_profile {
   bool fsdp_adapter_units_train; /* a flat unit holds a layer's adapters with its frozen weights */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
+  /* FSDP2 shards an untied input embedding as a unit of its own (resharded after its
+   * forward, gathered again for its backward) and the final norm with the head as another
+   * (gathered at the norm, reduced and resharded when the head's backward is done). */
+  bool fsdp_embedding_unit;
+  /* The model's forward computes the loss itself (labels passed in), so FSDP2's root
+   * post-forward, which frees the last forward all-gather buffer, comes after the loss. */
+  bool loss_in_forward;
   /* FSDP mixed precision reduces in the compute dtype: a unit's unsharded gradients (held
    * under no_sync(), or awaiting their reduce-scatter) stay in it, not the weights' */
   bool fsdp_grads_in_compute_dtype;

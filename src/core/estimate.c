@@ -932,6 +932,25 @@ static uint64_t layer_gather_bytes(const struct ctx *x, int32_t layer) {
   return vf_shard_weights(x->s->shard) ? gathered_elems(x, layer, false) * x->d.c : 0;
 }
 
+/* Accelerate's FSDP2 units outside the layers (profile field fsdp_embedding_unit): an
+ * untied input embedding alone, resharded after its forward and gathered again for its
+ * backward; the final norm and head together, gathered at the norm, reduced and resharded
+ * once the head's backward is done. */
+static bool embedding_unit(const struct ctx *x) {
+  return x->p->fsdp_embedding_unit && vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && !tied_head(x) &&
+         x->has_embedding && x->has_head && !pipeline_fsdp(x);
+}
+
+/* Bytes gathered of the root's embedding weights, or of its others. */
+static uint64_t root_part_bytes(const struct ctx *x, bool embedding) {
+  uint64_t n = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].embedding == embedding && !persists(x, &x->ps->v[i])) n += x->ps->v[i].numel;
+  return n * x->d.c;
+}
+
 /* The most ZeRO-3's coordinator holds gathered, for a stage of `layers` blocks: every
  * module's hooks prefetch the parameters the recorded trace uses next, up to
  * min(max_live - gathered, prefetch bucket) elements and at least one whole parameter a
@@ -970,10 +989,12 @@ static bool fsdp2_buffers(const struct ctx *x) {
 
 /* In the backward each unit's pre-backward, its copy-out done, all-gathers the unit that ran
  * its forward before it (_fsdp_param_group.py _backward_prefetch, the default): that buffer
- * waits for its unit's own pre-backward. The root's pre-backward prefetches the last layer. */
+ * waits for its unit's own pre-backward. The root's pre-backward prefetches the last layer,
+ * the first layer's an embedding unit (-1). */
 static void backward_prefetch(struct ctx *x, int32_t layer) {
-  if (fsdp2_buffers(x) && layer >= 0 && !pipeline_fsdp(x))
-    x->prefetched = take_on(x, layer_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint64_t bytes = layer >= 0 ? layer_gather_bytes(x, layer) : embedding_unit(x) ? root_part_bytes(x, true) : 0;
+  if (fsdp2_buffers(x) && !pipeline_fsdp(x))
+    x->prefetched = take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
 }
 
 static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
@@ -989,6 +1010,12 @@ static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
   give(x, x->gather_buffer);
   x->gather_buffer = buffer;
   return params;
+}
+
+/* A unit outside the layers resharded (embedding_unit). */
+static void root_unit_done(struct ctx *x) {
+  give(x, x->root);
+  x->root = 0;
 }
 
 /* The root's post-forward: the model's forward has returned. */
@@ -1471,7 +1498,7 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
       keep(x, sv, d->vocab * d->h * d->c);
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
-  forward_returned(x);
+  if (!x->p->loss_in_forward) forward_returned(x);
   if (root_reshards(x)) {
     give(x, x->root);
     x->root = 0;
@@ -1738,7 +1765,11 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   give(x, k.capped);
   release(x, sv);
   give(x, grad_hidden);
-  return root_grads;
+  if (!embedding_unit(x)) return root_grads;
+  /* The norm-and-head unit's post-backward: reduced (its shard is made) and resharded. */
+  give(x, root_grads);
+  root_unit_done(x);
+  return 0;
 }
 
 static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
@@ -2071,11 +2102,12 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
    * start of the forward to the end of the backward. */
   x->forwarding = true;
-  x->root = gather(x, -1);
+  x->root = embedding_unit(x) ? fsdp2_gather(x, -1, root_part_bytes(x, true)) : gather(x, -1);
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
   uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   struct embedding_kept emb = embedding_forward(x);
+  if (embedding_unit(x)) root_unit_done(x);
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -2103,10 +2135,11 @@ static void one_step(struct ctx *x, bool last_micro) {
     input = out;
   }
   mark(x, ST_LOSS);
+  if (embedding_unit(x)) x->root = fsdp2_gather(x, -1, root_part_bytes(x, false));
   struct loss_kept loss = {0};
   uint32_t root_grads = 0;
   if (x->has_head) loss = head_forward(x, &sv[x->layers]);
-  else forward_returned(x);
+  forward_returned(x);
   /* The rank's other model chunks send theirs on too. */
   hold_output(x, (x->chunks - x->has_head) * stream);
   give_all(x, &x->cast_cache);
@@ -2127,6 +2160,7 @@ static void one_step(struct ctx *x, bool last_micro) {
     chunk_post_backward(x, l, g);
   }
   mark(x, ST_ROOT_BACKWARD);
+  if (embedding_unit(x)) x->root = fsdp2_gather(x, -1, root_part_bytes(x, true));
   give(x, x->prefetched); /* for a layer outside the graph */
   x->prefetched = 0;
   grad_stream = embedding_post_backward(x, grad_stream, emb);

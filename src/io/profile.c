@@ -89,6 +89,8 @@ static const struct field fields[] = {
     FIELD("fsdp_adapter_units_train", F_BOOL, fsdp_adapter_units_train),
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("fsdp_root_reshards", F_BOOL, fsdp_root_reshards),
+    FIELD("fsdp_embedding_unit", F_BOOL, fsdp_embedding_unit),
+    FIELD("loss_in_forward", F_BOOL, loss_in_forward),
     FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),
     FIELD("fsdp_autocast", F_BOOL, fsdp_autocast),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),

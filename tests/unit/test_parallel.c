@@ -562,6 +562,38 @@ static void test_fsdp2_gather_buffers(void **state) {
   assert_int_equal(fsdp2 - fsdp1, 2 * 164352);
 }
 
+/* Accelerate's FSDP2 shards the toy's untied embedding alone (resharded after its forward)
+ * and its final norm with the head as another unit, gathered at the norm: through the
+ * layers' forward none of the root (embedding, head and norm: 131,584 B as allocated) is
+ * gathered, where one root unit is gathered from the start. */
+static void test_fsdp_embedding_unit(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  struct vf_profile p = profile("hf");
+  assert_true(p.fsdp_embedding_unit);
+  uint64_t apart = most_weights_in_forward(&s, &p);
+  p.fsdp_embedding_unit = false;
+  assert_int_equal(most_weights_in_forward(&s, &p) - apart, 131584);
+}
+
+/* The Trainer's model computes the loss inside its forward, so FSDP2's root post-forward,
+ * which frees the last all-gather buffer (the norm-and-head unit's: 16,448 fp32 elements,
+ * 66,048 B as allocated), comes after the loss: its 1024 x 256 fp32 logits top the loss
+ * phase with the buffer still there. */
+static void test_loss_in_forward(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  struct vf_profile p = profile("hf");
+  assert_true(p.loss_in_forward);
+  uint64_t inside = run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOSS];
+  p.loss_in_forward = false;
+  assert_int_equal(inside - run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOSS], 66048);
+}
+
 /* GPipe holds every micro batch where 1F1B holds at most pp of them. */
 static void test_gpipe_above_1f1b(void **state) {
   (void)state;
@@ -788,6 +820,8 @@ int main(void) {
       cmocka_unit_test(test_ddp_init_broadcast),
       cmocka_unit_test(test_fsdp_autocast),
       cmocka_unit_test(test_fsdp2_gather_buffers),
+      cmocka_unit_test(test_fsdp_embedding_unit),
+      cmocka_unit_test(test_loss_in_forward),
       cmocka_unit_test(test_expert_parallelism),
       cmocka_unit_test(test_zero_reduce_buckets),
       cmocka_unit_test(test_zero3_persistent_parameters),
