@@ -76,6 +76,7 @@ printf '%s\t%s\t%s\n' ho-hf-01 gemma-2b '--framework hf --weights bf16 --batch 1
 printf '%s\t%s\t%s\n' ho-hf-02 phi-2 '--framework hf --weights bf16 --batch 2 --seq 512 --accumulation 1 --gpus 8 --shard fsdp'
 printf '%s\t%s\t%s\n' ho-hf-03 llama-3.2-3b '--framework hf --weights bf16 --batch 1 --seq 4096 --grad-ckpt full --accumulation 1 --gpus 8 --shard fsdp'
 printf '%s\t%s\t%s\n' ho-hf-04 gpt2-large '--framework hf --weights fp32 --amp bf16 --batch 4 --seq 1024 --accumulation 1 --gpus 2 --shard fsdp'
+printf '%s\t%s\t%s\n' ho-hf-05 llama-3.2-1b '--framework hf --weights fp32 --amp bf16 --batch 8 --seq 512 --accumulation 4 --gpus 16 --shard fsdp'
 printf '%s\t%s\t%s\n' ho-hf-06 gemma-2-2b '--framework hf --weights bf16 --batch 2 --seq 1024 --accumulation 1 --gpus 2'
 printf '%s\t%s\t%s\n' ho-hf-07 phi-1.5 '--framework hf --weights fp32 --amp fp16 --batch 4 --seq 1024 --accumulation 1 --gpus 4'
 printf '%s\t%s\t%s\n' ho-hf-08 qwen2.5-1.5b '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o,gate,up,down --batch 2 --seq 4096 --grad-ckpt full --accumulation 1 --gpus 4 --shard fsdp'
