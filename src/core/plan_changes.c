@@ -113,7 +113,9 @@ static void add(struct vf_plan_result *out, const char *what, uint64_t before, u
   char a[32], b[32];
   gib(a, sizeof a, before);
   gib(b, sizeof b, after);
-  snprintf(out->changes[out->n_changes++], sizeof out->changes[0], "%s: peak %s → %s", what, a, b);
+  /* A description too long for the line loses its end, never the figures' room. */
+  int room = (int)sizeof out->changes[0] - (int)(strlen(a) + strlen(b)) - (int)sizeof ": peak  → ";
+  snprintf(out->changes[out->n_changes++], sizeof out->changes[0], "%.*s: peak %s → %s", room, what, a, b);
 }
 
 /* The remaining move that lowers the peak of cur most, with that peak; M_COUNT when the
