@@ -497,6 +497,12 @@ static void test_ddp_init_broadcast(void **state) {
   assert_false(has_block(NULL, &s, &p, VF_PHASE_LOAD, VF_CAT_TEMPORARIES, 1446144));
 }
 
+/* 1024 tokens of the default setup, sharded with FSDP over 2 GPUs. */
+static void fsdp_on_two(struct vf_setup *s) {
+  vf_setup_default(s);
+  s->seq = 1024, s->gpus = 2, s->shard = VF_SHARD_FSDP;
+}
+
 /* Accelerate's FSDP2 runs no autocast beside FSDP's mixed precision (fsdp_autocast false in
  * hf 5.23): gpt2's gelu_new keeps its tensors in bf16. Under autocast torch.pow up-casts, so
  * all but the first of the gelu_new_saves tensors are fp32: (saves - 1) x T x ffn x 2 more
@@ -504,8 +510,8 @@ static void test_ddp_init_broadcast(void **state) {
 static void test_fsdp_autocast(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP, s.weights = VF_PREC_FP32, s.amp = VF_PREC_BF16;
+  fsdp_on_two(&s);
+  s.weights = VF_PREC_FP32, s.amp = VF_PREC_BF16;
   struct vf_profile p = profile("hf");
   assert_false(p.fsdp_autocast);
   uint64_t without = run_with("gpt2", &s, &p).by_category[VF_CAT_ACTIVATIONS];
@@ -552,8 +558,7 @@ static uint64_t most_weights_in_forward(const struct vf_setup *s, const struct v
 static void test_fsdp2_gather_buffers(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  fsdp_on_two(&s);
   struct vf_profile p = profile("torchtune");
   assert_false(p.fsdp_flat_params);
   uint64_t fsdp2 = most_weights_in_forward(&s, &p);
@@ -569,8 +574,7 @@ static void test_fsdp2_gather_buffers(void **state) {
 static void test_fsdp_embedding_unit(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  fsdp_on_two(&s);
   struct vf_profile p = profile("hf");
   assert_true(p.fsdp_embedding_unit);
   uint64_t apart = most_weights_in_forward(&s, &p);
@@ -585,8 +589,7 @@ static void test_fsdp_embedding_unit(void **state) {
 static void test_loss_in_forward(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 1024, s.gpus = 2, s.shard = VF_SHARD_FSDP;
+  fsdp_on_two(&s);
   struct vf_profile p = profile("hf");
   assert_true(p.loss_in_forward);
   uint64_t inside = run_with(NULL, &s, &p).phase_allocated[VF_PHASE_LOSS];
