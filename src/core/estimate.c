@@ -972,9 +972,6 @@ static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
   return stage < cap ? stage : cap;
 }
 
-/* A unit's weights gathered for its forward or backward: the id the caller frees after it,
- * or 0 when the step keeps them gathered (pipeline_fsdp). ZeRO-3's coordinator holds its
- * most through the whole forward and backward, counted once as the root's. */
 /* FSDP2 all-gathers a unit into one buffer and copies each parameter out of it (torch 2.13
  * _fsdp_collectives.py foreach_all_gather_copy_out): both exist until the copy-out ends. In
  * the forward, wait_for_unshard (_fsdp_param_group.py) keeps the buffer (all_gather_state)
@@ -1012,8 +1009,8 @@ static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
   return params;
 }
 
-/* A unit outside the layers resharded (embedding_unit). */
-static void root_unit_done(struct ctx *x) {
+/* The root's weights, or one of the units outside the layers (embedding_unit), resharded. */
+static void reshard_root(struct ctx *x) {
   give(x, x->root);
   x->root = 0;
 }
@@ -1025,6 +1022,9 @@ static void forward_returned(struct ctx *x) {
   x->forwarding = false;
 }
 
+/* A unit's weights gathered for its forward or backward: the id the caller frees after it,
+ * or 0 when the step keeps them gathered (pipeline_fsdp). ZeRO-3's coordinator holds its
+ * most through the whole forward and backward, counted once as the root's. */
 static uint32_t gather(struct ctx *x, int32_t layer) {
   if (zero3_coordinator(x))
     return layer < 0 ? take_on(x, x->zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
@@ -1499,10 +1499,7 @@ static struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   }
   if (x->task == VF_TASK_MASKED_LM) keep(x, sv, d->T * d->h * d->c * 3);
   if (!x->p->loss_in_forward) forward_returned(x);
-  if (root_reshards(x)) {
-    give(x, x->root);
-    x->root = 0;
-  }
+  if (root_reshards(x)) reshard_root(x);
   uint64_t n = loss_outputs(x);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = logits_peak_bytes(x);
@@ -1768,7 +1765,7 @@ static uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept 
   if (!embedding_unit(x)) return root_grads;
   /* The norm-and-head unit's post-backward: reduced (its shard is made) and resharded. */
   give(x, root_grads);
-  root_unit_done(x);
+  reshard_root(x);
   return 0;
 }
 
@@ -2107,7 +2104,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* A normalizing embedding's norm keeps the looked-up rows; its output is the stream. */
   uint32_t embedded = stable_embedding(x) ? take(x, stream, VF_CAT_ACTIVATIONS) : 0;
   struct embedding_kept emb = embedding_forward(x);
-  if (embedding_unit(x)) root_unit_done(x);
+  if (embedding_unit(x)) reshard_root(x);
   uint32_t input = take(x, stream, VF_CAT_ACTIVATIONS);
   cublas_workspace(x, &x->forward_workspace);
   for (uint64_t l = 0; l < x->layers; l++) {
@@ -2170,8 +2167,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   /* The embedding's gradient is the stage's last. */
   root_grads = finish_root_grads(x, g, root_grads);
   give(x, root_grads);
-  give(x, x->root);
-  x->root = 0;
+  reshard_root(x);
   if (last_micro) {
     pipeline_post_backward(x, g);
     merge_outputs(x);
