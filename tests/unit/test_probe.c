@@ -201,21 +201,24 @@ static void fitting_prediction_moves_the_line(void **state) {
 
 /* Where a sample adds less than NVML's noise spans, the peaks cannot tell the answer from
  * the batch past it, so that batch is launched. 16 GiB + 16 MiB per sample (mib_per_sample):
- * 4096 is 8 MiB under the 80 GiB ceiling; with --max 8192 the search ends on 4097 running
- * out of memory. */
+ * 4096 is 8 MiB under the 80 GiB ceiling; with --max 8192 the search ends on its prediction
+ * 4097 running out of memory, which reveals what it reached. */
 static void batch_past_the_answer_launched_within_the_noise(void **state) {
   (void)state;
   struct vf_probe p;
   assert_int_equal(vf_probe_init(&p, 1, 8192, 0), 0);
   vf_probe_steer(&p, (uint64_t)(80 * GIB), NULL);
   uint64_t last = 0;
-  for (uint64_t b; (b = vf_probe_next(&p, NULL)); last = b) {
+  enum vf_probe_move m, last_move = VF_PROBE_START;
+  for (uint64_t b; (b = vf_probe_next(&p, &m)); last = b, last_move = m) {
     bool fits = b <= 4096;
     uint64_t peak = fits ? mib_per_sample(b) : (uint64_t)(79.9 * GIB);
     assert_int_equal(vf_probe_record(&p, b, fits ? VF_PROBE_OK : VF_PROBE_OOM, peak), 0);
   }
   assert_int_equal(vf_probe_result(&p), 4096);
   assert_int_equal(last, 4097);
+  assert_string_equal(vf_probe_move_name(last_move), "predicted");
+  assert_int_equal(p.revealed, (uint64_t)(79.9 * GIB));
   uint64_t batch, predicted, limit;
   assert_false(vf_probe_settled(&p, &batch, &predicted, &limit));
 }
@@ -436,6 +439,7 @@ static void out_of_memory_reveals_the_ceiling(void **state) {
   assert_int_equal(vf_probe_record(&p, 54, VF_PROBE_OK, (uint64_t)(70 * GIB)), 0);
   assert_int_equal(vf_probe_next(&p, &m), 55);
   assert_int_equal(m, VF_PROBE_CONFIRM);
+  assert_string_equal(vf_probe_move_name(m), "confirm");
 }
 
 /* hidden 256, 4 layers, vocab 1024: small enough for many estimates. */
