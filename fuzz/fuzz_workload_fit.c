@@ -5,14 +5,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "io/json_util.h"
+#include "base/json_util.h"
 #include "io/workload_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *o = NULL;
   struct vf_diag d;
   vf_diag_clear(&d);
-  if (vf_json_parse((const char *)data, size, "workload.trace.json", &o, &d) != 0) return 0;
+  if (parse_json_text((const char *)data, size, "workload.trace.json", &o, &d) != 0) return 0;
   struct vf_wl_fit f;
   if (vf_workload_fit_from_json(json_object_get(o, "fit"), &f) == 0) {
     if (!f.n_points) abort();

@@ -7,7 +7,7 @@
 #include "cli/setup_opts.h"
 #include "cli/trace_run.h"
 #include "cli/workload_cli.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 static const char usage[] =
     "usage: vramfit trace MODEL [estimate options] [--json] [--events FILE] [--timeout S]\n"
@@ -88,14 +88,14 @@ static int config_path(const struct vf_model *m, const char *arg, const struct s
     char *text;
     size_t len;
     if (vf_catalog_config(m->name, &text, &len)) return VF_ENOTFOUND;
-    int rc = vf_write_file(s->config, text, len);
+    int rc = file_write(s->config, text, len);
     vf_free(text);
     snprintf(out, size, "%s", s->config);
     return rc;
   }
-  if (vf_is_dir(arg)) snprintf(out, size, "%s/config.json", arg);
+  if (path_is_dir(arg)) snprintf(out, size, "%s/config.json", arg);
   else snprintf(out, size, "%s", arg);
-  return vf_ends_with(out, ".json") && !vf_ends_with(out, ".index.json") && vf_is_file(out)
+  return str_ends_with(out, ".json") && !str_ends_with(out, ".index.json") && path_is_file(out)
              ? 0 : VF_EUNSUPPORTED;
 }
 
@@ -167,9 +167,9 @@ static int read_results(const struct scratch *s, const struct trace_args *a, con
     return cli_error("trace", EXIT_INTERNAL, "the tracer's summary is unreadable: %s", je.text);
   char *text;
   size_t len;
-  int rc = vf_read_file(s->events, SIZE_MAX / 2, &text, &len, &d);
+  int rc = file_read(s->events, SIZE_MAX / 2, &text, &len, &d);
   if (!rc) rc = vf_trace_parse(text, len, &t->events, &d);
-  if (!rc && a->events && vf_write_file(a->events, text, len)) {
+  if (!rc && a->events && file_write(a->events, text, len)) {
     rc = VF_EIO;
     snprintf(d.file, sizeof d.file, "%s", a->events);
     snprintf(d.msg, sizeof d.msg, "cannot write the events");

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "cli/doctor.h"
 #include "cli/gpu_view.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 #define NAME "doctor"
 #define MAX_LOG (256u << 20)
@@ -202,7 +202,7 @@ int doctor_check_log(struct doctor *d, const char *path) {
   size_t len;
   struct vf_diag diag;
   vf_diag_clear(&diag);
-  int rc = vf_read_file(path, MAX_LOG, &text, &len, &diag);
+  int rc = file_read(path, MAX_LOG, &text, &len, &diag);
   if (rc) return cli_diag_error(NAME, rc, &diag);
   struct vf_oom_report r;
   vf_oom_parse(text, len, &r);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/history_cli.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 /* ---- writing ---- */
 
@@ -80,7 +80,7 @@ void history_add(struct vf_history *h, const char *cmd, const struct vf_run *r) 
 /* A path that exists, made absolute; else a catalogue name in lower case. */
 static json_t *model_key(const char *model) {
   char path[PATH_MAX];
-  if ((vf_is_file(model) || vf_is_dir(model)) && realpath(model, path)) return json_string(path);
+  if ((path_is_file(model) || path_is_dir(model)) && realpath(model, path)) return json_string(path);
   char *lower = strdup(model);
   for (char *p = lower; p && *p; p++) *p = (char)tolower((unsigned char)*p);
   json_t *v = lower ? json_string(lower) : NULL;

@@ -9,7 +9,7 @@
 
 #include "cli/trace_run.h"
 #include "cli/workload_cli.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 #include "io/workload_json.h"
 
 struct wl_trace {
@@ -81,7 +81,7 @@ static int measure(const struct workload_context *c, struct wl_trace *t, size_t 
   snprintf(path, sizeof path, "%s/events-%zu", t->dir, i);
   struct vf_trace ev;
   vf_trace_init(&ev);
-  int rc = vf_read_file(path, SIZE_MAX / 2, &text, &len, d);
+  int rc = file_read(path, SIZE_MAX / 2, &text, &len, d);
   if (!rc) {
     rc = vf_trace_parse(text, len, &ev, d);
     free(text);
@@ -200,7 +200,7 @@ static int run_points(struct workload_context *c, struct wl_trace *t, const stru
 static int save(const struct workload_context *c, const struct wl_trace *t, const char *file) {
   json_t *o = result_json(c, t, file);
   char *text = json_dumps(o, JSON_INDENT(2));
-  int rc = text ? vf_write_file(file, text, strlen(text)) : VF_ENOMEM;
+  int rc = text ? file_write(file, text, strlen(text)) : VF_ENOMEM;
   free(text);
   json_decref(o);
   return rc;

@@ -9,7 +9,7 @@
 #include "cli/cli.h"
 #include "cli/gpu_view.h"
 #include "cli/watch.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 struct watch_log {
   FILE *f;
@@ -21,8 +21,8 @@ static const char csv_header[] =
     "utilization_memory,temperature_c,power_w,power_limit_w,processes,warnings\n";
 
 int watch_log_open(const char *path, struct watch_log **out) {
-  bool csv = vf_ends_with(path, ".csv");
-  if (!csv && !vf_ends_with(path, ".jsonl")) return VF_EINVAL;
+  bool csv = str_ends_with(path, ".csv");
+  if (!csv && !str_ends_with(path, ".jsonl")) return VF_EINVAL;
   struct watch_log *l = calloc(1, sizeof *l);
   /* Appending keeps an earlier run's rows; a new CSV file gets its header. */
   FILE *f = l ? fopen(path, "a") : NULL;

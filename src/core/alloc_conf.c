@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/alloc_internal.h"
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit/alloc.h"
 
 void vf_alloc_conf_default(struct vf_alloc_conf *c) {
@@ -105,7 +105,7 @@ struct parse {
   uint64_t split_off, rounding_off, large_off; /* where the value is; UINT64_MAX: not given */
 };
 
-#define FAIL(p, off, ...) vf_diag_at((p)->d, VF_EINVAL, NULL, (off), __VA_ARGS__)
+#define FAIL(p, off, ...) diag_at((p)->d, VF_EINVAL, NULL, (off), __VA_ARGS__)
 
 static const char *tok_text(const struct lex *l) {
   switch (l->kind) {
@@ -394,7 +394,7 @@ static int apply_mb_options(struct parse *p) {
 }
 
 int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d) {
-  if (!text || !c) return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "no configuration text");
+  if (!text || !c) return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "no configuration text");
   vf_alloc_conf_default(c);
   struct parse p = {.lx = {.s = text}, .c = c, .d = d, .split_off = UINT64_MAX,
                     .rounding_off = UINT64_MAX, .large_off = UINT64_MAX};

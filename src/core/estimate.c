@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/grow.h"
-#include "core/diag.h"
+#include "base/grow.h"
+#include "base/diag.h"
 #include "core/estimate_internal.h"
 #include "core/params.h"
 #include "core/pipeline.h"
@@ -117,7 +117,7 @@ struct ctx {
 
 static void push(struct builder *b, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t unit) {
   if (b->rc) return;
-  struct ev *grown = vf_grow(b->ev, &b->cap, b->n + 1, sizeof *grown);
+  struct ev *grown = array_grow(b->ev, &b->cap, b->n + 1, sizeof *grown);
   if (!grown) {
     b->rc = VF_ENOMEM;
     return;
@@ -196,7 +196,7 @@ static enum stretch layer_stretch(const struct ctx *x, uint64_t layer, enum stre
 static void transient(struct ctx *x, uint64_t bytes, enum vf_category cat) { give(x, take(x, bytes, cat)); }
 
 static void grad_push(struct ctx *x, struct grads *g, uint32_t id) {
-  uint32_t *grown = vf_grow(g->id, &g->cap, g->n + 1, sizeof *grown);
+  uint32_t *grown = array_grow(g->id, &g->cap, g->n + 1, sizeof *grown);
   if (!grown) {
     x->b.rc = VF_ENOMEM;
     return;
@@ -2619,7 +2619,7 @@ int vf_estimate_replaying(const struct vf_model *m, const struct vf_setup *s, co
   x.unsharded = calloc(replayed, sizeof *x.unsharded);
   x.held_gather = calloc(replayed, sizeof *x.held_gather);
   /* Sized once for a typical replay (a few thousand events), grown if needed. */
-  x.b.ev = vf_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
+  x.b.ev = array_grow(NULL, &x.b.cap, 4096, sizeof *x.b.ev);
   struct rank_result *best = malloc(sizeof *best);
   if (!x.sv || !x.unsharded || !x.held_gather || !x.b.ev || !best) rc = VF_ENOMEM;
   if (!rc) rc = replay_ranks(&x, resolved.lengths, alloc, best);

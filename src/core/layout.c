@@ -2,13 +2,13 @@
  * it has, over layers it can split that way. */
 #include <stdio.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/pipeline.h"
 #include "vramfit.h"
 
 typedef unsigned long long ull;
 
-static int bad(struct vf_diag *d, const char *why) { return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why); }
+static int bad(struct vf_diag *d, const char *why) { return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why); }
 
 /* "1f1b, interleaved-1f1b": the schedules a profile lists. */
 static void schedule_list(uint32_t bits, char *buf, size_t size) {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/grow.h"
-#include "core/diag.h"
+#include "base/grow.h"
+#include "base/diag.h"
 #include "vramfit.h"
 
 static const char *const family_names[VF_FAMILY_COUNT] = {
@@ -53,7 +53,7 @@ void vf_model_cleanup(struct vf_model *m) {
 }
 
 int vf_model_add_tensor(struct vf_model *m, const struct vf_tensor *t) {
-  struct vf_tensor *grown = vf_grow(m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof *grown);
+  struct vf_tensor *grown = array_grow(m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof *grown);
   if (!grown) return VF_ENOMEM;
   m->tensors = grown;
   char *name = strdup(t->name);
@@ -113,7 +113,7 @@ int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d) {
   else if (too_many(a))
     why = "the dimensions together imply an implausibly large model";
   if (!why) return 0;
-  return vf_diag_at(d, VF_EFORMAT, NULL, UINT64_MAX, "%s", why);
+  return diag_at(d, VF_EFORMAT, NULL, UINT64_MAX, "%s", why);
 }
 
 uint64_t vf_tensor_numel(const struct vf_tensor *t) {

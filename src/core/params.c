@@ -1,4 +1,4 @@
-#include "core/grow.h"
+#include "base/grow.h"
 #include "core/params.h"
 
 #include <stdlib.h>
@@ -9,7 +9,7 @@ uint32_t vf_precision_bytes(enum vf_precision p) {
 }
 
 static int push(struct vf_params *ps, const struct vf_param *p) {
-  struct vf_param *grown = vf_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
+  struct vf_param *grown = array_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
   if (!grown) return VF_ENOMEM;
   ps->v = grown;
   ps->v[ps->n++] = *p;
@@ -161,7 +161,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
                     const struct vf_profile *pr, enum vf_task task) {
   memset(ps, 0, sizeof *ps);
   /* Sized once: every tensor, an adapter pair for each, and a few task-head tensors. */
-  if (!(ps->v = vf_grow(NULL, &ps->cap, 3 * m->n_tensors + 8, sizeof *ps->v))) return VF_ENOMEM;
+  if (!(ps->v = array_grow(NULL, &ps->cap, 3 * m->n_tensors + 8, sizeof *ps->v))) return VF_ENOMEM;
   uint32_t wb = vf_precision_bytes(s->weights);
   uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
   bool full = s->method == VF_METHOD_FULL;

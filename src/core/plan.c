@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/bisect.h"
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/estimate_internal.h"
 #include "core/plan_internal.h"
 
@@ -448,7 +448,7 @@ static void search(struct search *S) {
 /* ---- the planner ---- */
 
 static int bad(struct vf_diag *d, const char *why) {
-  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
+  return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
 /* Adds the layout of s when the framework can run it on the model. */

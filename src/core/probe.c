@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 
 const char *vf_probe_outcome_name(enum vf_probe_outcome o) {
   static const char *const names[] = {"ok", "oom", "error", "timeout"};
@@ -520,7 +520,7 @@ int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
                           const struct vf_profile *prof, const struct vf_alloc_conf *alloc,
                           uint64_t min, uint64_t max, uint64_t *out, struct vf_diag *d) {
   if (!s->capacity_bytes || min < 1 || min > max)
-    return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "the largest batch needs a GPU and a range");
+    return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "the largest batch needs a GPU and a range");
   struct vf_setup t = *s;
   bool ok;
   int rc = fits(m, &t, prof, alloc, min, &ok, d);

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit.h"
 
 static const char *const task_names[] = {"auto", "causal-lm", "seq-classification", "masked-lm", NULL};
@@ -130,7 +130,7 @@ enum vf_quant vf_setup_quant(const struct vf_setup *s) {
 }
 
 static int bad(struct vf_diag *d, const char *why) {
-  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
+  return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s", why);
 }
 
 /* Expert parallelism splits each MoE layer's experts over ep of the data- and

@@ -3,7 +3,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit.h"
 
 /* Digits only, 1 to max of them; the value in *out, the end in *end. */
@@ -57,12 +57,12 @@ int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, str
   bool named = n > 0 && n < sizeof out->name;
   for (size_t i = 0; named && i < n; i++)
     named = isalnum((unsigned char)text[i]) || text[i] == '-' || text[i] == '_';
-  if (!named) return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown framework '%.*s'", (int)n, text);
+  if (!named) return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown framework '%.*s'", (int)n, text);
   memcpy(out->name, text, n);
   if (!at) return 0;
   struct vf_version v;
   if (strlen(at + 1) >= sizeof out->version || vf_version_parse(at + 1, &v))
-    return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
+    return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
                       "'%s': the version after '@' is a release (4.46) or a month (2023-10)", text);
   memcpy(out->version, at + 1, strlen(at + 1));
   return 0;
@@ -71,5 +71,5 @@ int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, str
 int vf_torch_release_check(const char *text, struct vf_diag *d) {
   struct vf_version v;
   if (strlen(text) < sizeof ((struct vf_profile *)0)->torch && vf_release_parse(text, &v) == 0) return 0;
-  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "'%s' is not a PyTorch release like 2.1", text);
+  return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "'%s' is not a PyTorch release like 2.1", text);
 }

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit/workload.h"
 
 void vf_workload_init(struct vf_workload *w) {
@@ -37,7 +37,7 @@ static int eval_at(const struct vf_workload *w, const struct vf_wl_expr *e, cons
   int64_t v;
   int rc = vf_wl_expr_eval(w, e, pt, &v);
   if (rc)
-    return vf_diag_line(d, VF_ERANGE, w->file, e->line, e->col, "'%s' cannot be evaluated here (negative, "
+    return diag_line(d, VF_ERANGE, w->file, e->line, e->col, "'%s' cannot be evaluated here (negative, "
                         "division by zero or too large)", e->text);
   *out = (uint64_t)v;
   return 0;
@@ -50,13 +50,13 @@ int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt,
   int rc = w->sequences.n ? eval_at(w, &w->sequences, pt, &per_anchor, d) : 0;
   if (rc) return rc;
   if (__builtin_mul_overflow((uint64_t)pt->values[w->batch], per_anchor, &out->sequences))
-    return vf_diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "sequences overflow");
+    return diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "sequences overflow");
   for (size_t i = 0; i < w->n_loss; i++) {
     uint64_t elems = 1, dim = 0;
     for (uint32_t k = 0; k < w->loss[i].ndim; k++) {
       if ((rc = eval_at(w, &w->loss[i].dims[k], pt, &dim, d))) return rc;
       if (__builtin_mul_overflow(elems, dim, &elems))
-        return vf_diag_line(d, VF_ERANGE, w->file, w->loss[i].line, 1, "loss tensor '%s' overflows", w->loss[i].name);
+        return diag_line(d, VF_ERANGE, w->file, w->loss[i].line, 1, "loss tensor '%s' overflows", w->loss[i].name);
     }
     out->loss_elems += elems;
   }

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
-#include "core/grow.h"
+#include "base/diag.h"
+#include "base/grow.h"
 #include "vramfit/trace.h"
 #include "vramfit/workload.h"
 
@@ -38,7 +38,7 @@ struct stream {
 
 static void push(struct stream *s, struct vf_trace_event e) {
   if (s->oom) return;
-  struct vf_trace_event *grown = vf_grow(s->ev, &s->cap, s->n + 1, sizeof *grown);
+  struct vf_trace_event *grown = array_grow(s->ev, &s->cap, s->n + 1, sizeof *grown);
   if (!grown) {
     s->oom = true;
     return;
@@ -108,7 +108,7 @@ struct encoder_run {
 static void hear(void *arg, const struct vf_timeline_event *e) {
   struct encoder_run *r = arg;
   if (r->oom) return;
-  struct vf_timeline_event *grown = vf_grow(r->ev, &r->cap, r->n + 1, sizeof *grown);
+  struct vf_timeline_event *grown = array_grow(r->ev, &r->cap, r->n + 1, sizeof *grown);
   if (!grown) {
     r->oom = true;
     return;
@@ -157,7 +157,7 @@ static int run_encoder(const struct vf_workload *w, size_t i, const struct vf_wl
   const struct vf_wl_expr *te = w->encoders[i].tokens.n ? &w->encoders[i].tokens : &w->tokens;
   int64_t tokens;
   if (vf_wl_expr_eval(w, te, pt, &tokens) || tokens < 1)
-    return vf_diag_line(d, VF_ERANGE, w->file, te->line, te->col, "tokens '%s' is not a positive number here", te->text);
+    return diag_line(d, VF_ERANGE, w->file, te->line, te->col, "tokens '%s' is not a positive number here", te->text);
   struct vf_setup s;
   encoder_setup(w, i, env, sequences, (uint64_t)tokens, &s);
   struct vf_diag inner;
@@ -165,7 +165,7 @@ static int run_encoder(const struct vf_workload *w, size_t i, const struct vf_wl
   int rc = vf_setup_validate(&s, &w->models[i], &inner);
   if (!rc) rc = vf_estimate_timeline(&w->models[i], &s, env->profile, env->alloc, hear, r, &r->est, &inner);
   if (rc)
-    return vf_diag_line(d, rc, w->file, w->encoders[i].line, 1, "encoder '%s': %s", w->encoders[i].name, inner.msg);
+    return diag_line(d, rc, w->file, w->encoders[i].line, 1, "encoder '%s': %s", w->encoders[i].name, inner.msg);
   return r->oom ? VF_ENOMEM : cut(r);
 }
 
@@ -177,7 +177,7 @@ struct waiting {
 };
 
 static void wait_for_graph(struct stream *s, struct waiting *w, uint64_t id) {
-  uint64_t *grown = vf_grow(w->id, &w->cap, w->n + 1, sizeof *grown);
+  uint64_t *grown = array_grow(w->id, &w->cap, w->n + 1, sizeof *grown);
   if (!grown) {
     s->oom = true;
     return;
@@ -307,7 +307,7 @@ static int parts_loss(struct stream *s, const struct vf_workload *w, const struc
     for (uint32_t k = 0; k < t->ndim; k++) {
       int64_t v;
       if (vf_wl_expr_eval(w, &t->dims[k], pt, &v) || __builtin_mul_overflow(elems, (uint64_t)v, &elems))
-        return vf_diag_line(d, VF_ERANGE, w->file, t->dims[k].line, t->dims[k].col, "loss tensor '%s': '%s' cannot be "
+        return diag_line(d, VF_ERANGE, w->file, t->dims[k].line, t->dims[k].col, "loss tensor '%s': '%s' cannot be "
                             "evaluated here", t->name, t->dims[k].text);
     }
     p->loss_bytes[i] = elems * t->elem_bytes;
@@ -376,7 +376,7 @@ static int check_alike(const struct vf_workload *w, const struct compose *c, str
     bool same = c->runs[i].nseg == c->runs[0].nseg;
     for (size_t k = 0; same && k < c->runs[0].nseg; k++) same = c->runs[i].seg[k].phase == c->runs[0].seg[k].phase;
     if (!same)
-      return vf_diag_line(d, VF_EINTERNAL, w->file, w->encoders[i].line, 1,
+      return diag_line(d, VF_EINTERNAL, w->file, w->encoders[i].line, 1,
                           "encoder '%s': its step has other phases than the first encoder's", w->encoders[i].name);
   }
   return 0;
@@ -466,17 +466,17 @@ static int run_all(struct compose *c, const struct vf_workload *w, const struct 
 int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
                          struct vf_estimate *out, struct vf_diag *d) {
   if (!w->n_encoders && !w->fit.n_points)
-    return vf_diag_line(d, VF_EUNSUPPORTED, w->file, w->factory_line, 1,
+    return diag_line(d, VF_EUNSUPPORTED, w->file, w->factory_line, 1,
                         "the model is a factory that has not been measured: run 'vramfit trace --workload %s'",
                         w->file);
   if (w->n_encoders && !w->models_loaded)
-    return vf_diag_line(d, VF_EINVAL, w->file, 0, 0, "the encoders' models are not loaded");
+    return diag_line(d, VF_EINVAL, w->file, 0, 0, "the encoders' models are not loaded");
   struct vf_wl_shape shape;
   int rc = vf_workload_shape(w, pt, &shape, d);
   if (rc) return rc;
   /* What the user's own code measured beats the parts' model of it. */
   if (w->fit.n_points) return vf_workload_fit_eval(&w->fit, &shape, env, out), 0;
-  if (!shape.sequences) return vf_diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "no sequences");
+  if (!shape.sequences) return diag_line(d, VF_ERANGE, w->file, w->sequences.line, w->sequences.col, "no sequences");
   struct compose *c = calloc(1, sizeof *c);
   if (!c) return VF_ENOMEM;
   memset(c->s.phase_index, -1, sizeof c->s.phase_index);
@@ -487,7 +487,7 @@ int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *
     parts_init(w, shape.sequences, &c->parts);
     rc = interleave(c, w, pt, env, d);
   }
-  if (!rc && (rc = replay(c, env, &r))) vf_diag_line(d, rc, w->file, 0, 0, "replaying the step: %s", vf_strerror(rc));
+  if (!rc && (rc = replay(c, env, &r))) diag_line(d, rc, w->file, 0, 0, "replaying the step: %s", vf_strerror(rc));
   if (!rc) {
     report(c, &r, env, out);
     count_params(w, c, out);

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/workload_internal.h"
 
 #define MAX_DEPTH 24 /* nested parentheses and calls; deeper input is refused, not recursed */
@@ -20,7 +20,7 @@ struct compiler {
 static int fail(struct compiler *c, const char *at, const char *fmt, const char *arg) {
   char msg[256];
   snprintf(msg, sizeof msg, fmt, arg);
-  return vf_diag_line(c->d, VF_EINVAL, NULL, 0, (int)(at - c->text) + 1, "%s in '%s'", msg, c->text);
+  return diag_line(c->d, VF_EINVAL, NULL, 0, (int)(at - c->text) + 1, "%s in '%s'", msg, c->text);
 }
 
 static void skip_space(struct compiler *c) {
@@ -225,7 +225,7 @@ int vf_wl_defines_check(const struct vf_workload *w, const char *file, struct vf
       snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%s", k > from ? " -> " : "",
                w->defines[path[k]].name);
     const struct vf_wl_expr *e = &w->defines[path[from]].expr;
-    return vf_diag_line(d, VF_EINVAL, file, e->line, e->col, "defines refer to each other in a cycle: %s", chain);
+    return diag_line(d, VF_EINVAL, file, e->line, e->col, "defines refer to each other in a cycle: %s", chain);
   }
   return 0;
 }

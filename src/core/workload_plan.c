@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit/workload.h"
 
 #define DEFAULT_SAFETY 0.85 /* the memory guides' margin */

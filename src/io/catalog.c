@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/grow.h"
+#include "base/grow.h"
 #include "io/data.h"
 #include "vramfit.h"
 
@@ -17,7 +17,7 @@ struct paths {
 
 static int collect(const char *path, void *arg) {
   struct paths *p = arg;
-  const char **grown = vf_grow(p->path, &p->cap, p->n + 1, sizeof *grown);
+  const char **grown = array_grow(p->path, &p->cap, p->n + 1, sizeof *grown);
   if (!grown) return p->rc = VF_ENOMEM;
   p->path = grown;
   p->path[p->n++] = path;

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
-#include "io/json_util.h"
+#include "base/diag.h"
+#include "base/json_util.h"
 #include "vramfit.h"
 
 struct type_layout {
@@ -78,7 +78,7 @@ static bool read_u64(struct reader *r, const char *const *keys, uint64_t *out) {
       *out = (uint64_t)json_integer_value(v);
       return true;
     }
-    r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
+    r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
                        "'%s' must be a non-negative whole number", keys[i]);
     return false;
   }
@@ -91,7 +91,7 @@ static void require_u64(struct reader *r, const char *const *keys, uint64_t *out
   char also[128] = "";
   for (size_t i = 1, o = 0; keys[i] && o < sizeof also; i++)
     o += snprintf(also + o, sizeof also - o, "%s'%s'", i > 1 ? ", " : " (or ", keys[i]);
-  r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "missing '%s'%s%s", keys[0], also,
+  r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "missing '%s'%s%s", keys[0], also,
                      keys[1] ? ")" : "");
 }
 
@@ -100,7 +100,7 @@ static bool read_bool(struct reader *r, const char *key, bool fallback) {
   if (!v || json_is_null(v)) return fallback;
   if (json_is_boolean(v)) return json_is_true(v);
   if (!r->rc)
-    r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "'%s' must be true or false", key);
+    r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "'%s' must be true or false", key);
   return fallback;
 }
 
@@ -108,7 +108,7 @@ static double read_real(struct reader *r, const char *key, double fallback) {
   json_t *v = json_object_get(r->root, key);
   if (!v || json_is_null(v)) return fallback;
   if (json_is_number(v)) return json_number_value(v);
-  if (!r->rc) r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "'%s' must be a number", key);
+  if (!r->rc) r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "'%s' must be a number", key);
   return fallback;
 }
 
@@ -182,7 +182,7 @@ static void read_dims(struct reader *r, struct vf_arch *a, const struct type_lay
   else if (!read_u64(r, k_kv, &a->kv_heads)) a->kv_heads = a->heads;
   if (!read_u64(r, k_head_dim, &a->head_dim) && a->heads) {
     if (a->hidden % a->heads && !r->rc)
-      r->rc = vf_diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
+      r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
                          "hidden size %llu is not a multiple of %llu heads",
                          (unsigned long long)a->hidden, (unsigned long long)a->heads);
     a->head_dim = a->hidden / a->heads;
@@ -219,17 +219,17 @@ static void read_switches(struct reader *r, struct vf_arch *a, const struct type
 int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
                               const char *file, struct vf_diag *d) {
   json_t *root;
-  int rc = vf_json_parse(json, len, file, &root, d);
+  int rc = parse_json_text(json, len, file, &root, d);
   if (rc) return rc;
   struct reader r = {.root = root, .file = file, .d = d, .rc = 0};
   json_t *type = json_object_get(root, "model_type");
   const struct type_layout *t = NULL;
   if (!json_is_string(type)) {
-    r.rc = vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "missing 'model_type'");
+    r.rc = diag_at(d, VF_EFORMAT, file, UINT64_MAX, "missing 'model_type'");
   } else if (!(t = find_layout(json_string_value(type)))) {
     char list[512];
     supported_list(list, sizeof list);
-    r.rc = vf_diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
+    r.rc = diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
                       "model_type '%s' is not supported; supported: %s",
                       json_string_value(type), list);
   }

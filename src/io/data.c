@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/fileio.h"
+#include "base/fileio.h"
 #include "vramfit/error.h"
 
 static const struct vf_data_file *embedded(const char *path) {
@@ -19,7 +19,7 @@ int vf_data_get(const char *path, const char **bytes, size_t *len) {
     char full[4096];
     snprintf(full, sizeof full, "%s/%s", dir, path);
     char *buf;
-    int rc = vf_read_file(full, 64u << 20, &buf, len, NULL);
+    int rc = file_read(full, 64u << 20, &buf, len, NULL);
     if (rc) return rc == VF_EIO ? VF_ENOTFOUND : rc;
     *bytes = buf;
     return 0;

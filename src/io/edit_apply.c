@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
 
 void vf_apply_init(struct vf_apply *a) { memset(a, 0, sizeof *a); }
@@ -106,11 +106,11 @@ static int load(struct vf_apply *a, struct vf_apply_file *pub, const char *path,
     const struct vf_loaded *other = g->priv;
     if (other && ((src->exists && other->exists && other->dev == src->dev && other->ino == src->ino) ||
                   strcmp(other->target, src->target) == 0))
-      return vf_diag_at(d, VF_EINVAL, path, UINT64_MAX, "is the same file as %s", g->path);
+      return diag_at(d, VF_EINVAL, path, UINT64_MAX, "is the same file as %s", g->path);
   }
   pub->path = strdup(path);
   pub->target = strdup(src->target);
-  pub->old_text = vf_strndup0(src->bytes, src->len);
+  pub->old_text = bytes_dup(src->bytes, src->len);
   pub->old_len = src->len;
   pub->created = !src->exists;
   return pub->path && pub->target && pub->old_text ? 0 : VF_ENOMEM;
@@ -124,7 +124,7 @@ static int finish(struct vf_apply_file *pub, struct vf_edited *ed) {
   pub->n_changes = ed->n_changes;
   memset(ed, 0, sizeof *ed);
   if (!pub->new_text) {
-    pub->new_text = vf_strndup0(pub->old_text, pub->old_len);
+    pub->new_text = bytes_dup(pub->old_text, pub->old_len);
     pub->new_len = pub->old_len;
     if (!pub->new_text) return VF_ENOMEM;
   }

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "io/edit_internal.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 static bool fmt_is(const struct afile *f, const char *name) {
   return f->fmt && strcmp(f->fmt->name, name) == 0;
@@ -285,7 +285,7 @@ static bool in_call(const struct astate *s, const char *name) {
 static int note_deepspeed_json(struct astate *s, const struct afile *f) {
   struct vf_value v;
   if (!hf_family(f) || !orig_value(f, "deepspeed", &v) || v.kind != VF_VALUE_STRING ||
-      !vf_ends_with(v.s, ".json") || in_call(s, v.s))
+      !str_ends_with(v.s, ".json") || in_call(s, v.s))
     return 0;
   char near[4096];
   const char *slash = strrchr(f->pub->target, '/');

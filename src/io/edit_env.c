@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
 
 static const char *const names[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
@@ -118,7 +118,7 @@ static void put_token(struct sbuf *b, const char *v, char quote) {
 static char *token_value(const char *s, const struct assign *a) {
   size_t from = a->vstart + (a->quote != 0);
   size_t to = a->quote && a->vend > from && s[a->vend - 1] == a->quote ? a->vend - 1 : a->vend;
-  return vf_strndup0(s + from, to - from);
+  return bytes_dup(s + from, to - from);
 }
 
 static void line_of(const char *s, size_t at, int *line, int *col) {
@@ -185,7 +185,7 @@ static int rewrite_one(const struct scan *sc, const struct assign *a, void *arg)
   if (rc == VF_EINVAL) {
     int line, col;
     line_of(sc->s, a->vstart, &line, &col);
-    vf_diag_line(w->d, rc, sc->file, line, col,
+    diag_line(w->d, rc, sc->file, line, col,
                  "%s is set to '%s', which apply cannot merge into; edit it by hand",
                  names[a->name], old);
   }
@@ -194,8 +194,8 @@ static int rewrite_one(const struct scan *sc, const struct assign *a, void *arg)
     sb_add(&w->out, sc->s + w->cursor, a->vstart - w->cursor);
     size_t at = w->out.len;
     put_token(&w->out, now, a->quote);
-    char *tok = vf_strndup0(w->out.p + at, w->out.len - at);
-    char *was = vf_strndup0(sc->s + a->vstart, a->vend - a->vstart);
+    char *tok = bytes_dup(w->out.p + at, w->out.len - at);
+    char *was = bytes_dup(sc->s + a->vstart, a->vend - a->vstart);
     rc = tok && was ? add_change(w->res, sc->s, a->name, a->vstart, was, tok, false) : VF_ENOMEM;
     free(tok);
     free(was);
@@ -232,7 +232,7 @@ static int append_missing(const struct scan *sc, struct rewrite *w, const char *
     sb_printf(&w->out, "%s%s=", exported ? "export " : "", names[i]);
     size_t vat = w->out.len;
     put_token(&w->out, value, 0);
-    char *tok = vf_strndup0(w->out.p + vat, w->out.len - vat);
+    char *tok = bytes_dup(w->out.p + vat, w->out.len - vat);
     int rc = tok ? add_change(w->res, w->out.p, i, at, "", tok, true) : VF_ENOMEM;
     free(tok);
     if (rc) return rc;
@@ -260,7 +260,7 @@ int vf_env_edit(const char *file, const char *text, size_t len, const char *allo
   size_t nadd;
   if (!alloc_conf || strspn(alloc_conf, CONF_CHARS "[]>") != strlen(alloc_conf) ||
       parse_opts(alloc_conf, strlen(alloc_conf), add, &nadd) || !nadd)
-    return vf_diag_at(d, VF_EINVAL, file, UINT64_MAX,
+    return diag_at(d, VF_EINVAL, file, UINT64_MAX,
                       "'%s' is not an allocator setting (OPTION:VALUE,...)", alloc_conf ? alloc_conf : "");
   struct scan sc = {file, text, len, add, nadd};
   struct rewrite w = {.res = out, .d = d};
@@ -276,7 +276,7 @@ int vf_env_edit(const char *file, const char *text, size_t len, const char *allo
   int count[N_NAMES] = {0};
   struct scan check = {file, now, out->len, add, nadd};
   if (!rc && (each_assign(&check, check_one, count) || !count[0] || !count[1]))
-    rc = vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "cannot edit safely: the result does not read back");
+    rc = diag_at(d, VF_EFORMAT, file, UINT64_MAX, "cannot edit safely: the result does not read back");
   if (rc) {
     free(now);
     vf_edited_cleanup(out);

@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/data.h"
 #include "io/edit_internal.h"
-#include "io/json_util.h"
+#include "base/json_util.h"
 
 enum { CLAIM_SCORE = 3 };
 
@@ -34,9 +34,9 @@ static int load_one(const char *path, void *arg) {
   const char *bytes;
   size_t len;
   int rc = vf_data_get(path, &bytes, &len);
-  if (rc) return vf_diag_at(l->d, rc, path, UINT64_MAX, "cannot read the format map");
+  if (rc) return diag_at(l->d, rc, path, UINT64_MAX, "cannot read the format map");
   json_t *map = NULL;
-  rc = vf_json_parse(bytes, len, path, &map, l->d);
+  rc = parse_json_text(bytes, len, path, &map, l->d);
   vf_data_release(bytes);
   if (rc) return rc;
   const char *name = json_string_value(json_object_get(map, "name"));
@@ -46,7 +46,7 @@ static int load_one(const char *path, void *arg) {
     if (grown) l->fs->v = grown;
     free(copy);
     json_decref(map);
-    return name ? VF_ENOMEM : vf_diag_at(l->d, VF_EFORMAT, path, UINT64_MAX, "no \"name\"");
+    return name ? VF_ENOMEM : diag_at(l->d, VF_EFORMAT, path, UINT64_MAX, "no \"name\"");
   }
   l->fs->v = grown;
   l->fs->v[l->fs->n++] = (struct vf_format){copy, map};
@@ -80,7 +80,7 @@ const struct vf_format *vf_formats_find(const struct vf_formats *fs, const char 
     }
     sb_printf(&names, "%s%s", i ? ", " : "", fs->v[i].name);
   }
-  vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown format '%s' (auto, %s)", name,
+  diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown format '%s' (auto, %s)", name,
              names.p ? names.p : "");
   sb_free(&names);
   return NULL;

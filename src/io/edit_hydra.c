@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 /* One config a defaults entry after _self_ merges in. */
 struct later {
@@ -114,7 +114,7 @@ static bool later_sets(const struct later *l, const char *p, const char **rest, 
   char *text;
   size_t len;
   *readable = false;
-  if (vf_read_file(l->file, VF_EDIT_MAX_BYTES, &text, &len, NULL) != 0) return false;
+  if (file_read(l->file, VF_EDIT_MAX_BYTES, &text, &len, NULL) != 0) return false;
   struct later real = *l;
   package_header(text, len, real.package, sizeof real.package);
   struct vf_doc doc;

@@ -10,25 +10,11 @@
 #include <stdint.h>
 #include <yaml.h>
 
+#include "base/sbuf.h"
 #include "vramfit/edit.h"
 
 /* Largest config file apply reads. */
 #define VF_EDIT_MAX_BYTES (8u << 20)
-
-/* ---- growable byte buffer (edit_buf.c) ---- */
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-};
-void sb_add(struct sbuf *b, const char *s, size_t n);
-void sb_puts(struct sbuf *b, const char *s);
-void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Hands the NUL-terminated bytes to the caller (NULL after an allocation failure). */
-char *sb_take(struct sbuf *b, size_t *len);
-void sb_free(struct sbuf *b);
-/* A malloc'd copy of n bytes plus a NUL. */
-char *vf_strndup0(const char *s, size_t n);
 
 /* ---- node tree (edit_tree.c) ---- */
 enum ynode_kind { YN_SCALAR, YN_MAP, YN_SEQ, YN_ALIAS };

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
-#include "io/fileio.h"
-#include "io/json_util.h"
+#include "base/fileio.h"
+#include "base/json_util.h"
 
 /* Plan fields that are logical keys as they are. */
 static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt",
@@ -69,7 +69,7 @@ static int shard_stage(const char *file, const char *shard, const char **out, st
   static const char *const names[][2] = {{"none", "0"}, {"zero1", "1"}, {"zero2", "2"}, {"zero3", "3"}};
   for (size_t i = 0; i < 4; i++)
     if (strcmp(shard, names[i][0]) == 0) return *out = names[i][1], 0;
-  return vf_diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
+  return diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
                     "the plan asks for shard %s, which apply cannot write: set it up by hand", shard);
 }
 
@@ -93,7 +93,7 @@ static int read_fields(struct store *st, const char *file, const json_t *o, bool
   json_t *v;
   json_object_foreach((json_t *)json_object_get(o, "set"), path, v) {
     if (json_is_object(v) || json_is_array(v))
-      return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "\"set\": %s must be a single value", path);
+      return diag_at(d, VF_EFORMAT, file, UINT64_MAX, "\"set\": %s must be a single value", path);
     int rc = push(l, keep(st, strdup(path)), as_text(st, v, true), 0);
     if (rc) return rc;
   }
@@ -152,7 +152,7 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
     for (size_t f = 0; f < n_files && !rc; f++) {
       if (!stage_matches(stage, files[f])) continue;
       if (li[f] != 0)
-        return vf_diag_at(d, VF_EINVAL, file, UINT64_MAX, "two stages match %s", files[f]);
+        return diag_at(d, VF_EINVAL, file, UINT64_MAX, "two stages match %s", files[f]);
       li[f] = idx;
       hits++;
     }
@@ -160,7 +160,7 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
     if (!hits) {
       const char *name = json_string_value(json_object_get(stage, "file"));
       if (!name) name = json_string_value(json_object_get(stage, "name"));
-      return vf_diag_at(d, VF_EINVAL, file, UINT64_MAX, "stage %zu (%s) matches none of the files given",
+      return diag_at(d, VF_EINVAL, file, UINT64_MAX, "stage %zu (%s) matches none of the files given",
                         i, name ? name : "unnamed");
     }
   }
@@ -178,9 +178,9 @@ static int load(struct vf_plan *p, struct store *st, const char *file, const jso
   const json_t *shared = json_object_get(root, "shared");
   if (!tier && json_is_array(stages) && json_is_object(shared)) base = shared;
   if (tier && !base)
-    return vf_diag_at(d, VF_EINVAL, file, UINT64_MAX, "the plan has no tier '%s'", tier);
+    return diag_at(d, VF_EINVAL, file, UINT64_MAX, "the plan has no tier '%s'", tier);
   if (!json_is_object(base) && !json_is_array(stages))
-    return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX,
+    return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
                       "not a plan: no \"recommended\" object and no \"stages\" list");
   struct list *l0 = new_list(st);
   if (!l0) return VF_ENOMEM;
@@ -203,13 +203,13 @@ void vf_plan_init(struct vf_plan *p) { memset(p, 0, sizeof *p); }
 
 /* "-" is standard input, so that `vramfit plan --json ... | vramfit apply --plan - F` works. */
 static int read_plan(const char *file, char **text, size_t *len, struct vf_diag *d) {
-  if (strcmp(file, "-") != 0) return vf_read_file(file, 16u << 20, text, len, d);
+  if (strcmp(file, "-") != 0) return file_read(file, 16u << 20, text, len, d);
   struct sbuf b = {0};
   char chunk[65536];
   for (size_t n; (n = fread(chunk, 1, sizeof chunk, stdin)) > 0;) sb_add(&b, chunk, n);
   if (ferror(stdin)) {
     sb_free(&b);
-    return vf_diag_at(d, VF_EIO, "-", UINT64_MAX, "cannot read standard input");
+    return diag_at(d, VF_EIO, "-", UINT64_MAX, "cannot read standard input");
   }
   *text = sb_take(&b, len);
   return *text ? 0 : VF_ENOMEM;
@@ -224,7 +224,7 @@ int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const ch
   size_t len = 0;
   json_t *root = NULL;
   int rc = read_plan(file, &text, &len, d);
-  if (!rc) rc = vf_json_parse(text, len, file, &root, d);
+  if (!rc) rc = parse_json_text(text, len, file, &root, d);
   if (!rc) rc = load(p, st, file, root, tier, files, n_files, extra, n_extra, d);
   json_decref(root);
   free(text);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
 
 enum ltype { L_INT, L_ENUM, L_LIST };
@@ -100,9 +100,9 @@ static const char *canonical(const struct logical *l, char *word) {
 
 static int bad_value(const struct lvalue *v, const char *text, struct vf_diag *d) {
   if (v->l->type == L_INT)
-    return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects a whole number from %lld to %lld",
+    return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects a whole number from %lld to %lld",
                       v->l->name, text, v->l->min, v->l->max);
-  return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects %s%s", v->l->name, text,
+  return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects %s%s", v->l->name, text,
                     v->l->type == L_LIST ? "a comma list of " : "one of ", v->l->values);
 }
 
@@ -447,12 +447,12 @@ static int run_dotted(struct job *j) {
   struct vf_value v;
   int rc;
   if (n >= 2 && text[0] == '"' && text[n - 1] == '"') {
-    inner = vf_strndup0(text + 1, n - 2);
+    inner = bytes_dup(text + 1, n - 2);
     if (!inner) return VF_ENOMEM;
     v = (struct vf_value){.kind = VF_VALUE_STRING, .s = inner};
     rc = 0;
   } else if ((rc = vf_value_parse(text, &v)) != 0) {
-    return vf_diag_at(j->d, rc, NULL, UINT64_MAX, "%s=%s: not a value", j->set->key, text);
+    return diag_at(j->d, rc, NULL, UINT64_MAX, "%s=%s: not a value", j->set->key, text);
   }
   const char *cands[1] = {path_of(j->set->key)};
   struct slot sl = {cands, 1, NULL, v, false, true, false};
@@ -511,14 +511,14 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
   default:
     if (!required && neutral(set, val)) return 0;
     if (several)
-      return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
+      return diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
                           "none of the files given has a place for %s=%s%s", set->key, val,
                           f->fmt ? "" : " (use --format or --map KEY=PATH)");
     if (!f->fmt)
-      return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
+      return diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
                           "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
                           set->key, val, set->key);
-    return vf_diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s%s%s",
+    return diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s%s%s",
                         set->key, val, f->fmt->name, why ? ": " : "", why ? why : "",
                         required ? "" : " (from the plan: set it by hand, or --map it)");
   }
@@ -576,7 +576,7 @@ static int resolve_file(struct astate *s, struct afile *f, struct result *res, s
 int vf_resolve_settings(struct astate *s, struct vf_diag *d) {
   for (size_t i = 0; i < s->o->n_maps; i++)
     if (!logical_of(s->o->maps[i].key))
-      return vf_diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
+      return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
                         "--map %s=%s: %s is not a logical key (batch, accumulation, seq, grad_ckpt, "
                         "precision, optimizer, zero_stage, offload)",
                         s->o->maps[i].key, s->o->maps[i].value, s->o->maps[i].key);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
 
 enum { MAX_DEPTH = 256 };
@@ -106,7 +106,7 @@ int ytree_diag(const struct ytree *t, struct vf_diag *d, int code, size_t off, c
   va_end(ap);
   int line, col;
   ytree_linecol(t, off, &line, &col);
-  return vf_diag_line(d, code, t->file, line, col, "%s", msg);
+  return diag_line(d, code, t->file, line, col, "%s", msg);
 }
 
 static int add_kid(struct ynode *p, struct ynode *k) {
@@ -147,7 +147,7 @@ static int on_scalar(struct builder *b, const yaml_event_t *e) {
   if (!n) return VF_ENOMEM;
   n->style = e->data.scalar.style;
   n->vlen = e->data.scalar.length;
-  n->value = vf_strndup0((const char *)e->data.scalar.value, n->vlen);
+  n->value = bytes_dup((const char *)e->data.scalar.value, n->vlen);
   n->anchor = dup_or_null(e->data.scalar.anchor);
   n->tag = dup_or_null(e->data.scalar.tag);
   if (!n->value || (e->data.scalar.anchor && !n->anchor) || (e->data.scalar.tag && !n->tag)) {
@@ -247,7 +247,7 @@ static int check_encoding(struct ytree *t, struct vf_diag *d) {
   const unsigned char *u = (const unsigned char *)t->text;
   if (t->len >= 3 && u[0] == 0xEF && u[1] == 0xBB && u[2] == 0xBF) t->bom = 3;
   else if (t->len >= 2 && ((u[0] == 0xFE && u[1] == 0xFF) || (u[0] == 0xFF && u[1] == 0xFE)))
-    return vf_diag_line(d, VF_EFORMAT, t->file, 1, 1, "UTF-16 files are not supported");
+    return diag_line(d, VF_EFORMAT, t->file, 1, 1, "UTF-16 files are not supported");
   const char *lf = memchr(t->text, '\n', t->len);
   t->eol = lf && lf > t->text && lf[-1] == '\r' ? "\r\n" : "\n";
   return 0;

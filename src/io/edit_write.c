@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
 
 enum { MAX_BACKUPS = 100000 };
@@ -20,7 +20,7 @@ enum { MAX_BACKUPS = 100000 };
 static char *dir_of(const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash) return strdup(".");
-  return vf_strndup0(path, slash == path ? 1 : (size_t)(slash - path));
+  return bytes_dup(path, slash == path ? 1 : (size_t)(slash - path));
 }
 
 static const char *base_of(const char *path) {
@@ -33,7 +33,7 @@ static int64_t mtime_ns(const struct stat *st) {
 }
 
 static int io_error(struct vf_diag *d, const char *path, const char *what) {
-  return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "%s: %s", what, strerror(errno));
+  return diag_at(d, VF_EIO, path, UINT64_MAX, "%s: %s", what, strerror(errno));
 }
 
 static int read_all(int fd, char **out, size_t *len, size_t max) {
@@ -95,9 +95,9 @@ static void remove_stale_temps(const char *dir, const char *base) {
 
 static int check_writable(const struct vf_loaded *f, const char *dir, struct vf_diag *d) {
   if (f->exists && (access(f->target, W_OK) != 0 || !(f->mode & 0222)))
-    return vf_diag_at(d, VF_EIO, f->path, UINT64_MAX, "the file is read-only; nothing written");
+    return diag_at(d, VF_EIO, f->path, UINT64_MAX, "the file is read-only; nothing written");
   if (access(dir, W_OK | X_OK) != 0)
-    return vf_diag_at(d, VF_EIO, f->path, UINT64_MAX,
+    return diag_at(d, VF_EIO, f->path, UINT64_MAX,
                       "cannot create files in %s (needed for an atomic write): %s", dir,
                       strerror(errno));
   return 0;
@@ -110,7 +110,7 @@ static int open_target(struct vf_loaded *f, bool missing_ok, int *fd, struct vf_
   if (!real && errno == ENOENT && missing_ok) {
     struct stat st;
     if (lstat(f->path, &st) == 0)
-      return vf_diag_at(d, VF_EIO, f->path, UINT64_MAX, "the link points nowhere");
+      return diag_at(d, VF_EIO, f->path, UINT64_MAX, "the link points nowhere");
     f->target = strdup(f->path);
     return f->target ? 0 : VF_ENOMEM;
   }
@@ -124,12 +124,12 @@ static int read_target(struct vf_loaded *f, int fd, struct vf_diag *d) {
   struct stat st;
   if (fstat(fd, &st) != 0) return io_error(d, f->path, "cannot stat");
   if (S_ISDIR(st.st_mode))
-    return vf_diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is a directory, not a file");
+    return diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is a directory, not a file");
   if (!S_ISREG(st.st_mode))
-    return vf_diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is not a regular file");
+    return diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is not a regular file");
   int rc = read_all(fd, &f->bytes, &f->len, VF_EDIT_MAX_BYTES);
   if (rc == VF_ERANGE)
-    return vf_diag_at(d, rc, f->path, UINT64_MAX, "larger than %u bytes", VF_EDIT_MAX_BYTES);
+    return diag_at(d, rc, f->path, UINT64_MAX, "larger than %u bytes", VF_EDIT_MAX_BYTES);
   if (rc == VF_EIO) return io_error(d, f->path, "read error");
   if (rc) return rc;
   f->exists = true;
@@ -185,7 +185,7 @@ int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
   free(now);
   if (fd >= 0) close(fd);
   if (same) return 0;
-  return vf_diag_at(d, VF_ECHANGED, f->path, UINT64_MAX,
+  return diag_at(d, VF_ECHANGED, f->path, UINT64_MAX,
                     "changed on disk while vramfit was working; nothing written, run again");
 }
 
@@ -245,7 +245,7 @@ static int write_backup(const struct vf_loaded *f, char **backup, struct vf_diag
     }
   }
   if (!rc && !*backup)
-    rc = vf_diag_at(d, VF_EIO, f->path, UINT64_MAX, "no free backup name (FILE.backup.N)");
+    rc = diag_at(d, VF_EIO, f->path, UINT64_MAX, "no free backup name (FILE.backup.N)");
   unlink(tmp);
   free(tmp);
   return rc;

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "core/diag.h"
-#include "io/fileio.h"
+#include "base/diag.h"
+#include "base/fileio.h"
 #include "vramfit.h"
 
 #define GGUF_CHUNK (1u << 20)
@@ -134,7 +134,7 @@ static int fail(struct gguf *g, uint64_t at, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return vf_diag_at(g->d, VF_EFORMAT, g->file, at, "%s", msg);
+  return diag_at(g->d, VF_EFORMAT, g->file, at, "%s", msg);
 }
 
 static uint64_t remaining(const struct gguf *g) {
@@ -154,7 +154,7 @@ static int refill(struct gguf *g, size_t n) {
   for (uint64_t got = 0; got < want;) {
     ssize_t r = pread(c->fd, c->own + got, (size_t)(want - got), (off_t)(c->pos + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return vf_diag_at(g->d, VF_EIO, g->file, c->pos + got, "read error");
+    if (r <= 0) return diag_at(g->d, VF_EIO, g->file, c->pos + got, "read error");
     got += (uint64_t)r;
   }
   c->buf = c->own;
@@ -650,10 +650,10 @@ int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char
 static int read_file(struct gguf *g, const char *path) {
   g->c.fd = open(path, O_RDONLY | O_CLOEXEC);
   if (g->c.fd < 0)
-    return vf_diag_at(g->d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
+    return diag_at(g->d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
   struct stat st;
   if (fstat(g->c.fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return vf_diag_at(g->d, VF_EIO, path, UINT64_MAX, "not a regular file");
+    return diag_at(g->d, VF_EIO, path, UINT64_MAX, "not a regular file");
   g->c.size = (uint64_t)st.st_size;
   return parse(g);
 }
@@ -673,7 +673,7 @@ static int split_prefix(const struct gguf *g, const char *path, uint64_t no, uin
            (unsigned long long)count);
   size_t n = strlen(path), k = strlen(want);
   if (n < k || strcmp(path + n - k, want) != 0)
-    return vf_diag_at(g->d, VF_EFORMAT, path, UINT64_MAX,
+    return diag_at(g->d, VF_EFORMAT, path, UINT64_MAX,
                       "part %llu of a %llu-part split model, but the file name does not end "
                       "in '%s'", (unsigned long long)no + 1, (unsigned long long)count, want);
   *prefix_len = (int)(n - k);
@@ -682,15 +682,15 @@ static int split_prefix(const struct gguf *g, const char *path, uint64_t no, uin
 
 static int read_part(struct vf_model *m, const char *path, uint64_t no, uint64_t count,
                      struct vf_diag *d) {
-  if (!vf_is_file(path))
-    return vf_diag_at(d, VF_ENOTFOUND, path, UINT64_MAX,
+  if (!path_is_file(path))
+    return diag_at(d, VF_ENOTFOUND, path, UINT64_MAX,
                       "part %llu of %llu of the split model is missing",
                       (unsigned long long)no + 1, (unsigned long long)count);
   struct gguf g;
   gguf_init(&g, m, path, d);
   int rc = read_file(&g, path);
   if (!rc && (g.split_no.v != no || g.split_count.v != count))
-    rc = vf_diag_at(d, VF_EFORMAT, path, UINT64_MAX,
+    rc = diag_at(d, VF_EFORMAT, path, UINT64_MAX,
                     "split.no/split.count say part %llu of %llu, expected part %llu of %llu",
                     (unsigned long long)g.split_no.v + 1, (unsigned long long)g.split_count.v,
                     (unsigned long long)no + 1, (unsigned long long)count);
@@ -703,7 +703,7 @@ static int read_other_parts(struct gguf *first, const char *path) {
   int prefix = 0, rc = split_prefix(first, path, no, count, &prefix);
   if (rc) return rc;
   if (no != 0)
-    return vf_diag_at(first->d, VF_EINVAL, path, UINT64_MAX,
+    return diag_at(first->d, VF_EINVAL, path, UINT64_MAX,
                       "this is part %llu of %llu of a split model; give the first part, "
                       "%.*s-00001-of-%05llu.gguf", (unsigned long long)no + 1,
                       (unsigned long long)count, prefix, path, (unsigned long long)count);
@@ -716,11 +716,11 @@ static int read_other_parts(struct gguf *first, const char *path) {
   if (rc) return rc;
   size_t dup = find_duplicate(first->m, 0, &rc);
   if (dup != SIZE_MAX)
-    return vf_diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
+    return diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
                       "tensor '%s' appears in more than one part of the split model",
                       first->m->tensors[dup].name);
   if (!rc && first->split_tensors.set && first->split_tensors.v != first->m->n_tensors)
-    rc = vf_diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
+    rc = diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
                     "split.tensors.count says %llu tensors, the parts hold %zu",
                     (unsigned long long)first->split_tensors.v, first->m->n_tensors);
   return rc;

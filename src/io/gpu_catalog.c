@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/data.h"
 #include "vramfit/gpu.h"
 
@@ -256,7 +256,7 @@ static int parse_size(const char *text, uint64_t *out) {
 }
 
 int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d) {
-  if (!text || !*text) return vf_diag_at(d, VF_EINVAL, "--gpu", UINT64_MAX, "empty GPU name");
+  if (!text || !*text) return diag_at(d, VF_EINVAL, "--gpu", UINT64_MAX, "empty GPU name");
   int rc = vf_gpu_lookup(text, out);
   if (rc != VF_ENOTFOUND) return rc;
   uint64_t bytes;
@@ -270,14 +270,14 @@ int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d) {
   char list[MAX_SUGGEST * 34];
   size_t n = close_names(text, list, sizeof list);
   if (numeric)
-    return vf_diag_at(d, rc, "--gpu", UINT64_MAX,
+    return diag_at(d, rc, "--gpu", UINT64_MAX,
                       "'%s' is not a memory size (write e.g. 24GiB, 80GB or 24576MiB)%s%s%s",
                       text, n ? "; did you mean " : "", list, n ? "?" : "");
   if (n)
-    return vf_diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
                       "unknown GPU '%s'; did you mean %s? ('vramfit gpus --catalog' lists all)",
                       text, list);
-  return vf_diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
+  return diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
                     "unknown GPU '%s'; give a catalogue name ('vramfit gpus --catalog') or a "
                     "size such as 24GiB or 80GB",
                     text);

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "vramfit/history.h"
 
 #define BUSY_MS 10000 /* how long a writer waits for another to finish its transaction */
@@ -39,7 +39,7 @@ int vf_history_dir(char *buf, size_t size) {
 }
 
 static int db_error(struct vf_history *h, struct vf_diag *d) {
-  return vf_diag_at(d, VF_EIO, h->path, UINT64_MAX, "%s", sqlite3_errmsg(h->db));
+  return diag_at(d, VF_EIO, h->path, UINT64_MAX, "%s", sqlite3_errmsg(h->db));
 }
 
 /* mkdir -p, private to the user: commands and setups can say what they are working on. */
@@ -51,7 +51,7 @@ static int make_dirs(const char *dir, struct vf_diag *d) {
     if (*p != '/' && !end) continue;
     *p = '\0';
     if (mkdir(path, 0700) && errno != EEXIST)
-      return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "cannot make the folder: %s", strerror(errno));
+      return diag_at(d, VF_EIO, path, UINT64_MAX, "cannot make the folder: %s", strerror(errno));
     if (end) return 0;
     *p = '/';
   }
@@ -80,7 +80,7 @@ int vf_history_open(const char *dir, bool create, struct vf_history **out, struc
   if (!h) return VF_ENOMEM;
   int n = snprintf(h->path, sizeof h->path, "%s/" VF_HISTORY_FILE, dir);
   struct stat st;
-  int rc = n < 0 || (size_t)n >= sizeof h->path ? vf_diag_at(d, VF_ERANGE, dir, UINT64_MAX, "path too long")
+  int rc = n < 0 || (size_t)n >= sizeof h->path ? diag_at(d, VF_ERANGE, dir, UINT64_MAX, "path too long")
            : !create && stat(h->path, &st) ? VF_ENOTFOUND
            : create ? make_dirs(dir, d) : 0;
   if (!rc && sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0),

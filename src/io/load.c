@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/data.h"
-#include "io/fileio.h"
+#include "base/fileio.h"
 #include "vramfit.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -24,7 +24,7 @@ static int set_names(struct vf_model *m, const char *name, const char *source) {
 static int load_config_file(struct vf_model *m, const char *path, struct vf_diag *d) {
   char *text;
   size_t len;
-  int rc = vf_read_file(path, MAX_CONFIG_BYTES, &text, &len, d);
+  int rc = file_read(path, MAX_CONFIG_BYTES, &text, &len, d);
   if (rc) return rc;
   rc = vf_model_from_config_json(m, text, len, path, d);
   free(text);
@@ -35,7 +35,7 @@ static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) 
   char lower[128], path[160];
   size_t n = strlen(arg);
   if (n == 0 || n >= sizeof lower || strchr(arg, '/'))
-    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
                       "unknown model '%s': no such file, and not in the catalogue "
                       "('vramfit models' lists it)", arg);
   for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)arg[i]);
@@ -43,7 +43,7 @@ static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) 
   const char *text;
   size_t len;
   if (vf_data_get(path, &text, &len) != 0)
-    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
                       "unknown model '%s': no such file, and not in the catalogue "
                       "('vramfit models' lists it)", arg);
   int rc = vf_model_from_config_json(m, text, len, path, d);
@@ -83,9 +83,9 @@ static int load_dir(struct vf_model *m, const char *dir, struct vf_diag *d) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
-  if (vf_is_file(path) && (rc = load_config_file(m, path, d))) return rc;
+  if (path_is_file(path) && (rc = load_config_file(m, path, d))) return rc;
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-  if (vf_is_file(path)) return merge_checkpoint(m, path, vf_safetensors_index_read, d);
+  if (path_is_file(path)) return merge_checkpoint(m, path, vf_safetensors_index_read, d);
   struct vf_model ck;
   vf_model_init(&ck);
   rc = safetensors_files(&ck, dir, d);
@@ -101,7 +101,7 @@ static int load_dir(struct vf_model *m, const char *dir, struct vf_diag *d) {
   vf_model_cleanup(&ck);
   if (rc) return rc;
   if (!m->has_arch && !m->n_tensors)
-    return vf_diag_at(d, VF_ENOTFOUND, dir, UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, dir, UINT64_MAX,
                       "no config.json, *.safetensors or model.safetensors.index.json here");
   return 0;
 }
@@ -113,12 +113,12 @@ static int cmp_str(const void *a, const void *b) {
 /* Reads every *.safetensors in dir, in name order, into m. */
 static int safetensors_files(struct vf_model *m, const char *dir, struct vf_diag *d) {
   DIR *dh = opendir(dir);
-  if (!dh) return vf_diag_at(d, VF_EIO, dir, UINT64_MAX, "cannot open folder");
+  if (!dh) return diag_at(d, VF_EIO, dir, UINT64_MAX, "cannot open folder");
   char **files = NULL;
   size_t n = 0;
   int rc = 0;
   for (struct dirent *e; (e = readdir(dh)) && !rc;) {
-    if (!vf_ends_with(e->d_name, ".safetensors")) continue;
+    if (!str_ends_with(e->d_name, ".safetensors")) continue;
     char **grown = realloc(files, (n + 1) * sizeof *files);
     if (!grown || !(grown[n] = malloc(strlen(dir) + strlen(e->d_name) + 2))) {
       files = grown ? grown : files;
@@ -146,29 +146,29 @@ static int load_checkpoint_file(struct vf_model *m, const char *path,
   snprintf(slash ? slash + 1 : config, sizeof config - (size_t)(slash ? slash + 1 - config : 0),
            "config.json");
   int rc;
-  if (reader != vf_gguf_read && vf_is_file(config) && (rc = load_config_file(m, config, d)))
+  if (reader != vf_gguf_read && path_is_file(config) && (rc = load_config_file(m, config, d)))
     return rc;
   return merge_checkpoint(m, path, reader, d);
 }
 
 static int load_path(struct vf_model *m, const char *arg, struct vf_diag *d) {
-  if (vf_is_dir(arg)) return load_dir(m, arg, d);
-  if (vf_ends_with(arg, ".gguf")) return load_checkpoint_file(m, arg, vf_gguf_read, d);
-  if (vf_ends_with(arg, ".safetensors"))
+  if (path_is_dir(arg)) return load_dir(m, arg, d);
+  if (str_ends_with(arg, ".gguf")) return load_checkpoint_file(m, arg, vf_gguf_read, d);
+  if (str_ends_with(arg, ".safetensors"))
     return load_checkpoint_file(m, arg, vf_safetensors_read, d);
-  if (vf_ends_with(arg, ".safetensors.index.json"))
+  if (str_ends_with(arg, ".safetensors.index.json"))
     return load_checkpoint_file(m, arg, vf_safetensors_index_read, d);
-  if (vf_ends_with(arg, ".json")) return load_config_file(m, arg, d);
-  if (vf_ends_with(arg, ".yaml") || vf_ends_with(arg, ".yml"))
-    return vf_diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
+  if (str_ends_with(arg, ".json")) return load_config_file(m, arg, d);
+  if (str_ends_with(arg, ".yaml") || str_ends_with(arg, ".yml"))
+    return diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
                       "model spec files are not supported yet; give a config.json");
-  return vf_diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
+  return diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
                     "unrecognised model file (expected .json, .safetensors or .gguf)");
 }
 
 int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d) {
   vf_diag_clear(d);
-  if (!vf_is_dir(arg) && !vf_is_file(arg)) return load_catalog(m, arg, d);
+  if (!path_is_dir(arg) && !path_is_file(arg)) return load_catalog(m, arg, d);
   int rc = load_path(m, arg, d);
   if (rc) return rc;
   if (!m->source) return set_names(m, arg, arg);

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/diag.h"
-#include "io/edit_internal.h"
+#include "base/diag.h"
+#include "base/sbuf.h"
 #include "vramfit/plot.h"
 
 enum {
@@ -561,7 +561,7 @@ int vf_plot_svg(const struct vf_plot *p, char **svg, size_t *len) {
 /* ---- the file ---- */
 
 static int write_error(struct vf_diag *d, const char *path, const char *what) {
-  return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "%s: %s", what, strerror(errno));
+  return diag_at(d, VF_EIO, path, UINT64_MAX, "%s: %s", what, strerror(errno));
 }
 
 /* The folder path is in and path's last component, as "DIR/.NAME.vramfit-XXXXXX". */
@@ -590,7 +590,7 @@ static int target_of(const char *path, char **target, struct vf_diag *d) {
   if (stat(path, &st) != 0) {
     if (errno == ENOENT) *target = strdup(path);
   } else if (!S_ISREG(st.st_mode)) {
-    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
+    return diag_at(d, VF_EIO, path, UINT64_MAX, S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
   } else {
     *target = realpath(path, NULL);
   }
@@ -604,7 +604,7 @@ int vf_plot_svg_write(const struct vf_plot *p, const char *path, struct vf_diag 
   if (rc) return rc;
   rc = (tmp = temp_name(target)) ? vf_plot_svg(p, &svg, &len) : VF_ENOMEM;
   if (rc) {
-    vf_diag_at(d, rc, path, UINT64_MAX, "%s", vf_strerror(rc));
+    diag_at(d, rc, path, UINT64_MAX, "%s", vf_strerror(rc));
   } else {
     int fd = mkstemp(tmp);
     if (fd < 0) rc = write_error(d, path, "cannot create a file next to it");

@@ -14,10 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/version.h"
 #include "io/data.h"
-#include "io/json_util.h"
+#include "base/json_util.h"
 
 enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES };
 
@@ -278,7 +278,7 @@ __attribute__((format(printf, 4, 5))) static int bad(const struct chain *c, stru
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "release %s: %s", release, msg);
+  return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "release %s: %s", release, msg);
 }
 
 static bool is_meta(const struct chain *c, const char *key) {
@@ -307,7 +307,7 @@ static int check_meta(const struct chain *c, json_t *e, json_t *above, size_t i,
   const char *rel = text_of(e, "release"), *date = text_of(e, "date"), *torch = text_of(e, "torch"),
              *describes = text_of(e, "describes");
   if (!rel || strlen(rel) >= MEMBER_SIZE(release) || vf_release_parse(rel, &v))
-    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu]: 'release' must be a version like 2.1", i);
+    return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu]: 'release' must be a version like 2.1", i);
   if (!date || vf_month_parse(date, &v)) return bad(c, d, rel, "'date' must be a month like 2024-04");
   if (!describes || !*describes || strchr(describes, '\n'))
     return bad(c, d, rel, "'describes' must be one line saying what the release stands for");
@@ -380,11 +380,11 @@ static bool matches(const struct chain *c, json_t *e) {
 
 static int read_releases(struct chain *c, json_t *list, struct vf_diag *d) {
   if (!json_is_array(list) || json_array_size(list) == 0)
-    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'releases' must be a list of releases, newest first");
+    return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'releases' must be a list of releases, newest first");
   size_t i;
   json_t *e, *above = NULL;
   json_array_foreach(list, i, e) {
-    if (!json_is_object(e)) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu] is not an object", i);
+    if (!json_is_object(e)) return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu] is not an object", i);
     int rc = check_meta(c, e, above, i, d);
     if (!rc) rc = read_fields(c, e, i == 0, !c->chosen, d);
     if (rc) return rc;
@@ -398,17 +398,17 @@ static int read_releases(struct chain *c, json_t *list, struct vf_diag *d) {
 
 /* The whole file: {"name", "notes" (optional prose), "releases"}. */
 static int read_root(struct chain *c, json_t *root, const char *name, struct vf_diag *d) {
-  if (!json_is_object(root)) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "not a JSON object");
+  if (!json_is_object(root)) return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "not a JSON object");
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
     bool known = ((strcmp(key, "name") == 0 || strcmp(key, "notes") == 0) && json_is_string(v)) ||
                  strcmp(key, "releases") == 0;
-    if (!known) return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "unknown key '%s' (or not a string)", key);
+    if (!known) return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "unknown key '%s' (or not a string)", key);
   }
   const char *named = text_of(root, "name");
   if (!named || strcmp(named, name) != 0)
-    return vf_diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'name' must be \"%s\"", name);
+    return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "'name' must be \"%s\"", name);
   int rc = read_releases(c, json_object_get(root, "releases"), d);
   if (rc) return rc;
   snprintf(c->out->release, sizeof c->out->release, "%s", text_of(c->chosen, "release"));
@@ -429,7 +429,7 @@ static int apply_torch(const struct chain *fw, json_t *torch_root, const char *f
   for (size_t i = 0; i < NFIELDS; i++) {
     /* Older releases set only what the newest sets, so a value anywhere means described. */
     if (fw->torch_in[i] && !c.value[i])
-      return vf_diag_at(d, VF_EFORMAT, fw->file, UINT64_MAX, "release %s: '%s' is \"torch\", but %s does not describe it",
+      return diag_at(d, VF_EFORMAT, fw->file, UINT64_MAX, "release %s: '%s' is \"torch\", but %s does not describe it",
                         fw->torch_in[i], fields[i].key, c.file);
     if (fw->follows_torch[i]) copy_value(p, &tp, &fields[i]);
   }
@@ -460,8 +460,8 @@ int vf_profile_parse(const struct vf_framework_spec *spec, const char *torch, co
     if (rc) return rc;
   }
   json_t *fw_root = NULL, *torch_root = NULL;
-  int rc = vf_json_parse(t->framework, t->framework_len, t->framework_file, &fw_root, d);
-  if (!rc) rc = vf_json_parse(t->torch, t->torch_len, t->torch_file, &torch_root, d);
+  int rc = parse_json_text(t->framework, t->framework_len, t->framework_file, &fw_root, d);
+  if (!rc) rc = parse_json_text(t->torch, t->torch_len, t->torch_file, &torch_root, d);
   if (!rc) rc = parse_roots(spec, torch, fw_root, torch_root, t, p, d);
   json_decref(fw_root);
   json_decref(torch_root);
@@ -476,12 +476,12 @@ int vf_profile_load(const char *framework, const char *torch, struct vf_profile 
   snprintf(path, sizeof path, "frameworks/%s.json", spec.name);
   struct vf_profile_texts t = {.framework_file = path, .torch_file = "torch.json"};
   if (vf_data_get(path, &t.framework, &t.framework_len))
-    return vf_diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
                       "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, megatron, torchtitan)",
                       spec.name);
   if ((rc = vf_data_get(t.torch_file, &t.torch, &t.torch_len))) {
     vf_data_release(t.framework);
-    return vf_diag_at(d, rc, t.torch_file, UINT64_MAX, "cannot read the PyTorch releases");
+    return diag_at(d, rc, t.torch_file, UINT64_MAX, "cannot read the PyTorch releases");
   }
   rc = vf_profile_parse(&spec, torch, &t, p, d);
   vf_data_release(t.framework);
@@ -495,7 +495,7 @@ int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out)
   int rc = vf_data_get("runtime.json", &text, &len);
   if (rc) return rc;
   json_t *root;
-  rc = vf_json_parse(text, len, "runtime.json", &root, NULL);
+  rc = parse_json_text(text, len, "runtime.json", &root, NULL);
   vf_data_release(text);
   if (rc) return rc;
   char key[16];

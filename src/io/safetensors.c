@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/diag.h"
-#include "io/fileio.h"
-#include "io/json_util.h"
+#include "base/diag.h"
+#include "base/fileio.h"
+#include "base/json_util.h"
 #include "vramfit.h"
 
 /* The reference reader's MAX_HEADER_SIZE. */
@@ -40,7 +40,7 @@ static uint64_t le64(const uint8_t *p) {
 }
 
 static int too_short(const char *file, uint64_t size, struct vf_diag *d) {
-  return vf_diag_at(d, VF_EFORMAT, file, 0,
+  return diag_at(d, VF_EFORMAT, file, 0,
                     "file is %llu bytes, too short for the 8-byte header length",
                     (unsigned long long)size);
 }
@@ -48,10 +48,10 @@ static int too_short(const char *file, uint64_t size, struct vf_diag *d) {
 /* n is the header length read from the first 8 bytes; avail the bytes that follow them. */
 static int check_length(uint64_t n, uint64_t avail, const char *file, struct vf_diag *d) {
   if (n > ST_MAX_HEADER)
-    return vf_diag_at(d, VF_EFORMAT, file, 0, "header length %llu exceeds the %llu-byte limit",
+    return diag_at(d, VF_EFORMAT, file, 0, "header length %llu exceeds the %llu-byte limit",
                       (unsigned long long)n, ST_MAX_HEADER);
   if (n > avail)
-    return vf_diag_at(d, VF_EFORMAT, file, 0,
+    return diag_at(d, VF_EFORMAT, file, 0,
                       "header length %llu runs past the end of the file (%llu bytes)",
                       (unsigned long long)n, (unsigned long long)avail + 8);
   return 0;
@@ -86,10 +86,10 @@ static uint64_t text_offset(const char *s, size_t len, int line, int col) {
 static int parse_json(const struct st_header *h, json_t **root) {
   struct vf_diag jd;
   vf_diag_clear(&jd);
-  int rc = vf_json_parse(h->text, h->len, h->file, root, &jd);
+  int rc = parse_json_text(h->text, h->len, h->file, root, &jd);
   if (!rc) return 0;
   const char *why = strncmp(jd.msg, "invalid JSON: ", 14) == 0 ? jd.msg + 14 : jd.msg;
-  return vf_diag_at(h->d, rc, h->file, text_offset(h->text, h->len, jd.line, jd.col),
+  return diag_at(h->d, rc, h->file, text_offset(h->text, h->len, jd.line, jd.col),
                     "invalid JSON in the header (line %d, column %d): %s", jd.line, jd.col, why);
 }
 
@@ -104,7 +104,7 @@ static int entry_error(const struct st_header *h, const char *name, const char *
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
   const char *what = strcmp(name, "__metadata__") == 0 ? "" : "tensor '";
-  return vf_diag_at(h->d, VF_EFORMAT, h->file, key_offset(h, name), "%s%s%s: %s", what, name,
+  return diag_at(h->d, VF_EFORMAT, h->file, key_offset(h, name), "%s%s%s: %s", what, name,
                     *what ? "'" : "", why);
 }
 
@@ -218,7 +218,7 @@ static int check_layout(const struct st_header *h, struct st_entry *e, size_t n)
   }
   uint64_t data_end = 8 + h->len + end;
   if (h->file_size && data_end != h->file_size)
-    return vf_diag_at(h->d, VF_EFORMAT, h->file, data_end < h->file_size ? data_end : h->file_size,
+    return diag_at(h->d, VF_EFORMAT, h->file, data_end < h->file_size ? data_end : h->file_size,
                       "tensor data ends at byte %llu but the file has %llu bytes",
                       (unsigned long long)data_end, (unsigned long long)h->file_size);
   return 0;
@@ -256,7 +256,7 @@ int vf_safetensors_parse(struct vf_model *m, const uint8_t *buf, size_t len, uin
   struct st_header h = {.text = (const char *)buf + 8, .len = (size_t)n,
                         .file_size = file_size, .file = file, .d = d};
   if (n == 0 || h.text[0] != '{')
-    return vf_diag_at(d, VF_EFORMAT, file, 8, "header does not start with '{'");
+    return diag_at(d, VF_EFORMAT, file, 8, "header does not start with '{'");
   json_t *root;
   if ((rc = parse_json(&h, &root))) return rc;
   struct st_entry *entries = malloc((json_object_size(root) + 1) * sizeof *entries);
@@ -286,11 +286,11 @@ static int read_head(int fd, const char *path, uint8_t **out, size_t *len, uint6
                      struct vf_diag *d) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "not a regular file");
+    return diag_at(d, VF_EIO, path, UINT64_MAX, "not a regular file");
   *size = (uint64_t)st.st_size;
   if (*size < 8) return too_short(path, *size, d);
   uint8_t head[8];
-  if (pread_full(fd, head, 8, 0)) return vf_diag_at(d, VF_EIO, path, 0, "read error");
+  if (pread_full(fd, head, 8, 0)) return diag_at(d, VF_EIO, path, 0, "read error");
   uint64_t n = le64(head);
   int rc = check_length(n, *size - 8, path, d);
   if (rc) return rc;
@@ -299,7 +299,7 @@ static int read_head(int fd, const char *path, uint8_t **out, size_t *len, uint6
   memcpy(buf, head, 8);
   if (pread_full(fd, buf + 8, (size_t)n, 8)) {
     free(buf);
-    return vf_diag_at(d, VF_EIO, path, 8, "read error");
+    return diag_at(d, VF_EIO, path, 8, "read error");
   }
   *out = buf;
   *len = (size_t)n + 8;
@@ -308,7 +308,7 @@ static int read_head(int fd, const char *path, uint8_t **out, size_t *len, uint6
 
 int vf_safetensors_read(struct vf_model *m, const char *path, struct vf_diag *d) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
+  if (fd < 0) return diag_at(d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
   uint8_t *buf = NULL;
   size_t len = 0;
   uint64_t size = 0;
@@ -343,7 +343,7 @@ static bool plain_file_name(const char *s) {
 static int collect_refs(json_t *map, const char *path, struct shard_ref **out, size_t *n,
                         struct vf_diag *d) {
   if (!json_is_object(map) || json_object_size(map) == 0)
-    return vf_diag_at(d, VF_EFORMAT, path, UINT64_MAX, "'weight_map' must be a non-empty object");
+    return diag_at(d, VF_EFORMAT, path, UINT64_MAX, "'weight_map' must be a non-empty object");
   struct shard_ref *refs = malloc((json_object_size(map) + 1) * sizeof *refs);
   if (!refs) return VF_ENOMEM;
   size_t k = 0;
@@ -353,7 +353,7 @@ static int collect_refs(json_t *map, const char *path, struct shard_ref **out, s
     const char *shard = json_string_value(v);
     if (!shard || !plain_file_name(shard)) {
       free(refs);
-      return vf_diag_at(d, VF_EFORMAT, path, UINT64_MAX,
+      return diag_at(d, VF_EFORMAT, path, UINT64_MAX,
                         "weight_map: tensor '%s' must name a shard file in the index's folder",
                         name);
     }
@@ -379,11 +379,11 @@ static int match_shard(const struct vf_model *m, size_t first, const struct shar
   while (!rc && (i < n || j < have)) {
     int c = i == n ? 1 : j == have ? -1 : strcmp(refs[i].tensor, names[j]);
     if (c < 0)
-      rc = vf_diag_at(d, VF_EFORMAT, index, UINT64_MAX,
+      rc = diag_at(d, VF_EFORMAT, index, UINT64_MAX,
                       "tensor '%s': weight_map puts it in '%s', which does not hold it",
                       refs[i].tensor, shard);
     else if (c > 0)
-      rc = vf_diag_at(d, VF_EFORMAT, index, UINT64_MAX,
+      rc = diag_at(d, VF_EFORMAT, index, UINT64_MAX,
                       "tensor '%s': shard '%s' holds it, but weight_map does not map it there",
                       names[j], shard);
     i += c <= 0, j += c >= 0;
@@ -400,7 +400,7 @@ static int read_shards(struct vf_model *m, const char *index, const struct shard
   for (size_t i = 0, next; i < n; i = next) {
     for (next = i + 1; next < n && strcmp(refs[next].shard, refs[i].shard) == 0; next++) {}
     if (snprintf(path, sizeof path, "%.*s%s", dirlen, index, refs[i].shard) >= (int)sizeof path)
-      return vf_diag_at(d, VF_EINVAL, index, UINT64_MAX, "shard path too long");
+      return diag_at(d, VF_EINVAL, index, UINT64_MAX, "shard path too long");
     size_t first = m->n_tensors;
     int rc = vf_safetensors_read(m, path, d);
     if (!rc) rc = match_shard(m, first, refs + i, next - i, index, refs[i].shard, d);
@@ -412,10 +412,10 @@ static int read_shards(struct vf_model *m, const char *index, const struct shard
 int vf_safetensors_index_read(struct vf_model *m, const char *path, struct vf_diag *d) {
   char *text;
   size_t len;
-  int rc = vf_read_file(path, ST_MAX_INDEX_BYTES, &text, &len, d);
+  int rc = file_read(path, ST_MAX_INDEX_BYTES, &text, &len, d);
   if (rc) return rc;
   json_t *root = NULL;
-  rc = vf_json_parse(text, len, path, &root, d);
+  rc = parse_json_text(text, len, path, &root, d);
   free(text);
   if (rc) return rc;
   struct shard_ref *refs = NULL;

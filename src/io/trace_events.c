@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
-#include "core/grow.h"
+#include "base/diag.h"
+#include "base/grow.h"
 #include "vramfit/trace.h"
 
 #define HEADER "vramfit-trace-events 1"
@@ -28,11 +28,11 @@ struct cursor {
 };
 
 static int bad(const struct cursor *c, const char *at, const char *why) {
-  return vf_diag_line(c->d, VF_EFORMAT, "", c->line, (int)(at - c->line_start) + 1, "%s", why);
+  return diag_line(c->d, VF_EFORMAT, "", c->line, (int)(at - c->line_start) + 1, "%s", why);
 }
 
 static int push(struct vf_trace *t, struct vf_trace_event e) {
-  struct vf_trace_event *grown = vf_grow(t->events, &t->cap, t->n + 1, sizeof *grown);
+  struct vf_trace_event *grown = array_grow(t->events, &t->cap, t->n + 1, sizeof *grown);
   if (!grown) return VF_ENOMEM;
   t->events = grown;
   t->events[t->n++] = e;
@@ -91,7 +91,7 @@ static int parse_phase(const struct cursor *c, const char *p, const char *eol, s
   struct vf_trace_event e = {.kind = VF_TRACE_PHASE};
   if (p == eol || eol - p >= VF_TRACE_PHASE_NAME) return bad(c, p, "phase name missing or too long");
   if (phase_index(t, p, (size_t)(eol - p), &e.phase))
-    return vf_diag_line(c->d, VF_ERANGE, "", c->line, 1, "more than %d phases", VF_TRACE_MAX_PHASES);
+    return diag_line(c->d, VF_ERANGE, "", c->line, 1, "more than %d phases", VF_TRACE_MAX_PHASES);
   return push(t, e);
 }
 
@@ -126,7 +126,7 @@ int vf_trace_parse(const char *text, size_t len, struct vf_trace *t, struct vf_d
   struct cursor c = {.line_start = text, .line = 1, .d = d};
   const char *end = text + len, *eol = memchr(text, '\n', len);
   if (!eol || (size_t)(eol - text) != strlen(HEADER) || memcmp(text, HEADER, strlen(HEADER)))
-    return vf_diag_line(d, VF_EFORMAT, "", 1, 1, "not a vramfit trace event file");
+    return diag_line(d, VF_EFORMAT, "", 1, 1, "not a vramfit trace event file");
   for (const char *p = eol + 1; p < end; p = eol + 1) {
     c.line++;
     c.line_start = p;

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/spread.h"
 #include "io/data.h"
-#include "io/json_util.h"
+#include "base/json_util.h"
 #include "vramfit/uncertainty.h"
 
 #define DATA_PATH "uncertainty.json"
@@ -27,7 +27,7 @@ static int read_spread(json_t *group, enum vf_peak_kind k, size_t i, const char 
     out->high = json_number_value(high);
     if (out->low > -1 && out->low <= out->high && isfinite(out->high)) return 0;
   }
-  return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX,
+  return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
                     "groups[%zu].%s: expected {\"low\": number, \"high\": number} with -1 < low <= high", i, name);
 }
 
@@ -37,7 +37,7 @@ static int read_method(json_t *group, size_t i, const char *file, int *cls, stru
   enum vf_method_class c;
   if (m && strcmp(m, VF_SPREAD_ALL) == 0) return *cls = VF_SPREAD_ALL_CLASSES, 0;
   if (m && vf_method_class_parse(m, &c) == 0) return *cls = (int)c, 0;
-  return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX,
+  return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
                     "groups[%zu].method: expected one of full, lora, qlora, adapter, all", i);
 }
 
@@ -57,7 +57,7 @@ static int take_group(json_t *group, size_t i, const char *file, const char *fra
   const char *fw = json_string_value(json_object_get(group, "framework"));
   int cls = VF_SPREAD_ALL_CLASSES, rc;
   if (!fw || !*fw || strlen(fw) >= 32)
-    return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "groups[%zu].framework: expected a name", i);
+    return diag_at(d, VF_EFORMAT, file, UINT64_MAX, "groups[%zu].framework: expected a name", i);
   if ((rc = read_method(group, i, file, &cls, d))) return rc;
   struct vf_uncertainty u = {0};
   for (int k = 0; k < VF_PEAK_COUNT; k++)
@@ -75,7 +75,7 @@ static int read_groups(json_t *root, const char *file, const char *framework, st
                        struct vf_diag *d) {
   json_t *groups = json_object_get(root, "groups"), *group;
   if (!json_is_array(groups))
-    return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "expected an object with a \"groups\" list");
+    return diag_at(d, VF_EFORMAT, file, UINT64_MAX, "expected an object with a \"groups\" list");
   int best[VF_CLASS_COUNT] = {0}, rc;
   size_t i;
   json_array_foreach(groups, i, group)
@@ -88,7 +88,7 @@ static int read_groups(json_t *root, const char *file, const char *framework, st
     every |= strcmp(fw, VF_SPREAD_ALL) == 0 && strcmp(m, VF_SPREAD_ALL) == 0;
   }
   if (!every)
-    return vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX,
+    return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
                       "no group for every setup (\"framework\": \"all\", \"method\": \"all\")");
   return 0;
 }
@@ -99,7 +99,7 @@ int vf_uncertainty_parse(const char *text, size_t len, const char *file, const c
   /* a release ("hf@4.46") shares its framework's record */
   snprintf(name, sizeof name, "%.*s", (int)strcspn(framework, "@"), framework);
   json_t *root;
-  int rc = vf_json_parse(text, len, file, &root, d);
+  int rc = parse_json_text(text, len, file, &root, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   rc = read_groups(root, file, name, out, d);
@@ -111,7 +111,7 @@ int vf_uncertainty_load(const char *framework, struct vf_uncertainty_table *out,
   const char *text;
   size_t len;
   if (vf_data_get(DATA_PATH, &text, &len))
-    return vf_diag_at(d, VF_ENOTFOUND, DATA_PATH, UINT64_MAX,
+    return diag_at(d, VF_ENOTFOUND, DATA_PATH, UINT64_MAX,
                       "missing from the data folder (VRAMFIT_DATA_DIR needs a copy of data/ that has it)");
   int rc = vf_uncertainty_parse(text, len, DATA_PATH, framework, out, d);
   vf_data_release(text);

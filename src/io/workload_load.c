@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
-#include "io/fileio.h"
-#include "io/json_util.h"
+#include "base/fileio.h"
+#include "base/json_util.h"
 #include "io/workload_json.h"
 #include "vramfit/workload.h"
 
@@ -23,8 +23,8 @@ static void beside(const struct vf_workload *w, const char *path, char *out, siz
 static int must_exist(const struct vf_workload *w, const char *path, int line, const char *what, struct vf_diag *d) {
   char full[2 * VF_WL_PATH];
   beside(w, path, full, sizeof full);
-  if (vf_is_file(full)) return 0;
-  return vf_diag_line(d, VF_EINVAL, w->file, line, 1, "%s %s does not exist", what, full);
+  if (path_is_file(full)) return 0;
+  return diag_line(d, VF_EINVAL, w->file, line, 1, "%s %s does not exist", what, full);
 }
 
 static int check_files(const struct vf_workload *w, struct vf_diag *d) {
@@ -46,14 +46,14 @@ static int check_files(const struct vf_workload *w, struct vf_diag *d) {
 static int load_encoder(struct vf_workload *w, size_t i, struct vf_diag *d) {
   char full[2 * VF_WL_PATH];
   beside(w, w->encoders[i].model, full, sizeof full);
-  const char *arg = vf_is_file(full) || vf_is_dir(full) ? full : w->encoders[i].model;
+  const char *arg = path_is_file(full) || path_is_dir(full) ? full : w->encoders[i].model;
   struct vf_diag inner;
   vf_diag_clear(&inner);
   int rc = vf_model_load(&w->models[i], arg, &inner);
   if (!rc) return 0;
   char why[sizeof inner.msg + sizeof inner.file + 64];
   vf_diag_format(&inner, why, sizeof why);
-  return vf_diag_line(d, rc, w->file, w->encoders[i].line, 1, "encoder '%s': %s", w->encoders[i].name, why);
+  return diag_line(d, rc, w->file, w->encoders[i].line, 1, "encoder '%s': %s", w->encoders[i].name, why);
 }
 
 /* What `trace --workload` measured of the factory, from the file it wrote beside the
@@ -62,14 +62,14 @@ static int load_fit(struct vf_workload *w, const char *path, struct vf_diag *d) 
   char file[VF_WL_PATH + 16], *text;
   size_t len;
   vf_workload_trace_path(path, file, sizeof file);
-  if (!vf_is_file(file)) return 0;
-  int rc = vf_read_file(file, MAX_WORKLOAD_BYTES, &text, &len, d);
+  if (!path_is_file(file)) return 0;
+  int rc = file_read(file, MAX_WORKLOAD_BYTES, &text, &len, d);
   if (rc) return rc;
   json_t *o = NULL;
-  rc = vf_json_parse(text, len, file, &o, d);
+  rc = parse_json_text(text, len, file, &o, d);
   free(text);
   if (!rc && vf_workload_fit_from_json(json_object_get(o, "fit"), &w->fit))
-    rc = vf_diag_at(d, VF_EFORMAT, file, UINT64_MAX, "no usable \"fit\": run 'vramfit trace --workload %s' again",
+    rc = diag_at(d, VF_EFORMAT, file, UINT64_MAX, "no usable \"fit\": run 'vramfit trace --workload %s' again",
                     path);
   json_decref(o);
   return rc;
@@ -78,7 +78,7 @@ static int load_fit(struct vf_workload *w, const char *path, struct vf_diag *d) 
 int vf_workload_load(struct vf_workload *w, const char *path, struct vf_diag *d) {
   char *text, copy[VF_WL_PATH];
   size_t len;
-  int rc = vf_read_file(path, MAX_WORKLOAD_BYTES, &text, &len, d);
+  int rc = file_read(path, MAX_WORKLOAD_BYTES, &text, &len, d);
   if (rc) return rc;
   snprintf(copy, sizeof copy, "%s", path);
   rc = vf_workload_parse(w, text, len, path, dirname(copy), d);
@@ -95,7 +95,7 @@ static int64_t value_at(const char *file, const char *path) {
   char *text;
   size_t len;
   struct vf_diag d;
-  if (!path[0] || vf_read_file(file, VF_EDIT_MAX_BYTES, &text, &len, &d)) return -1;
+  if (!path[0] || file_read(file, VF_EDIT_MAX_BYTES, &text, &len, &d)) return -1;
   struct vf_doc doc;
   int64_t v = -1;
   struct yfind f;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "core/workload_internal.h"
 #include "io/edit_internal.h"
 
@@ -86,7 +86,7 @@ static int expression(struct reader *r, const struct ynode *n, const char *what,
     int line, col;
     ytree_linecol(&r->t, n->vstart, &line, &col);
     int quoted = n->style == YAML_SINGLE_QUOTED_SCALAR_STYLE || n->style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
-    return vf_diag_line(r->d, rc, r->t.file, line, col + quoted + inner.col - 1, "%s: %s", what, inner.msg);
+    return diag_line(r->d, rc, r->t.file, line, col + quoted + inner.col - 1, "%s: %s", what, inner.msg);
   }
   if (!rc) ytree_linecol(&r->t, n->vstart, &e->line, &e->col);
   return rc;
@@ -571,12 +571,12 @@ static int check_whole(struct reader *r, const struct ynode *root) {
                "sample: sequences (per anchor, an expression of the knobs) is needed with encoders");
   for (size_t i = 0; i < w->n_encoders; i++)
     if (!w->encoders[i].tokens.n && !w->tokens.n)
-      return vf_diag_line(r->d, VF_EINVAL, r->t.file, w->encoders[i].line, 1,
+      return diag_line(r->d, VF_EINVAL, r->t.file, w->encoders[i].line, 1,
                           "encoder '%s': tokens per sequence: give sample.tokens or the encoder's tokens",
                           w->encoders[i].name);
   for (size_t s = 0; s < w->n_stages; s++)
     if (w->stages[s].file[0] && !w->config[0])
-      return vf_diag_line(r->d, VF_EINVAL, r->t.file, w->stages[s].file_line, 1,
+      return diag_line(r->d, VF_EINVAL, r->t.file, w->stages[s].file_line, 1,
                           "stage '%s' names a file: the workload needs its main config too (config:)", w->stages[s].name);
   return 0;
 }

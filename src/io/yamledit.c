@@ -3,15 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "io/edit_internal.h"
-#include "io/fileio.h"
-#include "io/json_util.h"
+#include "base/fileio.h"
+#include "base/json_util.h"
 
 static bool looks_json(const char *file, const char *text, size_t len) {
   size_t i = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
   while (i < len && strchr(" \t\r\n", text[i])) i++;
-  return vf_ends_with(file, ".json") || (i < len && (text[i] == '{' || text[i] == '['));
+  return str_ends_with(file, ".json") || (i < len && (text[i] == '{' || text[i] == '['));
 }
 
 int vf_doc_open(struct vf_doc *doc, const char *file, const char *text, size_t len,
@@ -25,10 +25,10 @@ int vf_doc_open(struct vf_doc *doc, const char *file, const char *text, size_t l
     json_t *j = NULL;
     struct vf_diag jd;
     vf_diag_clear(&jd);
-    int rc = vf_json_parse(text + bom, len - bom, file, &j, &jd);
+    int rc = parse_json_text(text + bom, len - bom, file, &j, &jd);
     json_decref(j);
     /* A flow-style YAML file also starts with '{': only a .json name insists on JSON. */
-    if (rc && vf_ends_with(file, ".json")) {
+    if (rc && str_ends_with(file, ".json")) {
       if (d) *d = jd;
       vf_doc_close(doc);
       return rc;
@@ -104,8 +104,8 @@ static int fill_change(struct vf_change *ch, const struct ytree *t, const char *
   ytree_linecol(t, at, &ch->line, &ch->col);
   ch->key = strdup(path);
   ch->path = strdup(path);
-  ch->old_text = vf_strndup0(old, old_len);
-  ch->new_text = vf_strndup0(new_text, new_len);
+  ch->old_text = bytes_dup(old, old_len);
+  ch->new_text = bytes_dup(new_text, new_len);
   return ch->key && ch->path && ch->old_text && ch->new_text ? 0 : VF_ENOMEM;
 }
 
@@ -164,7 +164,7 @@ static int render_block(struct sbuf *out, const struct ytree *t, const char *res
   if (!step) step = 2;
   for (size_t depth = 0;; depth++) {
     size_t n = strcspn(rest, ".");
-    char *key = vf_strndup0(rest, n);
+    char *key = bytes_dup(rest, n);
     if (!key) return VF_ENOMEM;
     sb_printf(out, "%*s", (int)(indent + depth * step), "");
     vf_render_key(out, key, false);
@@ -185,7 +185,7 @@ static int render_block(struct sbuf *out, const struct ytree *t, const char *res
 static int render_flow(struct sbuf *out, const struct ytree *t, const char *rest,
                        const struct vf_value *v, const struct ynode *bool_style) {
   size_t n = strcspn(rest, ".");
-  char *key = vf_strndup0(rest, n);
+  char *key = bytes_dup(rest, n);
   if (!key) return VF_ENOMEM;
   vf_render_key(out, key, t->json);
   free(key);
@@ -355,7 +355,7 @@ static int find_targets(struct verify *v, const struct vf_path_edit *edits, size
 static int verify_docs(const struct vf_doc *o, const struct vf_doc *n,
                        const struct vf_path_edit *edits, size_t ne, struct vf_diag *d) {
   if (o->t.json != n->t.json)
-    return vf_diag_line(d, VF_EFORMAT, o->file, 1, 1, "cannot edit safely: the result is not JSON");
+    return diag_line(d, VF_EFORMAT, o->file, 1, 1, "cannot edit safely: the result is not JSON");
   struct verify v = {&o->t, &n->t, calloc(ne ? ne : 1, sizeof *v.tg), ne, d};
   if (!v.tg) return VF_ENOMEM;
   int rc = find_targets(&v, edits, ne);
@@ -390,7 +390,7 @@ static int check_paths(const char *file, const struct vf_path_edit *edits, size_
   for (size_t i = 0; i < n; i++) {
     const char *p = edits[i].path;
     if (!p || !*p || *p == '.' || p[strlen(p) - 1] == '.' || strstr(p, ".."))
-      return vf_diag_line(d, VF_EINVAL, file, 1, 1, "'%s' is not a dotted path", p ? p : "");
+      return diag_line(d, VF_EINVAL, file, 1, 1, "'%s' is not a dotted path", p ? p : "");
   }
   return 0;
 }
@@ -451,7 +451,7 @@ int vf_edit_buffer(const char *file, const char *text, size_t len, const struct 
   int rc = check_paths(file, edits, n, d);
   if (rc) return rc;
   out->changes = calloc(n ? n : 1, sizeof *out->changes);
-  char *cur = vf_strndup0(text, len);
+  char *cur = bytes_dup(text, len);
   size_t cur_len = len;
   struct vf_doc doc;
   if (!out->changes || !cur) rc = VF_ENOMEM;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "sys/nvml_abi.h"
 #include "vramfit/monitor.h"
 
@@ -121,14 +121,14 @@ static int load_library(struct vf_nvml *n, struct vf_diag *d) {
   if (env && *env) {
     n->lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
     if (!n->lib)
-      return vf_diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
+      return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
                         "cannot load the NVML library named by VRAMFIT_NVML: %s", dlerror());
     return 0;
   }
   n->lib = dlopen(DEFAULT_LIB, RTLD_NOW | RTLD_LOCAL);
   if (!n->lib) n->lib = dlopen(WSL_LIB, RTLD_NOW | RTLD_LOCAL);
   if (!n->lib)
-    return vf_diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
+    return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
                       "no NVIDIA driver found (%s cannot be loaded); install the driver, or "
                       "set VRAMFIT_NVML to the library's path",
                       DEFAULT_LIB);
@@ -148,20 +148,20 @@ static void read_device(struct vf_nvml *n, unsigned i) {
 static int start(struct vf_nvml *n, struct vf_diag *d) {
   resolve(n);
   if (!n->f.init || !n->f.count || !n->f.handle || !(n->f.memory || n->f.memory_v2))
-    return vf_diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
+    return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
                       "the NVML library lacks the functions vramfit needs (nvmlInit, "
                       "nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetMemoryInfo)");
   nvmlReturn_t rc = n->f.init();
   if (rc) {
     n->f.shutdown = NULL; /* nothing to shut down */
-    return vf_diag_at(d, VF_ENODRIVER, "", UINT64_MAX, "NVML cannot reach the driver: %s (%d)",
+    return diag_at(d, VF_ENODRIVER, "", UINT64_MAX, "NVML cannot reach the driver: %s (%d)",
                       nvml_error(n, rc), rc);
   }
   if (n->f.count(&n->count)) n->count = 0;
   if (n->f.driver_version && n->f.driver_version(n->driver, sizeof n->driver)) n->driver[0] = 0;
   if (n->f.cuda_version && n->f.cuda_version(&n->cuda)) n->cuda = 0;
   n->gpus = calloc(n->count ? n->count : 1, sizeof *n->gpus);
-  if (!n->gpus) return vf_diag_at(d, VF_ENOMEM, "", UINT64_MAX, "out of memory");
+  if (!n->gpus) return diag_at(d, VF_ENOMEM, "", UINT64_MAX, "out of memory");
   for (unsigned i = 0; i < n->count; i++) read_device(n, i);
   return 0;
 }
@@ -169,7 +169,7 @@ static int start(struct vf_nvml *n, struct vf_diag *d) {
 int vf_nvml_open(struct vf_nvml **out, struct vf_diag *d) {
   *out = NULL;
   struct vf_nvml *n = calloc(1, sizeof *n);
-  if (!n) return vf_diag_at(d, VF_ENOMEM, "", UINT64_MAX, "out of memory");
+  if (!n) return diag_at(d, VF_ENOMEM, "", UINT64_MAX, "out of memory");
   int rc = load_library(n, d);
   if (!rc) rc = start(n, d);
   if (rc) {

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 #include "sys/proc_internal.h"
 
 extern char **environ;
@@ -66,8 +66,8 @@ bool vf_proc_in_tree(pid_t pid, pid_t root) {
 
 static int spawn_error(int err, const char *cmd, struct vf_diag *d) {
   if (err == ENOENT)
-    return vf_diag_at(d, VF_ENOCMD, "", UINT64_MAX, "command not found: %s", cmd);
-  return vf_diag_at(d, VF_ENOCMD, "", UINT64_MAX, "cannot run %s: %s", cmd, strerror(err));
+    return diag_at(d, VF_ENOCMD, "", UINT64_MAX, "command not found: %s", cmd);
+  return diag_at(d, VF_ENOCMD, "", UINT64_MAX, "cannot run %s: %s", cmd, strerror(err));
 }
 
 /* Standard streams for the child: pipes for stdout/stderr, /dev/null for stdin. */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/fileio.h"
+#include "base/fileio.h"
 #include "vramfit.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -23,7 +23,7 @@ static struct vf_oom_report parse_file(const char *name) {
   snprintf(path, sizeof path, "%s/tests/data/oom/%s", src ? src : ".", name);
   char *text;
   size_t len;
-  assert_int_equal(vf_read_file(path, 1 << 20, &text, &len, NULL), 0);
+  assert_int_equal(file_read(path, 1 << 20, &text, &len, NULL), 0);
   struct vf_oom_report r;
   assert_int_equal(vf_oom_parse(text, len, &r), 0);
   free(text);

@@ -1,4 +1,4 @@
-#include "io/fileio.h"
+#include "base/fileio.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,19 +7,19 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "core/diag.h"
+#include "base/diag.h"
 
-int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d) {
+int file_read(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d) {
   FILE *f = fopen(path, "rb");
-  if (!f) return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
+  if (!f) return diag_at(d, VF_EIO, path, UINT64_MAX, "cannot open: %s", strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
     fclose(f);
-    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "not a regular file");
+    return diag_at(d, VF_EIO, path, UINT64_MAX, "not a regular file");
   }
   if ((uint64_t)st.st_size > max) {
     fclose(f);
-    return vf_diag_at(d, VF_ERANGE, path, UINT64_MAX, "file is larger than %zu bytes", max);
+    return diag_at(d, VF_ERANGE, path, UINT64_MAX, "file is larger than %zu bytes", max);
   }
   char *buf = malloc((size_t)st.st_size + 1);
   if (!buf) {
@@ -31,7 +31,7 @@ int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct v
   fclose(f);
   if (failed) {
     free(buf);
-    return vf_diag_at(d, VF_EIO, path, UINT64_MAX, "read error");
+    return diag_at(d, VF_EIO, path, UINT64_MAX, "read error");
   }
   buf[n] = '\0';
   *out = buf;
@@ -39,22 +39,22 @@ int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct v
   return 0;
 }
 
-int vf_is_dir(const char *path) {
+int path_is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int vf_is_file(const char *path) {
+int path_is_file(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int vf_ends_with(const char *s, const char *suffix) {
+int str_ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
-int vf_write_file(const char *path, const char *bytes, size_t len) {
+int file_write(const char *path, const char *bytes, size_t len) {
   FILE *f = fopen(path, "wb");
   if (!f) return VF_EIO;
   int failed = fwrite(bytes, 1, len, f) != len;

@@ -1,4 +1,4 @@
-#include "core/diag.h"
+#include "base/diag.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@ static void fill(struct vf_diag *d, int code, const char *file, const char *fmt,
     if ((unsigned char)*c < 0x20) *c = '?';
 }
 
-int vf_diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
+int diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
                ...) {
   if (!d) return code;
   va_list ap;
@@ -26,7 +26,7 @@ int vf_diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, c
   return code;
 }
 
-int vf_diag_line(struct vf_diag *d, int code, const char *file, int line, int col,
+int diag_line(struct vf_diag *d, int code, const char *file, int line, int col,
                  const char *fmt, ...) {
   if (!d) return code;
   va_list ap;

@@ -1,6 +1,6 @@
 /* Small file helpers shared by the readers and writers. */
-#ifndef VF_IO_FILEIO_H
-#define VF_IO_FILEIO_H
+#ifndef VF_BASE_FILEIO_H
+#define VF_BASE_FILEIO_H
 
 #include <stddef.h>
 
@@ -8,17 +8,17 @@
 
 /* Reads a whole file (at most max bytes) into a NUL-terminated buffer the caller frees.
  * VF_EIO when it cannot be opened or read, VF_ERANGE when larger than max; d names it. */
-int vf_read_file(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d);
+int file_read(const char *path, size_t max, char **out, size_t *len, struct vf_diag *d);
 
 /* Creates or truncates path and writes len bytes to it: scratch files only (no backup,
  * not atomic). VF_EIO. */
-int vf_write_file(const char *path, const char *bytes, size_t len);
+int file_write(const char *path, const char *bytes, size_t len);
 
 /* True when path names a directory / a regular file. */
-int vf_is_dir(const char *path);
-int vf_is_file(const char *path);
+int path_is_dir(const char *path);
+int path_is_file(const char *path);
 
 /* Whether s ends with suffix, ignoring case. */
-int vf_ends_with(const char *s, const char *suffix);
+int str_ends_with(const char *s, const char *suffix);
 
 #endif

@@ -1,9 +1,9 @@
+#include "base/sbuf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "io/edit_internal.h"
 
 static bool sb_reserve(struct sbuf *b, size_t more) {
   if (b->oom) return false;
@@ -61,7 +61,7 @@ void sb_free(struct sbuf *b) {
   b->oom = false;
 }
 
-char *vf_strndup0(const char *s, size_t n) {
+char *bytes_dup(const char *s, size_t n) {
   char *p = malloc(n + 1);
   if (!p) return NULL;
   if (n) memcpy(p, s, n);

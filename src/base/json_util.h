@@ -1,6 +1,6 @@
 /* jansson glue shared by the JSON readers. */
-#ifndef VF_IO_JSON_UTIL_H
-#define VF_IO_JSON_UTIL_H
+#ifndef VF_BASE_JSON_UTIL_H
+#define VF_BASE_JSON_UTIL_H
 
 #include <jansson.h>
 #include <stddef.h>
@@ -9,6 +9,6 @@
 
 /* Parses text as one JSON value, keeping 64-bit integers exact. On a syntax error d gets the
  * file, line and column. */
-int vf_json_parse(const char *text, size_t len, const char *file, json_t **out, struct vf_diag *d);
+int parse_json_text(const char *text, size_t len, const char *file, json_t **out, struct vf_diag *d);
 
 #endif

@@ -1,9 +1,9 @@
-#include "core/grow.h"
+#include "base/grow.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-void *vf_grow_slow(void *items, size_t *cap, size_t need, size_t size) {
+void *array_grow_slow(void *items, size_t *cap, size_t need, size_t size) {
   size_t next = *cap ? *cap : 16;
   while (next < need) {
     if (next > SIZE_MAX / 2) return NULL;
