@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/estimate_internal.h"
+#include "io/profile.h"
 #include "timing.h"
 #include "vramfit.h"
 
@@ -25,7 +26,7 @@ static double library_rate(const char *model, const struct vf_setup *s, estimate
   struct vf_diag d;
   struct vf_estimate e;
   vf_model_init(&m);
-  if (vf_model_load(&m, model, &d) || vf_profile_load("hf", NULL, &p, &d)) return 0;
+  if (vf_model_load(&m, model, &d) || profile_read("hf", NULL, &p, &d)) return 0;
   vf_alloc_conf_default(&c);
   double best = 0;
   for (int batch = 0; batch < 7; batch++) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/profile.h"
 #include "vramfit.h"
 
 static const char *const models[] = {"gpt2", "llama-3.2-1b", "mixtral-8x7b", "bert-base-uncased",
@@ -34,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (vf_model_load(&m[i], models[i], &d)) abort();
     }
     for (size_t i = 0; i < sizeof frameworks / sizeof *frameworks; i++)
-      if (vf_profile_load(frameworks[i], NULL, &p[i], &d)) abort();
+      if (profile_read(frameworks[i], NULL, &p[i], &d)) abort();
     loaded = 1;
   }
   struct bytes b = {data, size};

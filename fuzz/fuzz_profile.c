@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct vf_profile p;
   struct vf_diag d;
   vf_diag_clear(&d);
-  int rc = vf_profile_parse(&spec, torch, &t, &p, &d);
+  int rc = profile_parse(&spec, torch, &t, &p, &d);
   vf_data_release(shipped);
   if (rc == 0 && (!p.release[0] || !p.torch[0] || !p.date[0])) abort();
   /* A refusal is one line naming one of the two files. */

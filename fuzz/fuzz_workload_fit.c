@@ -1,12 +1,12 @@
 /* libFuzzer target: the fit `vramfit trace --workload` writes beside a workload
- * (NAME.trace.json, read by src/io/workload_load.c through vf_workload_fit_from_json), on
+ * (NAME.trace.json, read by src/io/workload_load.c through workload_fit_from_json), on
  * any bytes. A file is read or refused, never a crash; an accepted fit evaluates at any shape
  * to an estimate whose breakdown sums to its device peak. */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "base/json_util.h"
-#include "io/workload_json.h"
+#include "io/workload_trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *o = NULL;
@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   vf_diag_clear(&d);
   if (parse_json_text((const char *)data, size, "workload.trace.json", &o, &d) != 0) return 0;
   struct vf_wl_fit f;
-  if (vf_workload_fit_from_json(json_object_get(o, "fit"), &f) == 0) {
+  if (workload_fit_from_json(json_object_get(o, "fit"), &f) == 0) {
     if (!f.n_points) abort();
     struct vf_wl_env env = {.context_bytes = 500u << 20};
     const struct vf_wl_shape shapes[] = {{0, 0}, {1, 1}, {4096, 1u << 20}, {UINT32_MAX, UINT32_MAX}};

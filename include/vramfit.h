@@ -8,18 +8,19 @@
 #ifndef VRAMFIT_H
 #define VRAMFIT_H
 
-#include "vramfit/error.h"
-#include "vramfit/edit.h"
 #include "vramfit/alloc.h"
+#include "vramfit/command.h"
+#include "vramfit/edit.h"
+#include "vramfit/error.h"
+#include "vramfit/estimate.h"
 #include "vramfit/gpu.h"
+#include "vramfit/history.h"
 #include "vramfit/model.h"
 #include "vramfit/monitor.h"
-#include "vramfit/estimate.h"
 #include "vramfit/plan.h"
+#include "vramfit/plot.h"
 #include "vramfit/probe.h"
 #include "vramfit/trace.h"
-#include "vramfit/history.h"
-#include "vramfit/plot.h"
 #include "vramfit/uncertainty.h"
 #include "vramfit/workload.h"
 

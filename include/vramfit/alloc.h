@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 
 #define VF_ALLOC_DIVISION_INTERVALS 16 /* power-of-two intervals from 1 MiB to 64 GiB */
@@ -43,7 +44,7 @@ struct vf_alloc_conf {
 
 /* PyTorch's defaults: no split limit, 20 MiB rounding slack and large segments, no
  * divisions, no garbage collection, fraction 1, native backend with caching. */
-void vf_alloc_conf_default(struct vf_alloc_conf *c);
+VF_API void vf_alloc_conf_default(struct vf_alloc_conf *c);
 
 /* Parses a PYTORCH_ALLOC_CONF value ("k:v,k2:[a:b,>:c]") over the defaults into *c, with
  * PyTorch's checks and messages; d->offset is the byte where the fault lies. Every key
@@ -51,7 +52,7 @@ void vf_alloc_conf_default(struct vf_alloc_conf *c);
  * string is the default configuration. Stricter than c10 in one way: an integer value
  * must be all digits (std::stoull would read "20.5" as 20 and wrap "-1").
  * VF_EINVAL on any fault (c is then unspecified). */
-int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d);
+VF_API int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_diag *d);
 
 /* The configuration a PyTorch process gets from its environment, the values passed in
  * (NULL: unset). PYTORCH_ALLOC_CONF wins whenever it is set, even to the empty string;
@@ -59,16 +60,16 @@ int vf_alloc_conf_parse(const char *text, struct vf_alloc_conf *c, struct vf_dia
  * AllocatorConfig::instance()). no_caching is PYTORCH_NO_CUDA_MEMORY_CACHING: any value,
  * even "0", disables caching, as c10 only asks whether it is set. d->file names the
  * variable that was parsed. */
-int vf_alloc_conf_from_env(const char *alloc_conf, const char *cuda_alloc_conf,
-                           const char *no_caching, struct vf_alloc_conf *c, struct vf_diag *d);
+VF_API int vf_alloc_conf_from_env(const char *alloc_conf, const char *cuda_alloc_conf,
+                                  const char *no_caching, struct vf_alloc_conf *c, struct vf_diag *d);
 
 /* The block size a request occupies (what memory_allocated() counts): at least 512 bytes,
  * a multiple of 512, or the next power-of-two division when divisions apply. */
-uint64_t vf_alloc_round_size(const struct vf_alloc_conf *c, uint64_t request);
+VF_API uint64_t vf_alloc_round_size(const struct vf_alloc_conf *c, uint64_t request);
 
 /* The segment cudaMalloc gets for a rounded size when no cached block fits: 2 MiB for
  * small blocks (<= 1 MiB), the large segment size below 10 MiB, else a 2 MiB multiple. */
-uint64_t vf_alloc_segment_size(const struct vf_alloc_conf *c, uint64_t rounded);
+VF_API uint64_t vf_alloc_segment_size(const struct vf_alloc_conf *c, uint64_t rounded);
 
 struct vf_alloc_stats {
   uint64_t allocated, reserved, requested; /* block bytes, segment bytes, asked bytes */
@@ -91,12 +92,12 @@ struct vf_allocator {
  * 1 PiB). Hand-filled values the parser would refuse (a large segment size outside 2 MiB
  * to 1 PiB, a fraction or threshold outside its range) fall back to the defaults.
  * VF_ENOMEM. */
-int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
-                      uint64_t capacity_bytes);
+VF_API int vf_allocator_init(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                             uint64_t capacity_bytes);
 /* Empties the allocator for a new replay, keeping its buffers (no host allocation). */
-void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
-                        uint64_t capacity_bytes);
-void vf_allocator_cleanup(struct vf_allocator *a);
+VF_API void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
+                               uint64_t capacity_bytes);
+VF_API void vf_allocator_cleanup(struct vf_allocator *a);
 
 /* Allocates bytes on a stream (any id; cached blocks serve only their own stream) as
  * PyTorch would, setting *block_id (never 0; 0 for a 0-byte request, which takes no
@@ -104,19 +105,19 @@ void vf_allocator_cleanup(struct vf_allocator *a);
  * (free oversize cached blocks, then every unsplit cached block) and then returns
  * VF_ERANGE, counting an OOM and leaving live blocks untouched; so does a request above
  * 1 PiB. VF_ERANGE also when a 1025th distinct stream is used. VF_ENOMEM: host memory. */
-int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
-                        uint64_t *block_id);
+VF_API int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
+                               uint64_t *block_id);
 /* Frees a live block (0 is a no-op); VF_EINVAL for an unknown or already freed id. */
-int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
+VF_API int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
 /* torch.cuda.empty_cache(): releases every cached segment nothing lives in, and the free
  * pages of expandable segments. VF_ENOMEM (host memory) leaves part of the cache held. */
-int vf_allocator_empty_cache(struct vf_allocator *a);
+VF_API int vf_allocator_empty_cache(struct vf_allocator *a);
 
-void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *s);
+VF_API void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *s);
 /* Recomputes the model's bookkeeping from scratch (for tests and fuzzing): 0, or
  * VF_EINTERNAL when an invariant is broken; VF_ENOMEM. O(blocks x segments). */
-int vf_allocator_check(const struct vf_allocator *a);
+VF_API int vf_allocator_check(const struct vf_allocator *a);
 /* torch.cuda.reset_peak_memory_stats(): peaks become the current values. */
-void vf_allocator_reset_peaks(struct vf_allocator *a);
+VF_API void vf_allocator_reset_peaks(struct vf_allocator *a);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 
 /* ---- values ---- */
@@ -26,7 +27,7 @@ struct vf_value {
 /* Reads a value as typed after `--set KEY=`: whole numbers, decimals (1e-4 too), true or
  * false, null, anything else as a string (s = text). VF_EINVAL for an empty text,
  * VF_ERANGE for a whole number beyond 64 bits. */
-int vf_value_parse(const char *text, struct vf_value *out);
+VF_API int vf_value_parse(const char *text, struct vf_value *out);
 
 /* ---- editing one buffer ---- */
 /* A value to write at a dotted path ("zero_optimization.stage"; digits index a list). */
@@ -54,26 +55,26 @@ struct vf_edited {
   struct vf_change *changes;
   size_t n_changes;
 };
-void vf_edited_cleanup(struct vf_edited *e);
+VF_API void vf_edited_cleanup(struct vf_edited *e);
 
 /* Applies edits to a YAML or JSON buffer (JSON when it looks like JSON) and verifies the
  * result. Values already equal are left alone. VF_EFORMAT: unparsable, or a path through
  * an alias, list or scalar; VF_ENOTFOUND: missing key without create; VF_EINVAL: a target
  * that is a list, mapping, block scalar or tagged value, or a value of the wrong type. */
-int vf_edit_buffer(const char *file, const char *text, size_t len, const struct vf_path_edit *edits,
-                   size_t n, struct vf_edited *out, struct vf_diag *d);
+VF_API int vf_edit_buffer(const char *file, const char *text, size_t len, const struct vf_path_edit *edits,
+                          size_t n, struct vf_edited *out, struct vf_diag *d);
 
 /* Checks that new_text is old with exactly these edits: each path holds its value, created
  * keys were appended to their mapping, and every other key, value, style, tag and anchor is
  * unchanged. 0 or VF_EFORMAT (d says where). */
-int vf_edit_verify(const char *file, const char *old, size_t old_len, const char *new_text,
-                   size_t new_len, const struct vf_path_edit *edits, size_t n, struct vf_diag *d);
+VF_API int vf_edit_verify(const char *file, const char *old, size_t old_len, const char *new_text,
+                          size_t new_len, const struct vf_path_edit *edits, size_t n, struct vf_diag *d);
 
 /* Sets PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF in a shell env file (NAME=V,
  * export NAME=V, or NAME=V prefixing a command), merging alloc_conf's options into
  * the existing value and appending missing lines. */
-int vf_env_edit(const char *file, const char *text, size_t len, const char *alloc_conf,
-                struct vf_edited *out, struct vf_diag *d);
+VF_API int vf_env_edit(const char *file, const char *text, size_t len, const char *alloc_conf,
+                       struct vf_edited *out, struct vf_diag *d);
 
 /* ---- apply: several files in one consistent change ---- */
 /* KEY=VALUE: a logical key (batch, accumulation, seq, grad_ckpt, precision, optimizer,
@@ -122,17 +123,17 @@ struct vf_apply {
   size_t n_notes;
 };
 
-void vf_apply_init(struct vf_apply *a);
+VF_API void vf_apply_init(struct vf_apply *a);
 /* Reads, edits, cross-checks and verifies every file in memory; writes nothing. */
-int vf_apply_prepare(struct vf_apply *a, const struct vf_apply_input *in, size_t n,
-                     const struct vf_apply_opts *o, struct vf_diag *d);
+VF_API int vf_apply_prepare(struct vf_apply *a, const struct vf_apply_input *in, size_t n,
+                            const struct vf_apply_opts *o, struct vf_diag *d);
 /* Adds the env file edit (the file may not exist yet). */
-int vf_apply_env(struct vf_apply *a, const char *path, const char *alloc_conf,
-                 const struct vf_apply_opts *o, struct vf_diag *d);
+VF_API int vf_apply_env(struct vf_apply *a, const char *path, const char *alloc_conf,
+                        const struct vf_apply_opts *o, struct vf_diag *d);
 /* Writes every changed file: backup first, then an atomic replace. Stops at the first
  * failure (VF_ECHANGED when a file changed on disk since it was read). */
-int vf_apply_commit(struct vf_apply *a, struct vf_diag *d);
-void vf_apply_cleanup(struct vf_apply *a);
+VF_API int vf_apply_commit(struct vf_apply *a, struct vf_diag *d);
+VF_API void vf_apply_cleanup(struct vf_apply *a);
 
 /* ---- plans (`vramfit plan --json` output) ---- */
 /* Reads a plan file ("-": standard input): "recommended" (or tiers[tier]) applies to every
@@ -148,9 +149,9 @@ struct vf_plan {
   uint64_t gpus;    /* the plan's "gpus", or 0 */
   void *priv;
 };
-void vf_plan_init(struct vf_plan *p);
-int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const char *const *files,
-                 size_t n_files, const struct vf_setting *extra, size_t n_extra, struct vf_diag *d);
-void vf_plan_cleanup(struct vf_plan *p);
+VF_API void vf_plan_init(struct vf_plan *p);
+VF_API int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const char *const *files,
+                        size_t n_files, const struct vf_setting *extra, size_t n_extra, struct vf_diag *d);
+VF_API void vf_plan_cleanup(struct vf_plan *p);
 
 #endif

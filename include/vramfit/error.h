@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
+
 #define VF_ERRNO_MAP(XX)                                                         \
   XX(EINVAL, -1, "invalid argument")                                             \
   XX(ENOMEM, -2, "out of memory")                                                \
@@ -24,7 +26,7 @@ enum {
 };
 
 /* A short description of a VF_E* code; never NULL. */
-const char *vf_strerror(int err);
+VF_API const char *vf_strerror(int err);
 
 /* Where and why a parse or validation failed. Caller-owned; any field may be empty:
  * offset is UINT64_MAX and line/col are 0 when the position is unknown. */
@@ -36,12 +38,12 @@ struct vf_diag {
   char msg[512];
 };
 
-void vf_diag_clear(struct vf_diag *d);
+VF_API void vf_diag_clear(struct vf_diag *d);
 
 /* Formats "FILE: byte N: MSG", "FILE:LINE:COL: MSG" or "FILE: MSG" into buf. */
-void vf_diag_format(const struct vf_diag *d, char *buf, size_t size);
+VF_API void vf_diag_format(const struct vf_diag *d, char *buf, size_t size);
 
 /* Frees anything the library returned as owned (strings, arrays). */
-void vf_free(void *p);
+VF_API void vf_free(void *p);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 
 /* One GPU: a catalogue entry (data/gpus.tsv), a bare size, or a detected device. */
@@ -30,15 +31,15 @@ struct vf_gpu_spec {
 
 /* A catalogue entry by name or alias, ignoring case and '-', '_', ' ' ("RTX 4090").
  * VF_ENOTFOUND when none matches. */
-int vf_gpu_lookup(const char *name, struct vf_gpu_spec *out);
+VF_API int vf_gpu_lookup(const char *name, struct vf_gpu_spec *out);
 
 /* The catalogue in file order. vf_gpu_catalog_get returns VF_ENOTFOUND past the end. */
-size_t vf_gpu_catalog_count(void);
-int vf_gpu_catalog_get(size_t i, struct vf_gpu_spec *out);
+VF_API size_t vf_gpu_catalog_count(void);
+VF_API int vf_gpu_catalog_get(size_t i, struct vf_gpu_spec *out);
 
 /* A --gpu argument: a catalogue name, or a size ("24GiB", "80GB", "24G", "24576MiB";
  * GB = 10^9, GiB = G = 2^30) that gives the capacity only (compute capability 0.0).
  * VF_ENOTFOUND (unknown name; d lists close names) or VF_EINVAL (malformed size). */
-int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d);
+VF_API int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d);
 
 #endif

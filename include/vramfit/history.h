@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 
@@ -35,56 +36,56 @@ struct vf_run {
 
 /* The store's folder: $XDG_STATE_HOME/vramfit when that is an absolute path, else
  * $HOME/.local/state/vramfit. VF_ENOTFOUND when neither variable says where. */
-int vf_history_dir(char *buf, size_t size);
+VF_API int vf_history_dir(char *buf, size_t size);
 
 /* Opens the store in dir. create: makes the folder and the database when missing (for
  * writers); otherwise VF_ENOTFOUND when there is none yet (readers need not make one).
  * VF_EIO (d names the file and says why) when it cannot be opened or is not a store. */
-int vf_history_open(const char *dir, bool create, struct vf_history **out, struct vf_diag *d);
-void vf_history_close(struct vf_history *h);
+VF_API int vf_history_open(const char *dir, bool create, struct vf_history **out, struct vf_diag *d);
+VF_API void vf_history_close(struct vf_history *h);
 
 /* Appends a run (id is ignored). VF_EIO (d says why). */
-int vf_history_add(struct vf_history *h, const struct vf_run *r, struct vf_diag *d);
+VF_API int vf_history_add(struct vf_history *h, const struct vf_run *r, struct vf_diag *d);
 
 /* Frees the strings of a run the store returned. */
-void vf_run_cleanup(struct vf_run *r);
+VF_API void vf_run_cleanup(struct vf_run *r);
 
 /* The last limit runs (0: all), oldest first. *out is freed with vf_history_runs_free. */
-int vf_history_list(struct vf_history *h, size_t limit, struct vf_run **out, size_t *n,
-                    struct vf_diag *d);
-void vf_history_runs_free(struct vf_run *runs, size_t n);
+VF_API int vf_history_list(struct vf_history *h, size_t limit, struct vf_run **out, size_t *n,
+                           struct vf_diag *d);
+VF_API void vf_history_runs_free(struct vf_run *runs, size_t n);
 
 /* The measurement to compare an estimate of setup with: the latest run of that setup that
  * fitted (ok or timeout) with a known peak. A probe only ever launches above its largest
  * fit so far, so that is its session's largest batch that fitted. VF_ENOTFOUND when there is
  * none. Release out with vf_run_cleanup. */
-int vf_history_measured(struct vf_history *h, const char *setup, struct vf_run *out,
-                        struct vf_diag *d);
+VF_API int vf_history_measured(struct vf_history *h, const char *setup, struct vf_run *out,
+                               struct vf_diag *d);
 
 /* Keeps a plan (`vramfit plan --json` output) as the last one, with a label saying what it
  * is for ("llama-3.1-8b on a100-40gb"). */
-int vf_history_save_plan(struct vf_history *h, const char *label, const char *json,
-                         struct vf_diag *d);
+VF_API int vf_history_save_plan(struct vf_history *h, const char *label, const char *json,
+                                struct vf_diag *d);
 /* The last plan kept: its JSON and label (both vf_free) and when it was kept. VF_ENOTFOUND
  * when there is none. */
-int vf_history_last_plan(struct vf_history *h, char **json, char **label, double *when,
-                         struct vf_diag *d);
+VF_API int vf_history_last_plan(struct vf_history *h, char **json, char **label, double *when,
+                                struct vf_diag *d);
 
 /* ---- measurements that correct estimates (pure) ---- */
 
 /* The part of an estimate that grows with the batch: the activations and temporaries live at
  * the peak. (Weights, gradients, optimizer states and the CUDA context do not.) */
-uint64_t vf_estimate_batch_part(const struct vf_estimate *e);
+VF_API uint64_t vf_estimate_batch_part(const struct vf_estimate *e);
 
 /* How much the batch-dependent part really was: (measured device peak - the estimate's other
  * parts) / the estimate's batch-dependent part, for an estimate at the measured batch.
  * VF_ERANGE when the estimate has no batch-dependent part at its peak, or the measurement
  * lies below the rest of the estimate (nothing to scale). */
-int vf_calibration_ratio(const struct vf_estimate *at_measured, uint64_t measured_device_bytes,
-                         double *ratio);
+VF_API int vf_calibration_ratio(const struct vf_estimate *at_measured, uint64_t measured_device_bytes,
+                                double *ratio);
 
 /* Scales e's batch-dependent part by ratio: activations and temporaries, and the three peaks
  * by the same bytes, so that the breakdown still sums to the device peak. */
-void vf_estimate_calibrate(struct vf_estimate *e, double ratio);
+VF_API void vf_estimate_calibrate(struct vf_estimate *e, double ratio);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 
 #define VF_MAX_DIMS 4
@@ -27,13 +28,13 @@ enum vf_dtype {
 };
 
 /* Canonical upper-case name ("BF16", "Q4_K"); "unknown" for VF_DTYPE_UNKNOWN. */
-const char *vf_dtype_name(enum vf_dtype t);
+VF_API const char *vf_dtype_name(enum vf_dtype t);
 /* Accepts canonical names and the torch/config spellings ("bfloat16", "float32", "fp16"),
  * case-insensitively. VF_ENOTFOUND when the name is unknown. */
-int vf_dtype_from_name(const char *name, enum vf_dtype *out);
+VF_API int vf_dtype_from_name(const char *name, enum vf_dtype *out);
 /* Bytes taken by n elements. VF_EUNSUPPORTED for an unknown dtype, VF_EINVAL when n is not
  * a whole number of blocks, VF_ERANGE on overflow. */
-int vf_dtype_bytes(enum vf_dtype t, uint64_t n, uint64_t *out);
+VF_API int vf_dtype_bytes(enum vf_dtype t, uint64_t n, uint64_t *out);
 
 /* Architecture families: they decide tensor layout and naming. */
 enum vf_family {
@@ -46,7 +47,7 @@ enum vf_family {
   VF_FAMILY_BERT,    /* bert, roberta */
   VF_FAMILY_COUNT
 };
-const char *vf_family_name(enum vf_family f);
+VF_API const char *vf_family_name(enum vf_family f);
 
 enum vf_norm { VF_NORM_RMS, VF_NORM_LAYER };
 
@@ -59,7 +60,7 @@ enum vf_kind {
   VF_KIND_QKV = VF_KIND_PUBLIC_COUNT, VF_KIND_GATE_UP, VF_KIND_ROUTER,
   VF_KIND_COUNT
 };
-const char *vf_kind_name(enum vf_kind k);
+VF_API const char *vf_kind_name(enum vf_kind k);
 
 /* Dimensions and layout switches of a transformer, as a Hugging Face config.json gives them. */
 struct vf_arch {
@@ -109,76 +110,76 @@ struct vf_model {
   size_t n_notes;
 };
 
-void vf_model_init(struct vf_model *m);
-void vf_model_cleanup(struct vf_model *m);
+VF_API void vf_model_init(struct vf_model *m);
+VF_API void vf_model_cleanup(struct vf_model *m);
 
 /* Appends a copy of t (its name is copied). */
-int vf_model_add_tensor(struct vf_model *m, const struct vf_tensor *t);
+VF_API int vf_model_add_tensor(struct vf_model *m, const struct vf_tensor *t);
 /* Appends a printf-formatted note. */
-int vf_model_add_note(struct vf_model *m, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+VF_API int vf_model_add_note(struct vf_model *m, const char *fmt, ...)
+           __attribute__((format(printf, 2, 3)));
 
 /* Checks that an architecture is consistent (heads divide hidden, kv heads divide heads, ...).
  * On failure fills d->msg with the reason (d may be NULL). */
-int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d);
+VF_API int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d);
 
 /* Replaces m->tensors with the tensors the architecture implies, with Hugging Face names,
  * stored in m->arch.dtype. */
-int vf_model_expand(struct vf_model *m);
+VF_API int vf_model_expand(struct vf_model *m);
 
 /* Takes the checkpoint's tensors as the truth: moves ckpt's tensors into m and records a
  * note for every tensor missing on either side or whose shape differs. */
-int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt);
+VF_API int vf_model_adopt_checkpoint(struct vf_model *m, struct vf_model *ckpt);
 
 /* Classifies a checkpoint tensor by its name (HF, GGUF and litgpt spellings) and finds its
  * block and expert index (-1 when none). */
-enum vf_kind vf_kind_from_name(const char *name, int32_t *layer, int32_t *expert);
+VF_API enum vf_kind vf_kind_from_name(const char *name, int32_t *layer, int32_t *expert);
 
-uint64_t vf_tensor_numel(const struct vf_tensor *t);
-uint64_t vf_model_params(const struct vf_model *m);
+VF_API uint64_t vf_tensor_numel(const struct vf_tensor *t);
+VF_API uint64_t vf_model_params(const struct vf_model *m);
 /* Token, position and token-type embedding tables (not the output head). */
-uint64_t vf_model_embedding_params(const struct vf_model *m);
+VF_API uint64_t vf_model_embedding_params(const struct vf_model *m);
 /* Parameters per public kind; fused projections are split by their output rows. */
-void vf_model_by_kind(const struct vf_model *m, uint64_t out[VF_KIND_PUBLIC_COUNT]);
+VF_API void vf_model_by_kind(const struct vf_model *m, uint64_t out[VF_KIND_PUBLIC_COUNT]);
 /* Stored bytes of all tensors. VF_EUNSUPPORTED if a tensor's dtype has no known size. */
-int vf_model_bytes(const struct vf_model *m, uint64_t *out);
+VF_API int vf_model_bytes(const struct vf_model *m, uint64_t *out);
 /* The dtype most of the parameters are stored in. */
-enum vf_dtype vf_model_main_dtype(const struct vf_model *m);
+VF_API enum vf_dtype vf_model_main_dtype(const struct vf_model *m);
 
 /* ---- Readers (src/io). Each fills a vf_model; on failure d names file and position. ---- */
 
 /* MODEL as the contract defines it: catalogue name, config.json, model folder,
  * .safetensors, model.safetensors.index.json, .gguf, or a spec .yaml. */
-int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d);
+VF_API int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d);
 
 /* A Hugging Face config.json held in memory; file is used in messages only. */
-int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
-                              const char *file, struct vf_diag *d);
+VF_API int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
+                                     const char *file, struct vf_diag *d);
 
 /* Appends the tensors of one safetensors file (headers only are read). */
-int vf_safetensors_read(struct vf_model *m, const char *path, struct vf_diag *d);
+VF_API int vf_safetensors_read(struct vf_model *m, const char *path, struct vf_diag *d);
 /* Validates a safetensors header held in memory (the first 8 + N bytes of a file of
  * file_size bytes; 0 when unknown, which skips the check that the data fills the file) and
  * appends its tensors in data-offset order. */
-int vf_safetensors_parse(struct vf_model *m, const uint8_t *buf, size_t len,
-                         uint64_t file_size, const char *file, struct vf_diag *d);
+VF_API int vf_safetensors_parse(struct vf_model *m, const uint8_t *buf, size_t len,
+                                uint64_t file_size, const char *file, struct vf_diag *d);
 /* Reads model.safetensors.index.json and the header of every shard it names. */
-int vf_safetensors_index_read(struct vf_model *m, const char *path, struct vf_diag *d);
+VF_API int vf_safetensors_index_read(struct vf_model *m, const char *path, struct vf_diag *d);
 
 /* Reads a GGUF v2/v3 header (and the other parts of a split file): tensors and, from the
  * metadata, the architecture (m->has_arch). */
-int vf_gguf_read(struct vf_model *m, const char *path, struct vf_diag *d);
+VF_API int vf_gguf_read(struct vf_model *m, const char *path, struct vf_diag *d);
 /* The same for a file held in memory: buf is taken as the whole file, so tensor data must
  * lie within its len bytes. Split parts are not followed. */
-int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char *file,
-                  struct vf_diag *d);
+VF_API int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char *file,
+                         struct vf_diag *d);
 
 /* The built-in model catalogue. */
-size_t vf_catalog_count(void);
+VF_API size_t vf_catalog_count(void);
 /* Copies the i-th catalogue name (in name order) into buf; VF_ENOTFOUND past the end. */
-int vf_catalog_name(size_t i, char *buf, size_t size);
+VF_API int vf_catalog_name(size_t i, char *buf, size_t size);
 /* The config.json of catalogue model name (lower case), NUL-terminated, freed with
  * vf_free(). VF_ENOTFOUND, VF_ENOMEM. */
-int vf_catalog_config(const char *name, char **json, size_t *len);
+VF_API int vf_catalog_config(const char *name, char **json, size_t *len);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/gpu.h"
 #include "vramfit/proc.h"
@@ -51,31 +52,31 @@ struct vf_nvml; /* a loaded, initialised NVML */
 
 /* Loads $VRAMFIT_NVML or libnvidia-ml.so.1 and initialises it. VF_ENODRIVER (d says why in
  * one sentence) when there is no library or no driver. */
-int vf_nvml_open(struct vf_nvml **out, struct vf_diag *d);
-void vf_nvml_close(struct vf_nvml *n);
+VF_API int vf_nvml_open(struct vf_nvml **out, struct vf_diag *d);
+VF_API void vf_nvml_close(struct vf_nvml *n);
 
 /* GPUs NVML counts, including ones that later fail to answer. */
-unsigned vf_nvml_count(const struct vf_nvml *n);
+VF_API unsigned vf_nvml_count(const struct vf_nvml *n);
 /* Driver version ("550.54.15") and CUDA driver version (12040); "" and 0 when unknown. */
-void vf_nvml_driver(const struct vf_nvml *n, char *version, size_t size, int *cuda_version);
+VF_API void vf_nvml_driver(const struct vf_nvml *n, char *version, size_t size, int *cuda_version);
 
 /* One reading of GPU index. A field the driver refuses is left out of s->fields; VF_EIO
  * only when the GPU cannot be reached at all (the others still can). */
-int vf_nvml_sample(struct vf_nvml *n, unsigned index, struct vf_gpu_sample *s);
+VF_API int vf_nvml_sample(struct vf_nvml *n, unsigned index, struct vf_gpu_sample *s);
 
 /* The NVML index of a CUDA_VISIBLE_DEVICES entry: an index, or a (prefix of a) "GPU-" UUID.
  * VF_ENOTFOUND when no GPU matches. */
-int vf_nvml_find(struct vf_nvml *n, const char *entry, unsigned *index);
+VF_API int vf_nvml_find(struct vf_nvml *n, const char *entry, unsigned *index);
 
 /* The NVML index of the GPU a training run started here gets: the first CUDA_VISIBLE_DEVICES
  * entry, else GPU 0. VF_ENOTFOUND (d says why) when there is none. */
-int vf_nvml_visible(struct vf_nvml *n, unsigned *index, struct vf_diag *d);
+VF_API int vf_nvml_visible(struct vf_nvml *n, unsigned *index, struct vf_diag *d);
 
 /* The GPU a training run would get: the first CUDA_VISIBLE_DEVICES entry, else GPU 0, as a
  * spec (capacity = total, free_bytes, compute capability; rates from the catalogue when the
  * driver's name matches an entry). VF_ENODRIVER without NVML, VF_ENOTFOUND when
  * CUDA_VISIBLE_DEVICES hides every GPU or names none that exists. */
-int vf_gpu_detect(struct vf_gpu_spec *out, struct vf_diag *d);
+VF_API int vf_gpu_detect(struct vf_gpu_spec *out, struct vf_diag *d);
 
 /* ---- trends ----------------------------------------------------------------------------- */
 
@@ -86,7 +87,7 @@ struct vf_trend_config {
 };
 
 /* Defaults: 120 s warm-up, 600 s window, 1 MiB/min. */
-void vf_trend_config_default(struct vf_trend_config *c);
+VF_API void vf_trend_config_default(struct vf_trend_config *c);
 
 enum vf_trend_state {
   VF_TREND_WARMUP,  /* not enough history after warm-up */
@@ -102,8 +103,8 @@ struct vf_trend {
 
 /* Judges a memory series (t seconds ascending, v bytes) given the bytes still free on the
  * GPU. Pure: no allocation, any n; t[0] is taken as the start of the process. */
-void vf_trend_analyze(const double *t, const double *v, size_t n, double headroom_bytes,
-                      const struct vf_trend_config *c, struct vf_trend *out);
+VF_API void vf_trend_analyze(const double *t, const double *v, size_t n, double headroom_bytes,
+                             const struct vf_trend_config *c, struct vf_trend *out);
 
 struct vf_underuse {
   bool flagged;       /* low for the whole window */
@@ -114,8 +115,8 @@ struct vf_underuse {
 /* Utilization (percent) and power ratio (draw/limit, or < 0 unknown) over the last window_s:
  * flagged when the samples span the whole window, mean utilization is below 30% and, where
  * power is known, mean draw below 40% of the limit. */
-void vf_underuse_analyze(const double *t, const double *util, const double *power_ratio,
-                         size_t n, double window_s, struct vf_underuse *out);
+VF_API void vf_underuse_analyze(const double *t, const double *util, const double *power_ratio,
+                                size_t n, double window_s, struct vf_underuse *out);
 
 /* ---- out-of-memory reports in logs -------------------------------------------------------- */
 
@@ -164,7 +165,7 @@ struct vf_oom_report {
  * its numbers from the report itself (its line, and the lines a wrapped PyTorch message or an
  * NCCL warning continues on). Log lines at INFO level are never reports: TensorFlow logs the
  * allocations it retries there. Returns 0 with source VF_OOM_NONE when there is none. Pure. */
-int vf_oom_parse(const char *text, size_t len, struct vf_oom_report *out);
+VF_API int vf_oom_parse(const char *text, size_t len, struct vf_oom_report *out);
 
 enum vf_oom_cause {
   VF_OOM_CAUSE_UNKNOWN,
@@ -189,12 +190,12 @@ struct vf_oom_analysis {
 };
 
 /* The most likely cause of a parsed report and the figures behind it. Pure. */
-void vf_oom_analyze(const struct vf_oom_report *r, struct vf_oom_analysis *out);
+VF_API void vf_oom_analyze(const struct vf_oom_report *r, struct vf_oom_analysis *out);
 /* vf_oom_analyze's cause. Pure. */
-enum vf_oom_cause vf_oom_cause(const struct vf_oom_report *r);
+VF_API enum vf_oom_cause vf_oom_cause(const struct vf_oom_report *r);
 /* "PyTorch", "cuBLAS", ... */
-const char *vf_oom_source_name(enum vf_oom_source s);
+VF_API const char *vf_oom_source_name(enum vf_oom_source s);
 /* "fragmentation", "other_process", "leak", "too_large", "limit", "not_full", "unknown" */
-const char *vf_oom_cause_name(enum vf_oom_cause c);
+VF_API const char *vf_oom_cause_name(enum vf_oom_cause c);
 
 #endif

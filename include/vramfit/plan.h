@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/estimate.h"
 #include "vramfit/gpu.h"
 #include "vramfit/uncertainty.h"
@@ -27,15 +28,15 @@ enum vf_keep {
 
 /* A --keep list ("seq,optimizer", "capacity"; "none" keeps nothing) as VF_KEEP_* bits.
  * VF_EINVAL on an unknown name. */
-int vf_keep_parse(const char *list, uint32_t *bits);
+VF_API int vf_keep_parse(const char *list, uint32_t *bits);
 
 /* Offload bits as --offload spells them: "none", "optimizer", "optimizer,params". */
-void vf_offload_format(uint32_t bits, char *buf, size_t size);
+VF_API void vf_offload_format(uint32_t bits, char *buf, size_t size);
 /* A setting's parallel layout: "tp 8 x pp 8 (1f1b) x dp 8", "tp 1 x pp 1 x cp 2 x dp 4". */
-void vf_layout_format(const struct vf_setup *s, char *buf, size_t size);
+VF_API void vf_layout_format(const struct vf_setup *s, char *buf, size_t size);
 
 enum vf_tier { VF_TIER_SAFE, VF_TIER_BALANCED, VF_TIER_AGGRESSIVE, VF_TIER_COUNT };
-const char *vf_tier_name(enum vf_tier t);
+VF_API const char *vf_tier_name(enum vf_tier t);
 
 struct vf_plan_request {
   const struct vf_model *model;
@@ -86,7 +87,7 @@ struct vf_plan_result {
  * whether anything fits (out->smallest says how close it came when not); otherwise the
  * estimator's error for an impossible given setting, or VF_EINVAL for a bad request (d
  * says why). Pure. */
-int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d);
+VF_API int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d);
 
 /* Tokens per second across all GPUs of setting s whose estimate is e, in nodes of 8 GPUs
  * with 50 GB/s between nodes:
@@ -99,7 +100,7 @@ int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, 
  * for selective, + attention 12 x layers x seq x heads x head_dim (4 per forward pass,
  * one more forward when recomputed). Traffic runs over the GPU's links inside a node
  * (gpus.tsv link_GBps) and the network between nodes, never overlapped (plan_speed.c). */
-double vf_plan_tokens_per_second(const struct vf_model *m, const struct vf_setup *s,
-                                 const struct vf_estimate *e, const struct vf_gpu_spec *gpu);
+VF_API double vf_plan_tokens_per_second(const struct vf_model *m, const struct vf_setup *s,
+                                        const struct vf_estimate *e, const struct vf_gpu_spec *gpu);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 
@@ -29,11 +30,11 @@ struct vf_plot {
  * Runs of any length are drawn at one column per pixel with each column's lowest and
  * highest values, so the exact peak stays and the document stays small (< 300 KB).
  * *svg is NUL-terminated; free it with vf_free(). VF_ENOMEM. */
-int vf_plot_svg(const struct vf_plot *p, char **svg, size_t *len);
+VF_API int vf_plot_svg(const struct vf_plot *p, char **svg, size_t *len);
 
 /* Writes the document to path through a temporary file in the same folder renamed over it,
  * so a failed write leaves no partial file and an existing one intact. VF_EIO (d names the
  * file and why) or VF_ENOMEM. */
-int vf_plot_svg_write(const struct vf_plot *p, const char *path, struct vf_diag *d);
+VF_API int vf_plot_svg_write(const struct vf_plot *p, const char *path, struct vf_diag *d);
 
 #endif

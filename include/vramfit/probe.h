@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 
@@ -18,7 +19,7 @@ enum vf_probe_outcome {
 };
 
 /* "ok", "oom", "error", "timeout". */
-const char *vf_probe_outcome_name(enum vf_probe_outcome o);
+VF_API const char *vf_probe_outcome_name(enum vf_probe_outcome o);
 
 #define VF_PROBE_MAX_POINTS 64
 
@@ -48,12 +49,13 @@ struct vf_probe_prior {
 /* Where to take the estimates the prior is fitted to, for an estimate whose largest fitting
  * batch is hint (>= 1): three batches (a half, three quarters and all of the hint), or two
  * when the hint is too small for three distinct ones; returns how many. */
-unsigned vf_probe_prior_batches(uint64_t hint, uint64_t batches[3]);
+VF_API unsigned vf_probe_prior_batches(uint64_t hint, uint64_t batches[3]);
 
 /* The prior through the estimated peaks at those batches (n 2 or 3): a parabola through three
  * where they bend upwards and it rises from no samples, else the line through the first and
  * the last. slope 0 when the estimates do not grow. */
-void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsigned n, struct vf_probe_prior *out);
+VF_API void vf_probe_prior_fit(const uint64_t batches[3], const uint64_t peaks[3], unsigned n,
+                               struct vf_probe_prior *out);
 
 struct vf_probe {
   uint64_t min, max;
@@ -81,7 +83,7 @@ struct vf_probe {
  * hint the search starts there and steps out by an eighth of it, doubling each step; without,
  * it starts at min and doubles; once a fit and an out-of-memory batch bracket the answer, it
  * bisects. */
-int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
+VF_API int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint);
 
 /* Steers the search by measured peaks: ceiling_bytes is what a launch may hold (the free
  * memory of the GPU the runs get); prior the estimate's curve near its largest fitting batch
@@ -101,29 +103,29 @@ int vf_probe_init(struct vf_probe *p, uint64_t min, uint64_t max, uint64_t hint)
  * overshooting from points that show no bend, or peaks that did not help within twice
  * bisection's launches leave the next launch to bisection. Without peaks (NVML saw nothing)
  * the search is as without steering. */
-void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, const struct vf_probe_prior *prior);
+VF_API void vf_probe_steer(struct vf_probe *p, uint64_t ceiling_bytes, const struct vf_probe_prior *prior);
 
 /* The batch to launch next, never one launched before and always in [min, max]; 0 when the
  * search is over. move (may be NULL) says why. */
-uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *move);
+VF_API uint64_t vf_probe_next(const struct vf_probe *p, enum vf_probe_move *move);
 
 /* The outcome of launching batch, which must be what vf_probe_next() proposed (VF_EINVAL
  * otherwise), with the peak NVML measured (0: unknown). */
-int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o, uint64_t peak_bytes);
+VF_API int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o, uint64_t peak_bytes);
 
 /* The peak the points so far predict for batch; 0 when they cannot (fewer than one point,
  * or no steering). */
-uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch);
+VF_API uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch);
 
 /* Whether the search is over without launching the batch past its answer because the
  * measured peaks settle it: a curve fitted to two or more of them (never the estimate's
  * alone) puts even the bottom of its noise band there above what a launch can surely hold
  * (the GPU's free memory, and less than the curve's top at a batch that ran out of memory).
  * Then *batch is that batch, *predicted its predicted peak and *limit that hold, in bytes. */
-bool vf_probe_settled(const struct vf_probe *p, uint64_t *batch, uint64_t *predicted, uint64_t *limit);
+VF_API bool vf_probe_settled(const struct vf_probe *p, uint64_t *batch, uint64_t *predicted, uint64_t *limit);
 
 /* "start", "predicted", "confirm", "bisect", "step". */
-const char *vf_probe_move_name(enum vf_probe_move m);
+VF_API const char *vf_probe_move_name(enum vf_probe_move m);
 
 /* The largest batch that fitted; 0 when none did (yet). */
 static inline uint64_t vf_probe_result(const struct vf_probe *p) { return p->fit; }
@@ -131,8 +133,8 @@ static inline uint64_t vf_probe_result(const struct vf_probe *p) { return p->fit
 /* The largest micro batch in [min, max] whose estimated device peak fits s->capacity_bytes
  * (bisection over vf_estimate, which rises with the batch); s->batch is ignored. *out is 0
  * when even min does not fit. VF_EINVAL without a capacity; vf_estimate's errors. Pure. */
-int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
-                          const struct vf_profile *prof, const struct vf_alloc_conf *alloc,
-                          uint64_t min, uint64_t max, uint64_t *out, struct vf_diag *d);
+VF_API int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
+                                 const struct vf_profile *prof, const struct vf_alloc_conf *alloc,
+                                 uint64_t min, uint64_t max, uint64_t *out, struct vf_diag *d);
 
 #endif

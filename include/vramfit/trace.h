@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "vramfit/alloc.h"
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 
@@ -41,14 +42,14 @@ struct vf_trace {
   uint64_t max_id;
 };
 
-void vf_trace_init(struct vf_trace *t);
-void vf_trace_cleanup(struct vf_trace *t);
+VF_API void vf_trace_init(struct vf_trace *t);
+VF_API void vf_trace_cleanup(struct vf_trace *t);
 
 /* Parses the tracer's event file (text, one event per line after the header
  * "vramfit-trace-events 1"): "a ID BYTES", "f ID", "p PHASE", "e", "c ID CATEGORY".
  * VF_EFORMAT with d's line:col on a malformed line, VF_ERANGE beyond VF_TRACE_MAX_PHASES
  * phases, VF_ENOMEM. */
-int vf_trace_parse(const char *text, size_t len, struct vf_trace *t, struct vf_diag *d);
+VF_API int vf_trace_parse(const char *text, size_t len, struct vf_trace *t, struct vf_diag *d);
 
 struct vf_trace_peaks {
   uint64_t allocated, reserved;
@@ -67,7 +68,7 @@ struct vf_trace_result {
 /* Replays the events through a caching allocator with configuration c and no capacity
  * limit. Pure. VF_EFORMAT when the stream allocates a live id again or frees one that is
  * not live; VF_ENOMEM (host memory). */
-int vf_trace_replay(const struct vf_trace *t, const struct vf_alloc_conf *c,
-                    struct vf_trace_result *r);
+VF_API int vf_trace_replay(const struct vf_trace *t, const struct vf_alloc_conf *c,
+                           struct vf_trace_result *r);
 
 #endif

@@ -12,21 +12,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 
 /* The three peaks an estimate gives. */
 enum vf_peak_kind { VF_PEAK_ALLOCATED, VF_PEAK_RESERVED, VF_PEAK_DEVICE, VF_PEAK_COUNT };
 /* "allocated", "reserved", "device". */
-const char *vf_peak_kind_name(enum vf_peak_kind k);
+VF_API const char *vf_peak_kind_name(enum vf_peak_kind k);
 
 /* Methods that keep memory alike: full; lora (LoRA and DoRA on unquantized weights);
  * qlora (any LoRA on quantized weights); adapter (LLaMA-Adapter and v2). */
 enum vf_method_class { VF_CLASS_FULL, VF_CLASS_LORA, VF_CLASS_QLORA, VF_CLASS_ADAPTER, VF_CLASS_COUNT };
-const char *vf_method_class_name(enum vf_method_class c);
+VF_API const char *vf_method_class_name(enum vf_method_class c);
 /* VF_ENOTFOUND for a name that is no class. */
-int vf_method_class_parse(const char *name, enum vf_method_class *out);
-enum vf_method_class vf_setup_class(const struct vf_setup *s);
+VF_API int vf_method_class_parse(const char *name, enum vf_method_class *out);
+VF_API enum vf_method_class vf_setup_class(const struct vf_setup *s);
 
 /* The estimator's relative error at the low and the high quantile (low <= high; -0.05:
  * 5% under the measured peak). */
@@ -56,20 +57,20 @@ struct vf_ranges {
 
 /* The range of a peak estimated as point: point / (1 + high) to point / (1 + low), never
  * narrower than 1% either side, so the point is always inside. Pure. */
-struct vf_range vf_range_of(uint64_t point, const struct vf_spread *s);
+VF_API struct vf_range vf_range_of(uint64_t point, const struct vf_spread *s);
 /* The ranges of an estimate's three peaks. Pure. */
-void vf_estimate_ranges(const struct vf_estimate *e, const struct vf_uncertainty *u, struct vf_ranges *out);
+VF_API void vf_estimate_ranges(const struct vf_estimate *e, const struct vf_uncertainty *u, struct vf_ranges *out);
 /* The group of setup s in t. */
-const struct vf_uncertainty *vf_uncertainty_for(const struct vf_uncertainty_table *t, const struct vf_setup *s);
+VF_API const struct vf_uncertainty *vf_uncertainty_for(const struct vf_uncertainty_table *t, const struct vf_setup *s);
 
 /* ---- Readers (src/io) ---- */
 /* Parses an uncertainty file's text (named file in errors) and picks framework's groups:
  * for each class the group "FRAMEWORK/CLASS", else "FRAMEWORK/all", else "all/all".
  * framework may carry a release ("hf@4.46"): only the name counts. VF_EFORMAT with d
  * filled for a malformed file. */
-int vf_uncertainty_parse(const char *text, size_t len, const char *file, const char *framework,
-                         struct vf_uncertainty_table *out, struct vf_diag *d);
+VF_API int vf_uncertainty_parse(const char *text, size_t len, const char *file, const char *framework,
+                                struct vf_uncertainty_table *out, struct vf_diag *d);
 /* The same from data/uncertainty.json (VRAMFIT_DATA_DIR's copy when set). */
-int vf_uncertainty_load(const char *framework, struct vf_uncertainty_table *out, struct vf_diag *d);
+VF_API int vf_uncertainty_load(const char *framework, struct vf_uncertainty_table *out, struct vf_diag *d);
 
 #endif

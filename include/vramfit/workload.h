@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "vramfit/alloc.h"
+#include "vramfit/api.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 #include "vramfit/model.h"
@@ -184,31 +185,31 @@ struct vf_workload {
   struct vf_wl_fit fit; /* from the file `trace --workload` wrote beside it, when there is one */
 };
 
-void vf_workload_init(struct vf_workload *w);
-void vf_workload_cleanup(struct vf_workload *w);
+VF_API void vf_workload_init(struct vf_workload *w);
+VF_API void vf_workload_cleanup(struct vf_workload *w);
 
 /* Parses a workload held in memory (file names it in messages, dir is where its relative
  * paths start). Checks names, expressions (an unknown name, a cycle among defines),
  * ranges and stage bounds; reads no other file. VF_EFORMAT / VF_EINVAL with d at
  * file:line:col. */
-int vf_workload_parse(struct vf_workload *w, const char *text, size_t len, const char *file,
-                      const char *dir, struct vf_diag *d);
+VF_API int vf_workload_parse(struct vf_workload *w, const char *text, size_t len, const char *file,
+                             const char *dir, struct vf_diag *d);
 /* Reads the file, parses it, checks that the config, stage files and factory module exist
  * and loads the encoders' models. */
-int vf_workload_load(struct vf_workload *w, const char *path, struct vf_diag *d);
+VF_API int vf_workload_load(struct vf_workload *w, const char *path, struct vf_diag *d);
 
 /* The index of a knob by name, or -1. */
-int vf_workload_knob(const struct vf_workload *w, const char *name);
+VF_API int vf_workload_knob(const struct vf_workload *w, const char *name);
 /* A stage's bounds of knob k: its own where it sets them, else the knob's range. */
-void vf_workload_bounds(const struct vf_workload *w, size_t stage, size_t k, int64_t *min, int64_t *max);
+VF_API void vf_workload_bounds(const struct vf_workload *w, size_t stage, size_t k, int64_t *min, int64_t *max);
 
 /* Compiles text ("1 + n_positives") against the workload's knobs and defines; VF_EINVAL
  * with the reason in d (an unknown name, a syntax error; d->col is the column within
  * text, 1-based). */
-int vf_wl_expr_compile(const struct vf_workload *w, const char *text, struct vf_wl_expr *e, struct vf_diag *d);
+VF_API int vf_wl_expr_compile(const struct vf_workload *w, const char *text, struct vf_wl_expr *e, struct vf_diag *d);
 /* The value of e at a point; VF_ERANGE on overflow, a negative value or division by zero. */
-int vf_wl_expr_eval(const struct vf_workload *w, const struct vf_wl_expr *e, const struct vf_wl_point *pt,
-                    int64_t *out);
+VF_API int vf_wl_expr_eval(const struct vf_workload *w, const struct vf_wl_expr *e, const struct vf_wl_point *pt,
+                           int64_t *out);
 
 /* ---- estimating one step of a workload (pure) ---- */
 struct vf_wl_env {
@@ -218,8 +219,8 @@ struct vf_wl_env {
   uint64_t context_bytes;              /* CUDA context outside the allocator */
 };
 
-int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt, struct vf_wl_shape *out,
-                      struct vf_diag *d);
+VF_API int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt, struct vf_wl_shape *out,
+                             struct vf_diag *d);
 
 /* Peak memory of a training step of the workload's parts at pt: every encoder's step as
  * the estimator writes it, run one after another in the forward and in reverse in the
@@ -227,22 +228,29 @@ int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt,
  * caching-allocator model. Once `trace --workload` has measured the factory (w->fit), the
  * estimate is that fit, parts or not; a workload given by its factory only is
  * VF_EUNSUPPORTED before it has been traced. */
-int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
-                         struct vf_estimate *out, struct vf_diag *d);
+VF_API int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *pt, const struct vf_wl_env *env,
+                                struct vf_estimate *out, struct vf_diag *d);
 
 /* The settings `trace --workload` runs: the workload's trace.points, else one around the
  * first stage's minimums (a micro batch of at least 4) with the micro batch doubled and
  * quadrupled and each knob of the run's own doubled, within the ranges. Returns how many. */
-size_t vf_workload_trace_points(const struct vf_workload *w, struct vf_wl_point out[VF_WL_MAX_POINTS]);
+VF_API size_t vf_workload_trace_points(const struct vf_workload *w, struct vf_wl_point out[VF_WL_MAX_POINTS]);
 
 /* Least-squares fit of the measured points (at least VF_WL_TERMS of them, differing in
  * shape): terms that come out negative are dropped and the rest fitted again, so the fit
  * never shrinks as the batch grows. VF_EINVAL when the points cannot determine it (the
  * per-sequence term above all). */
-int vf_workload_fit(const struct vf_wl_measure *m, size_t n, struct vf_wl_fit *out);
+VF_API int vf_workload_fit(const struct vf_wl_measure *m, size_t n, struct vf_wl_fit *out);
 /* The fit at a shape, as an estimate (the CUDA context of env added). */
-void vf_workload_fit_eval(const struct vf_wl_fit *f, const struct vf_wl_shape *s, const struct vf_wl_env *env,
-                          struct vf_estimate *out);
+VF_API void vf_workload_fit_eval(const struct vf_wl_fit *f, const struct vf_wl_shape *s, const struct vf_wl_env *env,
+                                 struct vf_estimate *out);
+
+/* The file `trace --workload` writes beside a workload, and vf_workload_load() reads the fit
+ * back from: its path with .yaml or .yml (if any) replaced by .trace.json. */
+VF_API void vf_workload_trace_path(const char *workload_file, char *out, size_t size);
+/* The fit as the JSON object of that file's "fit" field (NULL when out of memory); freed
+ * with vf_free(). */
+VF_API char *vf_workload_fit_text(const struct vf_wl_fit *f);
 
 /* ---- planning every stage (pure) ----
  * The micro batch and accumulation are shared by every stage (they live in the main
@@ -285,10 +293,10 @@ struct vf_wl_plan {
 
 /* 0 once searched (out->found says whether the stages fit at their minimums; when not,
  * out->stages hold the minimums and their peaks); otherwise an estimate's error. */
-int vf_workload_plan(const struct vf_wl_plan_request *r, struct vf_wl_plan *out, struct vf_diag *d);
+VF_API int vf_workload_plan(const struct vf_wl_plan_request *r, struct vf_wl_plan *out, struct vf_diag *d);
 
 /* The values the workload's knobs hold in its config and stage files now (-1 where a file
  * or path is missing or the value is not a whole number); given[s] for stage s. */
-void vf_workload_given(const struct vf_workload *w, struct vf_wl_point given[VF_WL_MAX_STAGES]);
+VF_API void vf_workload_given(const struct vf_workload *w, struct vf_wl_point given[VF_WL_MAX_STAGES]);
 
 #endif

@@ -16,7 +16,7 @@ static void fill(struct vf_diag *d, int code, const char *file, const char *fmt,
 }
 
 int diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
-               ...) {
+            ...) {
   if (!d) return code;
   va_list ap;
   va_start(ap, fmt);
@@ -27,7 +27,7 @@ int diag_at(struct vf_diag *d, int code, const char *file, uint64_t offset, cons
 }
 
 int diag_line(struct vf_diag *d, int code, const char *file, int line, int col,
-                 const char *fmt, ...) {
+              const char *fmt, ...) {
   if (!d) return code;
   va_list ap;
   va_start(ap, fmt);

@@ -5,11 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-
-/* Runs `vramfit ARGV...` (argv[0] is the command's name, not the program's). *json gets the
- * JSON the command printed (NULL: none) and *error its one-line error (NULL: none), both
- * freed with vf_free(). Returns the command's exit status. */
-int vf_cli_json(int argc, char **argv, char **json, char **error);
+#include "vramfit/command.h"
 
 int vf_cli_json(int argc, char **argv, char **json, char **error) {
   *json = *error = NULL;

@@ -172,3 +172,12 @@ bool cli_use_color(FILE *f) {
   if (no && *no) return false;
   return isatty(fileno(f));
 }
+
+json_t *cli_breakdown_json(const struct vf_estimate *e) {
+  json_t *o = json_object();
+  for (int k = VF_CAT_WEIGHTS; k < VF_CAT_RUNTIME; k++)
+    json_object_set_new(o, vf_category_name((enum vf_category)k), json_integer((json_int_t)e->by_category[k]));
+  json_object_set_new(o, "allocator_slack", json_integer((json_int_t)e->allocator_slack));
+  json_object_set_new(o, "runtime", json_integer((json_int_t)(e->context + e->by_category[VF_CAT_RUNTIME])));
+  return o;
+}

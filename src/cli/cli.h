@@ -45,6 +45,9 @@ int cli_diag_error(const char *cmd, int err, const struct vf_diag *d);
 
 /* Writes v to stdout as indented JSON followed by a newline, and releases v. */
 int cli_print_json(json_t *v);
+/* An estimate's breakdown at its peak, as the contract's "breakdown": the five categories,
+ * the allocator's slack, and the runtime (CUDA context included). */
+json_t *cli_breakdown_json(const struct vf_estimate *e);
 
 /* The Python binding runs commands in-process (api.c): while a capture is set, the JSON a
  * command prints is kept in json (the capture owns it) and its error line in error. */

@@ -1,8 +1,8 @@
 /* vramfit estimate MODEL [options]: peak GPU memory of the training run. */
 #include <string.h>
 
-#include "cli/history_cli.h"
 #include "cli/estimate_plot.h"
+#include "cli/history_cli.h"
 #include "cli/setup_opts.h"
 
 static const char usage[] =
@@ -75,7 +75,7 @@ static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, 
                                      {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
 /* What stood in for a version older than every release described. */
-static json_t *version_notes(const struct setup_request *r, const struct vf_profile *p) {
+static json_t *version_notes(const struct setup_request *r, const struct vf_profile_info *p) {
   json_t *notes = json_array();
   char line[256];
   if (p->release_predates) {
@@ -154,15 +154,8 @@ static bool fits_high(const struct shown *p, uint64_t capacity) {
 }
 
 static json_t *estimate_json(const struct vf_model *m, const struct shown *shown, uint64_t capacity,
-                             const struct setup_request *r, const struct vf_profile *p) {
+                             const struct setup_request *r, const struct vf_profile_info *p) {
   const struct vf_estimate *e = shown->e;
-  json_t *breakdown = json_object();
-  static const enum vf_category order[] = {VF_CAT_WEIGHTS, VF_CAT_GRADIENTS, VF_CAT_OPTIMIZER,
-                                           VF_CAT_ACTIVATIONS, VF_CAT_TEMPORARIES};
-  for (size_t i = 0; i < sizeof order / sizeof *order; i++)
-    json_object_set_new(breakdown, vf_category_name(order[i]), json_integer((json_int_t)e->by_category[order[i]]));
-  json_object_set_new(breakdown, "allocator_slack", json_integer((json_int_t)e->allocator_slack));
-  json_object_set_new(breakdown, "runtime", json_integer((json_int_t)(e->by_category[VF_CAT_RUNTIME] + e->context)));
   json_t *timeline = json_array();
   for (int ph = VF_PHASE_LOAD; ph < VF_PHASE_COUNT; ph++) {
     if (ph == VF_PHASE_EVAL && e->eval != VF_EVAL_YES) continue; /* a phase the run does not have */
@@ -174,7 +167,7 @@ static json_t *estimate_json(const struct vf_model *m, const struct shown *shown
   json_object_set_new(o, "model", json_pack("{s:s, s:I, s:I}", "name", m->name, "params", (json_int_t)e->params,
                                             "trainable_params", (json_int_t)e->trainable_params));
   json_object_set_new(o, "peak", peak_json(shown));
-  json_object_set_new(o, "breakdown", breakdown);
+  json_object_set_new(o, "breakdown", cli_breakdown_json(e));
   json_object_set_new(o, "timeline", timeline);
   json_object_set_new(o, "layout", layout_json(&r->setup, e));
   json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:b, s:o}", "framework", p->name,
@@ -238,7 +231,7 @@ static void verdict(const struct shown *p, const struct vf_gpu_spec *gpu) {
 }
 
 static void estimate_text(const struct vf_model *m, const struct shown *shown, const struct vf_gpu_spec *gpu,
-                          const struct setup_request *r, const struct vf_profile *p) {
+                          const struct setup_request *r, const struct vf_profile_info *p) {
   const struct vf_estimate *e = shown->e;
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
@@ -318,8 +311,8 @@ static int estimate_run(const struct setup_request *r, const struct setup_contex
   if (l.events.f) fputs("vramfit-trace-events 1\n", l.events.f);
   estimate_plot_init(&l.plot, plot);
   int rc = events || plot
-               ? vf_estimate_timeline(&c->model, &r->setup, &c->profile, &c->conf, tell_listeners, &l, e, &d)
-               : vf_estimate(&c->model, &r->setup, &c->profile, &c->conf, e, &d);
+               ? vf_estimate_timeline(&c->model, &r->setup, c->profile, &c->conf, tell_listeners, &l, e, &d)
+               : vf_estimate(&c->model, &r->setup, c->profile, &c->conf, e, &d);
   int code = rc ? cli_diag_error("estimate", rc, &d) : EXIT_OK;
   if (l.events.f && fclose(l.events.f) && !code)
     code = cli_error("estimate", EXIT_BAD_INPUT, "--events %s: write error", events);
@@ -363,13 +356,15 @@ int cmd_estimate(int argc, char **argv) {
   struct shown shown = {.e = &e, .group = u->group};
   vf_estimate_ranges(&e, u, &shown.ranges);
   uint64_t cap = ctx.gpu.capacity_bytes;
+  struct vf_profile_info profile;
+  vf_profile_describe(ctx.profile, &profile);
   int code = EXIT_OK;
   if (json) {
-    json_t *o = estimate_json(&ctx.model, &shown, cap, &r, &ctx.profile);
+    json_t *o = estimate_json(&ctx.model, &shown, cap, &r, &profile);
     history_note_json(&note, o);
     code = cli_print_json(o);
   } else {
-    estimate_text(&ctx.model, &shown, &ctx.gpu, &r, &ctx.profile);
+    estimate_text(&ctx.model, &shown, &ctx.gpu, &r, &profile);
     history_note_print(&note);
   }
   if (code == EXIT_OK && cap && !fits_high(&shown, cap)) code = EXIT_NO;

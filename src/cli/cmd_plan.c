@@ -244,7 +244,7 @@ int cmd_plan(int argc, char **argv) {
   struct setup_context ctx;
   int rc = setup_context_load(&a.setup, argv[optind], &ctx);
   if (rc) return rc;
-  struct vf_plan_request req = {&ctx.model, &ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
+  struct vf_plan_request req = {&ctx.model, ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
                                 a.safety, a.target, a.keep, 0, &ctx.uncertainty, a.gpus_per_node, a.network_gbps};
   bool layout = a.gpus_per_node > 0;
   /* What a run of the given setup measured here, and --calibrate to it. */

@@ -194,7 +194,7 @@ static void estimate_curve(const struct setup_context *ctx, const struct vf_setu
     struct vf_setup at = *s;
     at.batch = batches[i];
     struct vf_estimate e;
-    if (vf_estimate(&ctx->model, &at, &ctx->profile, &ctx->conf, &e, NULL)) return;
+    if (vf_estimate(&ctx->model, &at, ctx->profile, &ctx->conf, &e, NULL)) return;
     peaks[i] = e.device_peak;
   }
   vf_probe_prior_fit(batches, peaks, n, &st->prior);
@@ -225,7 +225,7 @@ static int estimate_hint(struct request *r, struct start *st) {
   int code = setup_context_load(&r->setup, r->model, &ctx);
   if (code) return code;
   st->gpu = ctx.gpu;
-  int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, &ctx.profile,
+  int rc = st->gpu.capacity_bytes ? vf_estimate_max_batch(&ctx.model, &r->setup.setup, ctx.profile,
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
   if (st->hint) estimate_curve(&ctx, &r->setup.setup, st);

@@ -4,10 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli/setup_opts.h"
 #include "cli/trace_run.h"
 #include "cli/workload_cli.h"
-#include "base/fileio.h"
 
 static const char usage[] =
     "usage: vramfit trace MODEL [estimate options] [--json] [--events FILE] [--timeout S]\n"
@@ -351,7 +351,7 @@ int cmd_trace(int argc, char **argv) {
                                     "scripts do, the others do not); --eval is the estimator's");
   if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
   a.attention = a.r.setup.attention;
-  vf_setup_resolve(&a.r.setup, &ctx.model, &ctx.profile);
+  vf_setup_resolve(&a.r.setup, &ctx.model, ctx.profile);
   code = trace_loaded(&a, &ctx, a.r.spec.name, a.r.spec.version);
   setup_context_cleanup(&ctx);
   return code;

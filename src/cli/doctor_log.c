@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "cli/cli.h"
 #include "cli/doctor.h"
 #include "cli/gpu_view.h"
-#include "base/fileio.h"
 
 #define NAME "doctor"
 #define MAX_LOG (256u << 20)

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/history_cli.h"
 #include "base/fileio.h"
+#include "cli/history_cli.h"
 
 /* ---- writing ---- */
 
@@ -174,7 +174,7 @@ void history_note_find(const struct setup_request *r, const char *model, const s
   struct vf_setup at = r->setup;
   at.batch = n->run.batch;
   struct vf_estimate e;
-  if (vf_estimate(&ctx->model, &at, &ctx->profile, &ctx->conf, &e, &d)) {
+  if (vf_estimate(&ctx->model, &at, ctx->profile, &ctx->conf, &e, &d)) {
     history_note_cleanup(n);
     return;
   }

@@ -190,10 +190,18 @@ int setup_context_load_env(struct setup_request *r, struct setup_context *c) {
   struct vf_diag d;
   vf_diag_clear(&d);
   vf_model_init(&c->model);
+  struct vf_profile_info profile;
   int rc = vf_profile_load(r->framework, r->torch, &c->profile, &d);
-  if (!rc) rc = vf_uncertainty_load(c->profile.name, &c->uncertainty, &d);
-  if (rc) return cli_diag_error(r->cmd, rc, &d);
-  if ((rc = alloc_conf_for(r, &c->conf)) || (rc = gpu_for(r, &c->gpu))) return rc;
+  if (!rc) {
+    vf_profile_describe(c->profile, &profile);
+    rc = vf_uncertainty_load(profile.name, &c->uncertainty, &d);
+  }
+  if (rc) rc = cli_diag_error(r->cmd, rc, &d);
+  if (!rc && !(rc = alloc_conf_for(r, &c->conf))) rc = gpu_for(r, &c->gpu);
+  if (rc) {
+    setup_context_cleanup(c);
+    return rc;
+  }
   struct vf_setup *s = &r->setup;
   s->gpu_cc_major = (uint32_t)c->gpu.cc_major;
   s->gpu_cc_minor = (uint32_t)c->gpu.cc_minor;
@@ -209,10 +217,14 @@ int setup_context_load(struct setup_request *r, const char *model, struct setup_
   struct vf_diag d;
   vf_diag_clear(&d);
   if ((rc = vf_model_load(&c->model, model, &d))) {
-    vf_model_cleanup(&c->model);
+    setup_context_cleanup(c);
     return cli_diag_error(r->cmd, rc, &d);
   }
   return EXIT_OK;
 }
 
-void setup_context_cleanup(struct setup_context *c) { vf_model_cleanup(&c->model); }
+void setup_context_cleanup(struct setup_context *c) {
+  vf_model_cleanup(&c->model);
+  vf_profile_free(c->profile);
+  c->profile = NULL;
+}

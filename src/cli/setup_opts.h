@@ -54,7 +54,7 @@ int setup_option(struct setup_request *r, int c, const char *arg);
 
 /* Everything the setup names, resolved. */
 struct setup_context {
-  struct vf_profile profile;
+  struct vf_profile *profile;
   struct vf_alloc_conf conf;
   struct vf_gpu_spec gpu; /* zeroed when no --gpu was given */
   struct vf_model model;

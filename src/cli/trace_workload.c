@@ -7,10 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli/trace_run.h"
 #include "cli/workload_cli.h"
-#include "base/fileio.h"
-#include "io/workload_json.h"
 
 struct wl_trace {
   struct vf_wl_point points[VF_WL_MAX_POINTS];
@@ -130,10 +129,12 @@ static json_t *result_json(const struct workload_context *c, const struct wl_tra
     json_object_set_new(p, "estimate_error", t->estimate[i] ? json_real(error_of(t, i)) : json_null());
     json_array_append_new(pts, p);
   }
+  char *fit = vf_workload_fit_text(&t->fit);
   json_t *o = json_pack("{s:s, s:s, s:O, s:O, s:o, s:o, s:s}", "workload", w->name[0] ? w->name : w->file, "factory",
                         w->factory, "torch", json_object_get(t->summary, "torch"), "seconds",
-                        json_object_get(t->summary, "seconds"), "points", pts, "fit", vf_workload_fit_json(&t->fit),
-                        "file", file);
+                        json_object_get(t->summary, "seconds"), "points", pts, "fit",
+                        fit ? json_loads(fit, 0, NULL) : NULL, "file", file);
+  vf_free(fit);
   return o;
 }
 

@@ -6,10 +6,10 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "base/fileio.h"
 #include "cli/cli.h"
 #include "cli/gpu_view.h"
 #include "cli/watch.h"
-#include "base/fileio.h"
 
 struct watch_log {
   FILE *f;

@@ -4,7 +4,6 @@
 
 #include "cli/history_cli.h"
 #include "cli/workload_cli.h"
-#include "io/workload_json.h"
 
 int workload_context_load(struct setup_request *r, const char *file, struct workload_context *c) {
   struct vf_diag d;
@@ -22,7 +21,7 @@ int workload_context_load(struct setup_request *r, const char *file, struct work
     vf_workload_cleanup(&c->w);
     return rc;
   }
-  c->wl_env = (struct vf_wl_env){&c->env.profile, &c->env.conf, r->setup.gpu_cc_major, r->setup.gpu_cc_minor,
+  c->wl_env = (struct vf_wl_env){c->env.profile, &c->env.conf, r->setup.gpu_cc_major, r->setup.gpu_cc_minor,
                                  r->setup.context_bytes};
   return EXIT_OK;
 }
@@ -30,6 +29,60 @@ int workload_context_load(struct setup_request *r, const char *file, struct work
 void workload_context_cleanup(struct workload_context *c) {
   vf_workload_cleanup(&c->w);
   setup_context_cleanup(&c->env);
+}
+
+/* ---- plan --workload, as JSON ---- */
+
+/* {"dotted.path": value} of the knobs that live in the stage's file (in_stage) or in the
+ * main config (shared). */
+static json_t *set_json(const struct vf_workload *w, const struct vf_wl_point *pt, bool in_stage) {
+  json_t *o = json_object();
+  for (size_t k = 0; k < w->n_knobs; k++)
+    if (w->knobs[k].path[0] && w->knobs[k].in_stage == in_stage)
+      json_object_set_new(o, w->knobs[k].path, json_integer((json_int_t)pt->values[k]));
+  return o;
+}
+
+static json_t *stage_json(const struct vf_workload *w, const struct vf_wl_plan *p, size_t st) {
+  const struct vf_wl_stage_plan *sp = &p->stages[st];
+  json_t *knobs = json_object();
+  for (size_t k = 0; k < w->n_knobs; k++)
+    if (w->knobs[k].role == VF_WL_KNOB)
+      json_object_set_new(knobs, w->knobs[k].name, json_integer((json_int_t)sp->point.values[k]));
+  const struct vf_wl_stage *s = st < w->n_stages ? &w->stages[st] : NULL;
+  json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:s}", "name", s ? s->name : "default",
+                        "file", s && s->file[0] ? json_string(s->file) : json_null(), "batch",
+                        (json_int_t)sp->point.values[w->batch], "accumulation", (json_int_t)p->accumulation,
+                        "effective_batch", (json_int_t)(sp->point.values[w->batch] * (int64_t)p->accumulation),
+                        "knobs", knobs, "peak_device_bytes", (json_int_t)sp->est.device_peak, "budget_bytes",
+                        (json_int_t)p->budget_bytes, "sequences", (json_int_t)sp->shape.sequences, "phase",
+                        vf_phase_name(sp->est.peak_phase));
+  json_object_set_new(o, "peak_allocated_bytes", json_integer((json_int_t)sp->est.allocated_peak));
+  json_object_set_new(o, "peak_reserved_bytes", json_integer((json_int_t)sp->est.reserved_peak));
+  json_object_set_new(o, "fits", json_boolean(sp->est.device_peak <= p->budget_bytes));
+  json_object_set_new(o, "breakdown", cli_breakdown_json(&sp->est));
+  json_object_set_new(o, "set", set_json(w, &sp->point, true));
+  return o;
+}
+
+/* The contract's `plan --workload --json`: per stage the shared micro batch and accumulation,
+ * the stage's knobs, the peak with its breakdown, and where apply writes each value ("set"). */
+static json_t *plan_json(const struct vf_workload *w, const struct vf_wl_plan *p, uint64_t capacity_bytes) {
+  json_t *stages = json_array(), *changes = json_array();
+  for (size_t st = 0; st < p->n_stages; st++) json_array_append_new(stages, stage_json(w, p, st));
+  for (size_t i = 0; i < p->n_changes; i++) json_array_append_new(changes, json_string(p->changes[i]));
+  json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "workload", w->name[0] ? w->name : w->file, "capacity_bytes",
+                        (json_int_t)capacity_bytes, "budget_bytes", (json_int_t)p->budget_bytes, "found", p->found);
+  json_object_set_new(o, "target_effective_batch",
+                      p->target_effective_batch ? json_integer((json_int_t)p->target_effective_batch) : json_null());
+  json_object_set_new(o, "config", w->config[0] ? json_string(w->config) : json_null());
+  json_object_set_new(o, "estimated_from", json_string(w->fit.n_points ? "trace" : "parts"));
+  json_object_set_new(o, "stages", stages);
+  json_object_set_new(o, "recommended", p->found ? json_deep_copy(json_array_get(stages, 0)) : json_null());
+  json_object_set_new(o, "shared", json_pack("{s:o}", "set", set_json(w, &p->stages[0].point, false)));
+  json_object_set_new(o, "changes", changes);
+  json_object_set_new(o, "estimates", json_integer((json_int_t)p->estimates));
+  return o;
 }
 
 /* ---- plan --workload, as text ---- */
@@ -126,7 +179,7 @@ int plan_workload(struct setup_request *r, const char *file, double safety, uint
   vf_diag_clear(&d);
   int rc = vf_workload_plan(&req, p, &d);
   if (rc) code = cli_diag_error(r->cmd, rc, &d);
-  json_t *o = rc ? NULL : vf_workload_plan_json(&c->w, p, c->env.gpu.capacity_bytes);
+  json_t *o = rc ? NULL : plan_json(&c->w, p, c->env.gpu.capacity_bytes);
   if (o && p->found) {
     char label[VF_WL_PATH + 64];
     snprintf(label, sizeof label, "%s on %s", file, c->env.gpu.name[0] ? c->env.gpu.name : r->gpu);

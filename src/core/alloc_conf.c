@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/alloc_internal.h"
 #include "base/diag.h"
+#include "core/alloc_internal.h"
 #include "vramfit/alloc.h"
 
 void vf_alloc_conf_default(struct vf_alloc_conf *c) {

@@ -5,11 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/grow.h"
 #include "base/diag.h"
+#include "base/grow.h"
 #include "core/estimate_internal.h"
 #include "core/params.h"
 #include "core/pipeline.h"
+#include "core/profile.h"
 #include "vramfit.h"
 
 enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3, OP_GRAPH_FREE = 4 };

@@ -4,6 +4,7 @@
 
 #include "base/diag.h"
 #include "core/pipeline.h"
+#include "core/profile.h"
 #include "vramfit.h"
 
 typedef unsigned long long ull;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/grow.h"
 #include "base/diag.h"
+#include "base/grow.h"
 #include "vramfit.h"
 
 static const char *const family_names[VF_FAMILY_COUNT] = {

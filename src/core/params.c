@@ -1,5 +1,6 @@
 #include "base/grow.h"
 #include "core/params.h"
+#include "core/profile.h"
 
 #include <stdlib.h>
 #include <string.h>

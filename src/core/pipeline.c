@@ -1,4 +1,5 @@
 #include "core/pipeline.h"
+#include "core/profile.h"
 
 uint64_t vf_pp_chunks(enum vf_pp_schedule schedule, const struct vf_profile *p) {
   return schedule == VF_PP_INTERLEAVED && p->pp_stages_per_rank > 1 ? p->pp_stages_per_rank : 1;

@@ -18,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bisect.h"
 #include "base/diag.h"
+#include "core/bisect.h"
 #include "core/estimate_internal.h"
 #include "core/plan_internal.h"
+#include "core/profile.h"
 
 #define DEFAULT_SAFETY 0.90
 #define SAFE_MARGIN 0.10      /* the safe tier keeps this much more of the GPU free */

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "base/diag.h"
+#include "core/profile.h"
 
 const char *vf_probe_outcome_name(enum vf_probe_outcome o) {
   static const char *const names[] = {"ok", "oom", "error", "timeout"};

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/diag.h"
+#include "core/profile.h"
 #include "vramfit.h"
 
 static const char *const task_names[] = {"auto", "causal-lm", "seq-classification", "masked-lm", NULL};

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/diag.h"
+#include "core/profile.h"
 #include "vramfit.h"
 
 /* Digits only, 1 to max of them; the value in *out, the end in *end. */
@@ -63,7 +64,7 @@ int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, str
   struct vf_version v;
   if (strlen(at + 1) >= sizeof out->version || vf_version_parse(at + 1, &v))
     return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
-                      "'%s': the version after '@' is a release (4.46) or a month (2023-10)", text);
+                   "'%s': the version after '@' is a release (4.46) or a month (2023-10)", text);
   memcpy(out->version, at + 1, strlen(at + 1));
   return 0;
 }

@@ -38,7 +38,7 @@ static int eval_at(const struct vf_workload *w, const struct vf_wl_expr *e, cons
   int rc = vf_wl_expr_eval(w, e, pt, &v);
   if (rc)
     return diag_line(d, VF_ERANGE, w->file, e->line, e->col, "'%s' cannot be evaluated here (negative, "
-                        "division by zero or too large)", e->text);
+                     "division by zero or too large)", e->text);
   *out = (uint64_t)v;
   return 0;
 }

@@ -19,6 +19,7 @@
 
 #include "base/diag.h"
 #include "base/grow.h"
+#include "core/profile.h"
 #include "vramfit/trace.h"
 #include "vramfit/workload.h"
 
@@ -308,7 +309,7 @@ static int parts_loss(struct stream *s, const struct vf_workload *w, const struc
       int64_t v;
       if (vf_wl_expr_eval(w, &t->dims[k], pt, &v) || __builtin_mul_overflow(elems, (uint64_t)v, &elems))
         return diag_line(d, VF_ERANGE, w->file, t->dims[k].line, t->dims[k].col, "loss tensor '%s': '%s' cannot be "
-                            "evaluated here", t->name, t->dims[k].text);
+                         "evaluated here", t->name, t->dims[k].text);
     }
     p->loss_bytes[i] = elems * t->elem_bytes;
     for (uint32_t c = 0; c < t->copies; c++) keep_alloc(s, p, p->loss_bytes[i]);
@@ -377,7 +378,7 @@ static int check_alike(const struct vf_workload *w, const struct compose *c, str
     for (size_t k = 0; same && k < c->runs[0].nseg; k++) same = c->runs[i].seg[k].phase == c->runs[0].seg[k].phase;
     if (!same)
       return diag_line(d, VF_EINTERNAL, w->file, w->encoders[i].line, 1,
-                          "encoder '%s': its step has other phases than the first encoder's", w->encoders[i].name);
+                       "encoder '%s': its step has other phases than the first encoder's", w->encoders[i].name);
   }
   return 0;
 }
@@ -467,8 +468,8 @@ int vf_workload_estimate(const struct vf_workload *w, const struct vf_wl_point *
                          struct vf_estimate *out, struct vf_diag *d) {
   if (!w->n_encoders && !w->fit.n_points)
     return diag_line(d, VF_EUNSUPPORTED, w->file, w->factory_line, 1,
-                        "the model is a factory that has not been measured: run 'vramfit trace --workload %s'",
-                        w->file);
+                     "the model is a factory that has not been measured: run 'vramfit trace --workload %s'",
+                     w->file);
   if (w->n_encoders && !w->models_loaded)
     return diag_line(d, VF_EINVAL, w->file, 0, 0, "the encoders' models are not loaded");
   struct vf_wl_shape shape;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "core/workload_internal.h"
+#include "core/workload_expr.h"
 
 #define MAX_DEPTH 24 /* nested parentheses and calls; deeper input is refused, not recursed */
 
@@ -33,7 +33,7 @@ static int emit(struct compiler *c, uint8_t op, uint8_t sym, int64_t num) {
   return 0;
 }
 
-int vf_wl_symbol(const struct vf_workload *w, const char *name, size_t len, int *sym) {
+int wl_symbol(const struct vf_workload *w, const char *name, size_t len, int *sym) {
   for (size_t i = 0; i < w->n_knobs; i++)
     if (strlen(w->knobs[i].name) == len && strncmp(w->knobs[i].name, name, len) == 0) {
       if (w->knobs[i].role == VF_WL_ACCUMULATION) return VF_EUNSUPPORTED;
@@ -69,7 +69,7 @@ static int name(struct compiler *c) {
     return call(c, start, len);
   char word[VF_WL_NAME];
   snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word ? len : sizeof word - 1), start);
-  int sym, rc = vf_wl_symbol(c->w, start, len, &sym);
+  int sym, rc = wl_symbol(c->w, start, len, &sym);
   if (rc == VF_EUNSUPPORTED)
     return fail(c, start, "'%s' cannot be used: what a micro batch holds does not depend on accumulation", word);
   if (rc) return fail(c, start, "unknown knob '%s'", word);
@@ -211,7 +211,7 @@ static size_t find_cycle(const struct vf_workload *w, size_t i, size_t *path, si
   return 0;
 }
 
-int vf_wl_defines_check(const struct vf_workload *w, const char *file, struct vf_diag *d) {
+int wl_defines_check(const struct vf_workload *w, const char *file, struct vf_diag *d) {
   uint8_t state[VF_WL_MAX_DEFINES] = {0};
   size_t path[VF_WL_MAX_DEFINES + 1];
   for (size_t i = 0; i < w->n_defines; i++) {

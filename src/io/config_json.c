@@ -79,7 +79,7 @@ static bool read_u64(struct reader *r, const char *const *keys, uint64_t *out) {
       return true;
     }
     r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
-                       "'%s' must be a non-negative whole number", keys[i]);
+                    "'%s' must be a non-negative whole number", keys[i]);
     return false;
   }
   return false;
@@ -92,7 +92,7 @@ static void require_u64(struct reader *r, const char *const *keys, uint64_t *out
   for (size_t i = 1, o = 0; keys[i] && o < sizeof also; i++)
     o += snprintf(also + o, sizeof also - o, "%s'%s'", i > 1 ? ", " : " (or ", keys[i]);
   r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "missing '%s'%s%s", keys[0], also,
-                     keys[1] ? ")" : "");
+                  keys[1] ? ")" : "");
 }
 
 static bool read_bool(struct reader *r, const char *key, bool fallback) {
@@ -183,8 +183,8 @@ static void read_dims(struct reader *r, struct vf_arch *a, const struct type_lay
   if (!read_u64(r, k_head_dim, &a->head_dim) && a->heads) {
     if (a->hidden % a->heads && !r->rc)
       r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
-                         "hidden size %llu is not a multiple of %llu heads",
-                         (unsigned long long)a->hidden, (unsigned long long)a->heads);
+                      "hidden size %llu is not a multiple of %llu heads",
+                      (unsigned long long)a->hidden, (unsigned long long)a->heads);
     a->head_dim = a->hidden / a->heads;
   }
   read_u64(r, k_experts, &a->experts);
@@ -230,8 +230,8 @@ int vf_model_from_config_json(struct vf_model *m, const char *json, size_t len,
     char list[512];
     supported_list(list, sizeof list);
     r.rc = diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
-                      "model_type '%s' is not supported; supported: %s",
-                      json_string_value(type), list);
+                   "model_type '%s' is not supported; supported: %s",
+                   json_string_value(type), list);
   }
   struct vf_arch a = {0};
   if (!r.rc) {

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "io/edit_internal.h"
 #include "base/fileio.h"
+#include "io/edit_internal.h"
 
 static bool fmt_is(const struct afile *f, const char *name) {
   return f->fmt && strcmp(f->fmt->name, name) == 0;

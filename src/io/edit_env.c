@@ -186,8 +186,8 @@ static int rewrite_one(const struct scan *sc, const struct assign *a, void *arg)
     int line, col;
     line_of(sc->s, a->vstart, &line, &col);
     diag_line(w->d, rc, sc->file, line, col,
-                 "%s is set to '%s', which apply cannot merge into; edit it by hand",
-                 names[a->name], old);
+              "%s is set to '%s', which apply cannot merge into; edit it by hand",
+              names[a->name], old);
   }
   if (!rc && !w->first && !(w->first = strdup(now))) rc = VF_ENOMEM;
   if (!rc && strcmp(now, old) != 0) {
@@ -261,7 +261,7 @@ int vf_env_edit(const char *file, const char *text, size_t len, const char *allo
   if (!alloc_conf || strspn(alloc_conf, CONF_CHARS "[]>") != strlen(alloc_conf) ||
       parse_opts(alloc_conf, strlen(alloc_conf), add, &nadd) || !nadd)
     return diag_at(d, VF_EINVAL, file, UINT64_MAX,
-                      "'%s' is not an allocator setting (OPTION:VALUE,...)", alloc_conf ? alloc_conf : "");
+                   "'%s' is not an allocator setting (OPTION:VALUE,...)", alloc_conf ? alloc_conf : "");
   struct scan sc = {file, text, len, add, nadd};
   struct rewrite w = {.res = out, .d = d};
   int rc = each_assign(&sc, rewrite_one, &w);

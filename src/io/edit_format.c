@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "base/diag.h"
+#include "base/json_util.h"
 #include "io/data.h"
 #include "io/edit_internal.h"
-#include "base/json_util.h"
 
 enum { CLAIM_SCORE = 3 };
 
@@ -81,7 +81,7 @@ const struct vf_format *vf_formats_find(const struct vf_formats *fs, const char 
     sb_printf(&names, "%s%s", i ? ", " : "", fs->v[i].name);
   }
   diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown format '%s' (auto, %s)", name,
-             names.p ? names.p : "");
+          names.p ? names.p : "");
   sb_free(&names);
   return NULL;
 }

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
 #include "base/fileio.h"
+#include "io/edit_internal.h"
 
 /* One config a defaults entry after _self_ merges in. */
 struct later {

@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
+#include "io/edit_internal.h"
 
 /* Plan fields that are logical keys as they are. */
 static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt",
@@ -70,7 +70,7 @@ static int shard_stage(const char *file, const char *shard, const char **out, st
   for (size_t i = 0; i < 4; i++)
     if (strcmp(shard, names[i][0]) == 0) return *out = names[i][1], 0;
   return diag_at(d, VF_EUNSUPPORTED, file, UINT64_MAX,
-                    "the plan asks for shard %s, which apply cannot write: set it up by hand", shard);
+                 "the plan asks for shard %s, which apply cannot write: set it up by hand", shard);
 }
 
 /* set_only: the object's "set" alone (a workload plan's stage, whose batch and
@@ -161,7 +161,7 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
       const char *name = json_string_value(json_object_get(stage, "file"));
       if (!name) name = json_string_value(json_object_get(stage, "name"));
       return diag_at(d, VF_EINVAL, file, UINT64_MAX, "stage %zu (%s) matches none of the files given",
-                        i, name ? name : "unnamed");
+                     i, name ? name : "unnamed");
     }
   }
   return 0;
@@ -181,7 +181,7 @@ static int load(struct vf_plan *p, struct store *st, const char *file, const jso
     return diag_at(d, VF_EINVAL, file, UINT64_MAX, "the plan has no tier '%s'", tier);
   if (!json_is_object(base) && !json_is_array(stages))
     return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
-                      "not a plan: no \"recommended\" object and no \"stages\" list");
+                   "not a plan: no \"recommended\" object and no \"stages\" list");
   struct list *l0 = new_list(st);
   if (!l0) return VF_ENOMEM;
   int rc = base ? read_fields(st, file, base, false, l0, d) : 0;

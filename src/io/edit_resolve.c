@@ -101,9 +101,9 @@ static const char *canonical(const struct logical *l, char *word) {
 static int bad_value(const struct lvalue *v, const char *text, struct vf_diag *d) {
   if (v->l->type == L_INT)
     return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects a whole number from %lld to %lld",
-                      v->l->name, text, v->l->min, v->l->max);
+                   v->l->name, text, v->l->min, v->l->max);
   return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "%s=%s: expects %s%s", v->l->name, text,
-                    v->l->type == L_LIST ? "a comma list of " : "one of ", v->l->values);
+                 v->l->type == L_LIST ? "a comma list of " : "one of ", v->l->values);
 }
 
 static int parse_list(struct lvalue *v, const char *text, struct vf_diag *d) {
@@ -512,15 +512,15 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
     if (!required && neutral(set, val)) return 0;
     if (several)
       return diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
-                          "none of the files given has a place for %s=%s%s", set->key, val,
-                          f->fmt ? "" : " (use --format or --map KEY=PATH)");
+                       "none of the files given has a place for %s=%s%s", set->key, val,
+                       f->fmt ? "" : " (use --format or --map KEY=PATH)");
     if (!f->fmt)
       return diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
-                          "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
-                          set->key, val, set->key);
+                       "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
+                       set->key, val, set->key);
     return diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s%s%s",
-                        set->key, val, f->fmt->name, why ? ": " : "", why ? why : "",
-                        required ? "" : " (from the plan: set it by hand, or --map it)");
+                     set->key, val, f->fmt->name, why ? ": " : "", why ? why : "",
+                     required ? "" : " (from the plan: set it by hand, or --map it)");
   }
 }
 
@@ -577,9 +577,9 @@ int vf_resolve_settings(struct astate *s, struct vf_diag *d) {
   for (size_t i = 0; i < s->o->n_maps; i++)
     if (!logical_of(s->o->maps[i].key))
       return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
-                        "--map %s=%s: %s is not a logical key (batch, accumulation, seq, grad_ckpt, "
-                        "precision, optimizer, zero_stage, offload)",
-                        s->o->maps[i].key, s->o->maps[i].value, s->o->maps[i].key);
+                     "--map %s=%s: %s is not a logical key (batch, accumulation, seq, grad_ckpt, "
+                     "precision, optimizer, zero_stage, offload)",
+                     s->o->maps[i].key, s->o->maps[i].value, s->o->maps[i].key);
   struct result **res = calloc(s->n ? s->n : 1, sizeof *res);
   if (!res) return VF_ENOMEM;
   int rc = 0;

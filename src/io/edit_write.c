@@ -98,8 +98,8 @@ static int check_writable(const struct vf_loaded *f, const char *dir, struct vf_
     return diag_at(d, VF_EIO, f->path, UINT64_MAX, "the file is read-only; nothing written");
   if (access(dir, W_OK | X_OK) != 0)
     return diag_at(d, VF_EIO, f->path, UINT64_MAX,
-                      "cannot create files in %s (needed for an atomic write): %s", dir,
-                      strerror(errno));
+                   "cannot create files in %s (needed for an atomic write): %s", dir,
+                   strerror(errno));
   return 0;
 }
 
@@ -186,7 +186,7 @@ int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
   if (fd >= 0) close(fd);
   if (same) return 0;
   return diag_at(d, VF_ECHANGED, f->path, UINT64_MAX,
-                    "changed on disk while vramfit was working; nothing written, run again");
+                 "changed on disk while vramfit was working; nothing written, run again");
 }
 
 /* Writes bytes to a new temporary file next to target; *tmp gets its path. */

@@ -674,8 +674,8 @@ static int split_prefix(const struct gguf *g, const char *path, uint64_t no, uin
   size_t n = strlen(path), k = strlen(want);
   if (n < k || strcmp(path + n - k, want) != 0)
     return diag_at(g->d, VF_EFORMAT, path, UINT64_MAX,
-                      "part %llu of a %llu-part split model, but the file name does not end "
-                      "in '%s'", (unsigned long long)no + 1, (unsigned long long)count, want);
+                   "part %llu of a %llu-part split model, but the file name does not end "
+                   "in '%s'", (unsigned long long)no + 1, (unsigned long long)count, want);
   *prefix_len = (int)(n - k);
   return 0;
 }
@@ -684,16 +684,16 @@ static int read_part(struct vf_model *m, const char *path, uint64_t no, uint64_t
                      struct vf_diag *d) {
   if (!path_is_file(path))
     return diag_at(d, VF_ENOTFOUND, path, UINT64_MAX,
-                      "part %llu of %llu of the split model is missing",
-                      (unsigned long long)no + 1, (unsigned long long)count);
+                   "part %llu of %llu of the split model is missing",
+                   (unsigned long long)no + 1, (unsigned long long)count);
   struct gguf g;
   gguf_init(&g, m, path, d);
   int rc = read_file(&g, path);
   if (!rc && (g.split_no.v != no || g.split_count.v != count))
     rc = diag_at(d, VF_EFORMAT, path, UINT64_MAX,
-                    "split.no/split.count say part %llu of %llu, expected part %llu of %llu",
-                    (unsigned long long)g.split_no.v + 1, (unsigned long long)g.split_count.v,
-                    (unsigned long long)no + 1, (unsigned long long)count);
+                 "split.no/split.count say part %llu of %llu, expected part %llu of %llu",
+                 (unsigned long long)g.split_no.v + 1, (unsigned long long)g.split_count.v,
+                 (unsigned long long)no + 1, (unsigned long long)count);
   gguf_close(&g);
   return rc;
 }
@@ -704,9 +704,9 @@ static int read_other_parts(struct gguf *first, const char *path) {
   if (rc) return rc;
   if (no != 0)
     return diag_at(first->d, VF_EINVAL, path, UINT64_MAX,
-                      "this is part %llu of %llu of a split model; give the first part, "
-                      "%.*s-00001-of-%05llu.gguf", (unsigned long long)no + 1,
-                      (unsigned long long)count, prefix, path, (unsigned long long)count);
+                   "this is part %llu of %llu of a split model; give the first part, "
+                   "%.*s-00001-of-%05llu.gguf", (unsigned long long)no + 1,
+                   (unsigned long long)count, prefix, path, (unsigned long long)count);
   char part[4096];
   for (uint64_t i = 1; i < count && !rc; i++) {
     snprintf(part, sizeof part, "%.*s-%05llu-of-%05llu.gguf", prefix, path,
@@ -717,12 +717,12 @@ static int read_other_parts(struct gguf *first, const char *path) {
   size_t dup = find_duplicate(first->m, 0, &rc);
   if (dup != SIZE_MAX)
     return diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
-                      "tensor '%s' appears in more than one part of the split model",
-                      first->m->tensors[dup].name);
+                   "tensor '%s' appears in more than one part of the split model",
+                   first->m->tensors[dup].name);
   if (!rc && first->split_tensors.set && first->split_tensors.v != first->m->n_tensors)
     rc = diag_at(first->d, VF_EFORMAT, path, UINT64_MAX,
-                    "split.tensors.count says %llu tensors, the parts hold %zu",
-                    (unsigned long long)first->split_tensors.v, first->m->n_tensors);
+                 "split.tensors.count says %llu tensors, the parts hold %zu",
+                 (unsigned long long)first->split_tensors.v, first->m->n_tensors);
   return rc;
 }
 

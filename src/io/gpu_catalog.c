@@ -271,14 +271,14 @@ int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d) {
   size_t n = close_names(text, list, sizeof list);
   if (numeric)
     return diag_at(d, rc, "--gpu", UINT64_MAX,
-                      "'%s' is not a memory size (write e.g. 24GiB, 80GB or 24576MiB)%s%s%s",
-                      text, n ? "; did you mean " : "", list, n ? "?" : "");
+                   "'%s' is not a memory size (write e.g. 24GiB, 80GB or 24576MiB)%s%s%s",
+                   text, n ? "; did you mean " : "", list, n ? "?" : "");
   if (n)
     return diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
-                      "unknown GPU '%s'; did you mean %s? ('vramfit gpus --catalog' lists all)",
-                      text, list);
+                   "unknown GPU '%s'; did you mean %s? ('vramfit gpus --catalog' lists all)",
+                   text, list);
   return diag_at(d, VF_ENOTFOUND, "--gpu", UINT64_MAX,
-                    "unknown GPU '%s'; give a catalogue name ('vramfit gpus --catalog') or a "
-                    "size such as 24GiB or 80GB",
-                    text);
+                 "unknown GPU '%s'; give a catalogue name ('vramfit gpus --catalog') or a "
+                 "size such as 24GiB or 80GB",
+                 text);
 }

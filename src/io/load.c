@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/data.h"
 #include "base/fileio.h"
+#include "io/data.h"
 #include "vramfit.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -36,16 +36,16 @@ static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) 
   size_t n = strlen(arg);
   if (n == 0 || n >= sizeof lower || strchr(arg, '/'))
     return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                      "unknown model '%s': no such file, and not in the catalogue "
-                      "('vramfit models' lists it)", arg);
+                   "unknown model '%s': no such file, and not in the catalogue "
+                   "('vramfit models' lists it)", arg);
   for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)arg[i]);
   snprintf(path, sizeof path, "models/%s.json", lower);
   const char *text;
   size_t len;
   if (vf_data_get(path, &text, &len) != 0)
     return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                      "unknown model '%s': no such file, and not in the catalogue "
-                      "('vramfit models' lists it)", arg);
+                   "unknown model '%s': no such file, and not in the catalogue "
+                   "('vramfit models' lists it)", arg);
   int rc = vf_model_from_config_json(m, text, len, path, d);
   vf_data_release(text);
   return rc ? rc : set_names(m, lower, "catalogue");
@@ -102,7 +102,7 @@ static int load_dir(struct vf_model *m, const char *dir, struct vf_diag *d) {
   if (rc) return rc;
   if (!m->has_arch && !m->n_tensors)
     return diag_at(d, VF_ENOTFOUND, dir, UINT64_MAX,
-                      "no config.json, *.safetensors or model.safetensors.index.json here");
+                   "no config.json, *.safetensors or model.safetensors.index.json here");
   return 0;
 }
 
@@ -161,9 +161,9 @@ static int load_path(struct vf_model *m, const char *arg, struct vf_diag *d) {
   if (str_ends_with(arg, ".json")) return load_config_file(m, arg, d);
   if (str_ends_with(arg, ".yaml") || str_ends_with(arg, ".yml"))
     return diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
-                      "model spec files are not supported yet; give a config.json");
+                   "model spec files are not supported yet; give a config.json");
   return diag_at(d, VF_EUNSUPPORTED, arg, UINT64_MAX,
-                    "unrecognised model file (expected .json, .safetensors or .gguf)");
+                 "unrecognised model file (expected .json, .safetensors or .gguf)");
 }
 
 int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d) {

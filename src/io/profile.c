@@ -12,12 +12,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/diag.h"
+#include "base/json_util.h"
 #include "core/version.h"
 #include "io/data.h"
-#include "base/json_util.h"
 
 enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES };
 
@@ -430,7 +431,7 @@ static int apply_torch(const struct chain *fw, json_t *torch_root, const char *f
     /* Older releases set only what the newest sets, so a value anywhere means described. */
     if (fw->torch_in[i] && !c.value[i])
       return diag_at(d, VF_EFORMAT, fw->file, UINT64_MAX, "release %s: '%s' is \"torch\", but %s does not describe it",
-                        fw->torch_in[i], fields[i].key, c.file);
+                     fw->torch_in[i], fields[i].key, c.file);
     if (fw->follows_torch[i]) copy_value(p, &tp, &fields[i]);
   }
   p->torch_predates = c.predates;
@@ -451,8 +452,8 @@ static int parse_roots(const struct vf_framework_spec *spec, const char *torch, 
   return apply_torch(&fw, torch_root, t->torch_file, p, d);
 }
 
-int vf_profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct vf_profile_texts *t,
-                     struct vf_profile *p, struct vf_diag *d) {
+int profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct vf_profile_texts *t,
+                  struct vf_profile *p, struct vf_diag *d) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", spec->name);
   if (torch && *torch) {
@@ -468,7 +469,7 @@ int vf_profile_parse(const struct vf_framework_spec *spec, const char *torch, co
   return rc;
 }
 
-int vf_profile_load(const char *framework, const char *torch, struct vf_profile *p, struct vf_diag *d) {
+int profile_read(const char *framework, const char *torch, struct vf_profile *p, struct vf_diag *d) {
   struct vf_framework_spec spec;
   int rc = vf_framework_spec_parse(framework, &spec, d);
   if (rc) return rc;
@@ -477,16 +478,34 @@ int vf_profile_load(const char *framework, const char *torch, struct vf_profile 
   struct vf_profile_texts t = {.framework_file = path, .torch_file = "torch.json"};
   if (vf_data_get(path, &t.framework, &t.framework_len))
     return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                      "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, megatron, torchtitan)",
-                      spec.name);
+                   "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, megatron, torchtitan)",
+                   spec.name);
   if ((rc = vf_data_get(t.torch_file, &t.torch, &t.torch_len))) {
     vf_data_release(t.framework);
     return diag_at(d, rc, t.torch_file, UINT64_MAX, "cannot read the PyTorch releases");
   }
-  rc = vf_profile_parse(&spec, torch, &t, p, d);
+  rc = profile_parse(&spec, torch, &t, p, d);
   vf_data_release(t.framework);
   vf_data_release(t.torch);
   return rc;
+}
+
+int vf_profile_load(const char *framework, const char *torch, struct vf_profile **out, struct vf_diag *d) {
+  *out = malloc(sizeof **out);
+  int rc = *out ? profile_read(framework, torch, *out, d) : diag_at(d, VF_ENOMEM, NULL, UINT64_MAX, "out of memory");
+  if (rc) {
+    free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+void vf_profile_free(struct vf_profile *p) { free(p); }
+
+void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out) {
+  *out = (struct vf_profile_info){.name = p->name, .release = p->release, .date = p->date, .torch = p->torch,
+                                  .release_predates = p->release_predates, .torch_predates = p->torch_predates,
+                                  .fsdp_full_load = p->fsdp_full_load};
 }
 
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {

@@ -41,19 +41,19 @@ static uint64_t le64(const uint8_t *p) {
 
 static int too_short(const char *file, uint64_t size, struct vf_diag *d) {
   return diag_at(d, VF_EFORMAT, file, 0,
-                    "file is %llu bytes, too short for the 8-byte header length",
-                    (unsigned long long)size);
+                 "file is %llu bytes, too short for the 8-byte header length",
+                 (unsigned long long)size);
 }
 
 /* n is the header length read from the first 8 bytes; avail the bytes that follow them. */
 static int check_length(uint64_t n, uint64_t avail, const char *file, struct vf_diag *d) {
   if (n > ST_MAX_HEADER)
     return diag_at(d, VF_EFORMAT, file, 0, "header length %llu exceeds the %llu-byte limit",
-                      (unsigned long long)n, ST_MAX_HEADER);
+                   (unsigned long long)n, ST_MAX_HEADER);
   if (n > avail)
     return diag_at(d, VF_EFORMAT, file, 0,
-                      "header length %llu runs past the end of the file (%llu bytes)",
-                      (unsigned long long)n, (unsigned long long)avail + 8);
+                   "header length %llu runs past the end of the file (%llu bytes)",
+                   (unsigned long long)n, (unsigned long long)avail + 8);
   return 0;
 }
 
@@ -90,7 +90,7 @@ static int parse_json(const struct st_header *h, json_t **root) {
   if (!rc) return 0;
   const char *why = strncmp(jd.msg, "invalid JSON: ", 14) == 0 ? jd.msg + 14 : jd.msg;
   return diag_at(h->d, rc, h->file, text_offset(h->text, h->len, jd.line, jd.col),
-                    "invalid JSON in the header (line %d, column %d): %s", jd.line, jd.col, why);
+                 "invalid JSON in the header (line %d, column %d): %s", jd.line, jd.col, why);
 }
 
 /* An error about one header entry, placed at its key. */
@@ -105,7 +105,7 @@ static int entry_error(const struct st_header *h, const char *name, const char *
   va_end(ap);
   const char *what = strcmp(name, "__metadata__") == 0 ? "" : "tensor '";
   return diag_at(h->d, VF_EFORMAT, h->file, key_offset(h, name), "%s%s%s: %s", what, name,
-                    *what ? "'" : "", why);
+                 *what ? "'" : "", why);
 }
 
 static int check_metadata(const struct st_header *h, json_t *meta) {
@@ -219,8 +219,8 @@ static int check_layout(const struct st_header *h, struct st_entry *e, size_t n)
   uint64_t data_end = 8 + h->len + end;
   if (h->file_size && data_end != h->file_size)
     return diag_at(h->d, VF_EFORMAT, h->file, data_end < h->file_size ? data_end : h->file_size,
-                      "tensor data ends at byte %llu but the file has %llu bytes",
-                      (unsigned long long)data_end, (unsigned long long)h->file_size);
+                   "tensor data ends at byte %llu but the file has %llu bytes",
+                   (unsigned long long)data_end, (unsigned long long)h->file_size);
   return 0;
 }
 
@@ -354,8 +354,8 @@ static int collect_refs(json_t *map, const char *path, struct shard_ref **out, s
     if (!shard || !plain_file_name(shard)) {
       free(refs);
       return diag_at(d, VF_EFORMAT, path, UINT64_MAX,
-                        "weight_map: tensor '%s' must name a shard file in the index's folder",
-                        name);
+                     "weight_map: tensor '%s' must name a shard file in the index's folder",
+                     name);
     }
     refs[k++] = (struct shard_ref){name, shard};
   }
@@ -380,12 +380,12 @@ static int match_shard(const struct vf_model *m, size_t first, const struct shar
     int c = i == n ? 1 : j == have ? -1 : strcmp(refs[i].tensor, names[j]);
     if (c < 0)
       rc = diag_at(d, VF_EFORMAT, index, UINT64_MAX,
-                      "tensor '%s': weight_map puts it in '%s', which does not hold it",
-                      refs[i].tensor, shard);
+                   "tensor '%s': weight_map puts it in '%s', which does not hold it",
+                   refs[i].tensor, shard);
     else if (c > 0)
       rc = diag_at(d, VF_EFORMAT, index, UINT64_MAX,
-                      "tensor '%s': shard '%s' holds it, but weight_map does not map it there",
-                      names[j], shard);
+                   "tensor '%s': shard '%s' holds it, but weight_map does not map it there",
+                   names[j], shard);
     i += c <= 0, j += c >= 0;
   }
   free(names);

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "base/diag.h"
+#include "base/json_util.h"
 #include "core/spread.h"
 #include "io/data.h"
-#include "base/json_util.h"
 #include "vramfit/uncertainty.h"
 
 #define DATA_PATH "uncertainty.json"
@@ -28,7 +28,7 @@ static int read_spread(json_t *group, enum vf_peak_kind k, size_t i, const char 
     if (out->low > -1 && out->low <= out->high && isfinite(out->high)) return 0;
   }
   return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
-                    "groups[%zu].%s: expected {\"low\": number, \"high\": number} with -1 < low <= high", i, name);
+                 "groups[%zu].%s: expected {\"low\": number, \"high\": number} with -1 < low <= high", i, name);
 }
 
 /* The group's method: a class, or VF_SPREAD_ALL_CLASSES for "all". */
@@ -38,7 +38,7 @@ static int read_method(json_t *group, size_t i, const char *file, int *cls, stru
   if (m && strcmp(m, VF_SPREAD_ALL) == 0) return *cls = VF_SPREAD_ALL_CLASSES, 0;
   if (m && vf_method_class_parse(m, &c) == 0) return *cls = (int)c, 0;
   return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
-                    "groups[%zu].method: expected one of full, lora, qlora, adapter, all", i);
+                 "groups[%zu].method: expected one of full, lora, qlora, adapter, all", i);
 }
 
 /* How well a group matches framework's class cls: 3 its own group, 2 the framework's, 1
@@ -89,7 +89,7 @@ static int read_groups(json_t *root, const char *file, const char *framework, st
   }
   if (!every)
     return diag_at(d, VF_EFORMAT, file, UINT64_MAX,
-                      "no group for every setup (\"framework\": \"all\", \"method\": \"all\")");
+                   "no group for every setup (\"framework\": \"all\", \"method\": \"all\")");
   return 0;
 }
 
@@ -112,7 +112,7 @@ int vf_uncertainty_load(const char *framework, struct vf_uncertainty_table *out,
   size_t len;
   if (vf_data_get(DATA_PATH, &text, &len))
     return diag_at(d, VF_ENOTFOUND, DATA_PATH, UINT64_MAX,
-                      "missing from the data folder (VRAMFIT_DATA_DIR needs a copy of data/ that has it)");
+                   "missing from the data folder (VRAMFIT_DATA_DIR needs a copy of data/ that has it)");
   int rc = vf_uncertainty_parse(text, len, DATA_PATH, framework, out, d);
   vf_data_release(text);
   return rc;

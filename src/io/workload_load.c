@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
-#include "io/workload_json.h"
+#include "io/edit_internal.h"
+#include "io/workload_trace.h"
 #include "vramfit/workload.h"
 
 #define MAX_WORKLOAD_BYTES (1u << 20)
@@ -68,9 +68,9 @@ static int load_fit(struct vf_workload *w, const char *path, struct vf_diag *d) 
   json_t *o = NULL;
   rc = parse_json_text(text, len, file, &o, d);
   free(text);
-  if (!rc && vf_workload_fit_from_json(json_object_get(o, "fit"), &w->fit))
+  if (!rc && workload_fit_from_json(json_object_get(o, "fit"), &w->fit))
     rc = diag_at(d, VF_EFORMAT, file, UINT64_MAX, "no usable \"fit\": run 'vramfit trace --workload %s' again",
-                    path);
+                 path);
   json_decref(o);
   return rc;
 }

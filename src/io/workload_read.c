@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "core/workload_internal.h"
+#include "core/workload_expr.h"
 #include "io/edit_internal.h"
 
 struct reader {
@@ -213,13 +213,13 @@ static int defines(struct reader *r, const struct ynode *map) {
     if (w->n_defines == VF_WL_MAX_DEFINES) return err(r, k, VF_ERANGE, "at most %d defines", VF_WL_MAX_DEFINES);
     int sym;
     rc = text(r, k, "a define's name", w->defines[w->n_defines].name, VF_WL_NAME);
-    if (!rc && vf_wl_symbol(w, k->value, k->vlen, &sym) != VF_ENOTFOUND)
+    if (!rc && wl_symbol(w, k->value, k->vlen, &sym) != VF_ENOTFOUND)
       rc = err(r, k, VF_EINVAL, "define '%s': the name is taken", k->value);
     if (!rc) w->n_defines++;
   }
   for (size_t i = 0; !rc && i + 1 < map->nkid; i += 2)
     rc = expression(r, map->kid[i + 1], w->defines[i / 2].name, &w->defines[i / 2].expr);
-  return rc ? rc : vf_wl_defines_check(w, r->t.file, r->d);
+  return rc ? rc : wl_defines_check(w, r->t.file, r->d);
 }
 
 /* ---- the model ---- */
@@ -572,12 +572,12 @@ static int check_whole(struct reader *r, const struct ynode *root) {
   for (size_t i = 0; i < w->n_encoders; i++)
     if (!w->encoders[i].tokens.n && !w->tokens.n)
       return diag_line(r->d, VF_EINVAL, r->t.file, w->encoders[i].line, 1,
-                          "encoder '%s': tokens per sequence: give sample.tokens or the encoder's tokens",
-                          w->encoders[i].name);
+                       "encoder '%s': tokens per sequence: give sample.tokens or the encoder's tokens",
+                       w->encoders[i].name);
   for (size_t s = 0; s < w->n_stages; s++)
     if (w->stages[s].file[0] && !w->config[0])
       return diag_line(r->d, VF_EINVAL, r->t.file, w->stages[s].file_line, 1,
-                          "stage '%s' names a file: the workload needs its main config too (config:)", w->stages[s].name);
+                       "stage '%s' names a file: the workload needs its main config too (config:)", w->stages[s].name);
   return 0;
 }
 

@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
+#include "io/edit_internal.h"
 
 static bool looks_json(const char *file, const char *text, size_t len) {
   size_t i = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;

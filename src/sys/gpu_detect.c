@@ -18,10 +18,10 @@ int vf_nvml_visible(struct vf_nvml *n, unsigned *index, struct vf_diag *d) {
   if (vf_nvml_find(n, first, index) == 0) return 0;
   if (!first[0] || strcmp(first, "-1") == 0)
     return diag_at(d, VF_ENOTFOUND, "", UINT64_MAX,
-                      "CUDA_VISIBLE_DEVICES='%s' hides every GPU", env);
+                   "CUDA_VISIBLE_DEVICES='%s' hides every GPU", env);
   return diag_at(d, VF_ENOTFOUND, "", UINT64_MAX,
-                    "CUDA_VISIBLE_DEVICES='%s': no GPU has index or UUID '%s' (%u GPUs)", env,
-                    first, vf_nvml_count(n));
+                 "CUDA_VISIBLE_DEVICES='%s': no GPU has index or UUID '%s' (%u GPUs)", env,
+                 first, vf_nvml_count(n));
 }
 
 /* Catalogue rates for a driver name ("NVIDIA GeForce RTX 4090" is rtx-4090). */
@@ -37,7 +37,7 @@ static int spec_from_sample(const struct vf_gpu_sample *s, struct vf_gpu_spec *o
                             struct vf_diag *d) {
   if (!(s->fields & VF_FIELD_MEMORY))
     return diag_at(d, VF_EUNSUPPORTED, "", UINT64_MAX,
-                      "GPU %u (%s) does not report its memory", s->index, s->name);
+                   "GPU %u (%s) does not report its memory", s->index, s->name);
   if (catalogue_match(s->name, out) != 0) memset(out, 0, sizeof *out);
   snprintf(out->full_name, sizeof out->full_name, "%s", s->name);
   snprintf(out->uuid, sizeof out->uuid, "%s", s->uuid);

@@ -122,16 +122,16 @@ static int load_library(struct vf_nvml *n, struct vf_diag *d) {
     n->lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
     if (!n->lib)
       return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
-                        "cannot load the NVML library named by VRAMFIT_NVML: %s", dlerror());
+                     "cannot load the NVML library named by VRAMFIT_NVML: %s", dlerror());
     return 0;
   }
   n->lib = dlopen(DEFAULT_LIB, RTLD_NOW | RTLD_LOCAL);
   if (!n->lib) n->lib = dlopen(WSL_LIB, RTLD_NOW | RTLD_LOCAL);
   if (!n->lib)
     return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
-                      "no NVIDIA driver found (%s cannot be loaded); install the driver, or "
-                      "set VRAMFIT_NVML to the library's path",
-                      DEFAULT_LIB);
+                   "no NVIDIA driver found (%s cannot be loaded); install the driver, or "
+                   "set VRAMFIT_NVML to the library's path",
+                   DEFAULT_LIB);
   return 0;
 }
 
@@ -149,13 +149,13 @@ static int start(struct vf_nvml *n, struct vf_diag *d) {
   resolve(n);
   if (!n->f.init || !n->f.count || !n->f.handle || !(n->f.memory || n->f.memory_v2))
     return diag_at(d, VF_ENODRIVER, "", UINT64_MAX,
-                      "the NVML library lacks the functions vramfit needs (nvmlInit, "
-                      "nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetMemoryInfo)");
+                   "the NVML library lacks the functions vramfit needs (nvmlInit, "
+                   "nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetMemoryInfo)");
   nvmlReturn_t rc = n->f.init();
   if (rc) {
     n->f.shutdown = NULL; /* nothing to shut down */
     return diag_at(d, VF_ENODRIVER, "", UINT64_MAX, "NVML cannot reach the driver: %s (%d)",
-                      nvml_error(n, rc), rc);
+                   nvml_error(n, rc), rc);
   }
   if (n->f.count(&n->count)) n->count = 0;
   if (n->f.driver_version && n->f.driver_version(n->driver, sizeof n->driver)) n->driver[0] = 0;

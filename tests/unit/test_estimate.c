@@ -10,6 +10,7 @@
 
 #include "core/estimate_internal.h"
 #include "core/params.h"
+#include "io/profile.h"
 #include "vramfit.h"
 
 /* hidden 64, 2 layers, 4 heads, MLP 128, vocab 256, untied, fp32: 115,008 parameters. */
@@ -47,7 +48,7 @@ static struct vf_estimate run(const struct vf_model *m, const struct vf_setup *s
   struct vf_alloc_conf c;
   struct vf_diag d;
   struct vf_estimate e;
-  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(m, s, &p, &c, &e, &d), 0);
   return e;
@@ -125,7 +126,7 @@ static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
   s.weights = VF_PREC_BF16;
   s.method = VF_METHOD_QLORA;
   s.quant = q;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   assert_int_equal(vf_params_build(&ps, &m, &s, &p, VF_TASK_CAUSAL_LM), 0);
   uint64_t bytes = 0;
   for (size_t i = 0; i < ps.n; i++)
@@ -331,7 +332,7 @@ static struct vf_estimate config_run(const char *cfg, const char *framework, voi
   struct vf_diag d;
   struct vf_estimate e;
   load_config(&m, cfg);
-  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   flip(&p, on);
   struct vf_setup s;
   vf_setup_default(&s);
@@ -486,7 +487,7 @@ static void assert_extension_exact(const struct vf_model *m, const struct vf_set
   struct vf_alloc_conf c;
   struct vf_diag d;
   struct vf_estimate extended, replayed;
-  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(m, s, &p, &c, &extended, &d), 0);
   assert_int_equal(vf_estimate_replaying(m, s, &p, &c, UINT64_MAX, NULL, NULL, &replayed, &d), 0);
@@ -615,7 +616,7 @@ static void test_quantize_at_load(void **state) {
   struct vf_profile p;
   struct vf_alloc_conf c;
   struct vf_estimate with, without;
-  assert_int_equal(vf_profile_load("torchtune@0.1", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("torchtune@0.1", NULL, &p, &d), 0);
   assert_int_equal(p.quant_load_bytes, 66);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &with, &d), 0);
@@ -649,7 +650,7 @@ static void expect_invalid(struct vf_setup *s, const char *model, const char *wh
   struct vf_diag d;
   struct vf_estimate e;
   load(&m, model);
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   vf_alloc_conf_default(&c);
   vf_diag_clear(&d);
   assert_int_equal(vf_estimate(&m, s, &p, &c, &e, &d), VF_EINVAL);
@@ -895,7 +896,7 @@ static void test_eval_and_save(void **state) {
   struct vf_estimate on = run(&m, &s, "hf");
   struct vf_profile p;
   struct vf_diag d;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   uint64_t states = 2 * TOY_PARAMS * 4, loss = 8 * 256 * (uint64_t)p.logits_peak_bytes;
   uint64_t eval = on.phase_allocated[VF_PHASE_EVAL], save = on.phase_allocated[VF_PHASE_SAVE];
   assert_true(eval >= TOY_PARAMS * 4 + states + loss);
@@ -921,7 +922,7 @@ static void test_dora(void **state) {
   uint64_t dora = run(&m, &s, "hf").phase_allocated[VF_PHASE_LOSS];
   struct vf_profile p;
   struct vf_diag d;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   /* weights and AdamW's two states, and the gradients while zero_grad keeps them */
   uint64_t kept = 2 * 2 * (64 * 64 * 4 + 2 * 8 * 64 * 4), magnitudes = 4 * 512 * (p.zero_grad_frees ? 3 : 4);
   assert_int_equal(dora - lora, kept + magnitudes);
@@ -1132,7 +1133,7 @@ static void hf_timeline(const struct vf_model *m, const struct vf_setup *s, vf_t
   struct vf_alloc_conf c;
   struct vf_diag d;
   struct vf_estimate e;
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate_timeline(m, s, &p, &c, fn, arg, &e, &d), 0);
 }

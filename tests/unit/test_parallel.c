@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/pipeline.h"
+#include "io/profile.h"
 #include "vramfit.h"
 
 /* The toy model of test_estimate.c with 8 layers: hidden 64, 4 heads, MLP 128, vocab 256. */
@@ -54,7 +55,7 @@ static int estimate_with(const char *model, const struct vf_setup *s, const stru
 static int estimate(const char *model, const struct vf_setup *s, const char *framework, vf_timeline_fn fn,
                     void *arg, struct vf_estimate *e, struct vf_diag *d) {
   struct vf_profile p;
-  assert_int_equal(vf_profile_load(framework, NULL, &p, d), 0);
+  assert_int_equal(profile_read(framework, NULL, &p, d), 0);
   return estimate_with(model, s, &p, fn, arg, e, d);
 }
 
@@ -206,7 +207,7 @@ static int64_t activations_at_step(const char *torch, const struct vf_setup *s) 
   struct vf_diag d;
   struct vf_estimate e;
   struct kept k = {.until = VF_PHASE_OPTIMIZER};
-  assert_int_equal(vf_profile_load("torchtitan", torch, &p, &d), 0);
+  assert_int_equal(profile_read("torchtitan", torch, &p, &d), 0);
   if (estimate_with(NULL, s, &p, count_kept, &k, &e, &d)) fail_msg("%s", d.msg);
   assert_true(k.done);
   assert_int_equal(e.pp_rank, 1);
@@ -288,7 +289,7 @@ static bool has_block(const char *model, const struct vf_setup *s, const struct 
 static struct vf_profile profile(const char *framework) {
   struct vf_profile p;
   struct vf_diag d;
-  assert_int_equal(vf_profile_load(framework, NULL, &p, &d), 0);
+  assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include "io/profile.h"
 #include "vramfit.h"
 
 #define GIB (1ull << 30)
@@ -25,7 +26,7 @@ static struct fixture *setup_for(const char *model, const char *gpu) {
   struct vf_diag d;
   vf_model_init(&f->m);
   assert_int_equal(vf_model_load(&f->m, model, &d), 0);
-  assert_int_equal(vf_profile_load("hf", NULL, &f->p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &f->p, &d), 0);
   vf_alloc_conf_default(&f->c);
   assert_int_equal(vf_gpu_lookup(gpu, &f->gpu), 0);
   f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0, NULL, 0, 0};
@@ -147,7 +148,7 @@ static void test_layout_search(void **state) {
   (void)state;
   struct fixture *f = setup_for("llama-3.1-405b", "h100-96gb");
   struct vf_diag d;
-  assert_int_equal(vf_profile_load("torchtitan", NULL, &f->p, &d), 0);
+  assert_int_equal(profile_read("torchtitan", NULL, &f->p, &d), 0);
   struct vf_setup *b = &f->r.base;
   b->weights = VF_PREC_FP32, b->amp = VF_PREC_BF16, b->seq = 8192, b->accumulation = 32;
   b->grad_ckpt = VF_CKPT_FULL, b->gpus = 512, b->shard = VF_SHARD_FSDP;

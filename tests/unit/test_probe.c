@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/profile.h"
 #include "vramfit.h"
 
 #define MAX_LAUNCHES 128
@@ -471,7 +472,7 @@ static void estimate_max_batch(void **state) {
   assert_int_equal(vf_model_from_config_json(&f.m, config, strlen(config), "toy.json", &d), 0);
   vf_setup_default(&f.s);
   f.s.seq = 256;
-  assert_int_equal(vf_profile_load("hf", NULL, &f.p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &f.p, &d), 0);
   vf_alloc_conf_default(&f.c);
   uint64_t b;
   assert_int_equal(vf_estimate_max_batch(&f.m, &f.s, &f.p, &f.c, 1, 4096, &b, &d), VF_EINVAL);

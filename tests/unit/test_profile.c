@@ -83,7 +83,7 @@ static int load_doc(json_t *d, const char *spec_text, const char *torch, struct 
   struct vf_framework_spec spec;
   vf_diag_clear(diag);
   int rc = vf_framework_spec_parse(spec_text, &spec, diag);
-  if (!rc) rc = vf_profile_parse(&spec, torch, &t, p, diag);
+  if (!rc) rc = profile_parse(&spec, torch, &t, p, diag);
   free(fw);
   return rc;
 }
@@ -259,9 +259,27 @@ static void test_bad_versions(void **state) {
   assert_string_equal(spec.version, "2023-10");
   assert_int_equal(vf_torch_release_check("2.13", &d), 0);
   assert_int_equal(vf_torch_release_check("2023-10", &d), VF_EINVAL);
-  struct vf_profile p;
+}
+
+/* Through the API a profile is opaque: loaded, described and freed; a refused load leaves
+ * none behind. */
+static void test_opaque_profile(void **state) {
+  (void)state;
+  struct vf_diag d;
+  struct vf_profile *p = NULL;
   assert_int_equal(vf_profile_load("hf", "two", &p, &d), VF_EINVAL);
+  assert_null(p);
   assert_int_equal(vf_profile_load("jax", NULL, &p, &d), VF_ENOTFOUND);
+  assert_null(p);
+  assert_int_equal(vf_profile_load("hf@4.0", NULL, &p, &d), 0);
+  struct vf_profile_info info;
+  vf_profile_describe(p, &info);
+  assert_string_equal(info.name, "hf");
+  assert_string_equal(info.release, "4.16"); /* the oldest release stands in */
+  assert_string_equal(info.torch, "1.10");
+  assert_true(info.release_predates);
+  assert_false(info.torch_predates);
+  vf_profile_free(p);
 }
 
 /* The releases each shipped profile describes all load, and hf's follow their PyTorch. */
@@ -271,25 +289,25 @@ static void test_shipped_profiles(void **state) {
   struct vf_profile p;
   struct vf_diag d;
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-    if (vf_profile_load(names[i], NULL, &p, &d)) fail_msg("%s: %s: %s", names[i], d.file, d.msg);
+    if (profile_read(names[i], NULL, &p, &d)) fail_msg("%s: %s: %s", names[i], d.file, d.msg);
     char spec[64];
     snprintf(spec, sizeof spec, "%s@%s", names[i], p.release);
-    if (vf_profile_load(spec, NULL, &p, &d)) fail_msg("%s: %s", spec, d.msg);
+    if (profile_read(spec, NULL, &p, &d)) fail_msg("%s: %s", spec, d.msg);
     assert_false(p.release_predates);
   }
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   assert_true(p.zero_grad_frees); /* the Trainer's model.zero_grad() under torch 2 */
   assert_false(p.eager_softmax_saves_input);
-  assert_int_equal(vf_profile_load("hf@4.16", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf@4.16", NULL, &p, &d), 0);
   assert_string_equal(p.torch, "1.10");
   assert_false(p.zero_grad_frees);
   assert_true(p.eager_softmax_saves_input);
   assert_int_equal(p.default_attention, VF_ATTN_EAGER);
-  assert_int_equal(vf_profile_load("hf", "1.13", &p, &d), 0);
+  assert_int_equal(profile_read("hf", "1.13", &p, &d), 0);
   assert_false(p.zero_grad_frees);
   assert_false(p.eager_softmax_saves_input);
   /* A value per model type: torchtune's RoPE tables, Qwen2's twice as wide. */
-  assert_int_equal(vf_profile_load("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
   assert_int_equal(p.rope_table_bytes.n, 3);
   for (uint32_t i = 0; i < p.rope_table_bytes.n; i++)
     if (strcmp(p.rope_table_bytes.type[i], "qwen2") == 0) assert_int_equal(p.rope_table_bytes.value[i], 8);
@@ -317,7 +335,7 @@ static void test_data_dir(void **state) {
   setenv("VRAMFIT_DATA_DIR", dir, 1);
   struct vf_profile p;
   struct vf_diag diag;
-  int ok = vf_profile_load("x@2.0", NULL, &p, &diag), spoiled = vf_profile_load("y", NULL, &p, &diag);
+  int ok = profile_read("x@2.0", NULL, &p, &diag), spoiled = profile_read("y", NULL, &p, &diag);
   unsetenv("VRAMFIT_DATA_DIR");
   assert_int_equal(ok, 0);
   assert_int_equal(spoiled, VF_EFORMAT);
@@ -330,6 +348,7 @@ int main(void) {
       cmocka_unit_test(test_override_chain),   cmocka_unit_test(test_by_month),
       cmocka_unit_test(test_older_than_every_release), cmocka_unit_test(test_torch_indirection),
       cmocka_unit_test(test_refusals),         cmocka_unit_test(test_bad_versions),
+      cmocka_unit_test(test_opaque_profile),
       cmocka_unit_test(test_shipped_profiles), cmocka_unit_test(test_data_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

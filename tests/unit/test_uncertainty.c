@@ -11,6 +11,7 @@
 
 #include "core/spread.h"
 #include "diag_check.h"
+#include "io/profile.h"
 #include "tmpdir.h"
 #include "vramfit.h"
 
@@ -306,7 +307,7 @@ static void plan_tiers_judge_the_high_end(void **state) {
   struct vf_diag d;
   vf_model_init(&m);
   assert_int_equal(vf_model_load(&m, "gpt2", &d), 0);
-  assert_int_equal(vf_profile_load("hf", NULL, &p, &d), 0);
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   vf_alloc_conf_default(&conf);
   assert_int_equal(vf_gpu_lookup("rtx-4090", &gpu), 0);
   struct vf_uncertainty_table t;
