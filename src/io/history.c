@@ -57,11 +57,20 @@ static int make_dirs(const char *dir, struct vf_diag *d) {
   }
 }
 
+/* Switching a new store to WAL needs a lock SQLite takes without calling the busy handler, so
+ * writers that start together on a new store (probe's and watch's, say) meet SQLITE_BUSY
+ * there at once: they retry for as long as the busy timeout would have waited. */
+static int exec_retrying_busy(sqlite3 *db, const char *sql) {
+  int rc, waited = 0;
+  while ((rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) == SQLITE_BUSY && waited < BUSY_MS) waited += sqlite3_sleep(10);
+  return rc;
+}
+
 /* A writer makes the tables a fresh store lacks. */
 static int prepare(struct vf_history *h, struct vf_diag *d) {
   /* WAL: readers never block the writer, and a crash mid-write leaves the last commit. Its
    * NORMAL sync keeps the database whole on power loss too, at the risk of the last run. */
-  if (sqlite3_exec(h->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK ||
+  if (exec_retrying_busy(h->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL") != SQLITE_OK ||
       sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
     return db_error(h, d);
   int rc = sqlite3_exec(h->db, schema, NULL, NULL, NULL);
