@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
+#include "edit/internal.h"
 
 /* Plan fields that are logical keys as they are. */
 static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt",
