@@ -8,7 +8,7 @@
 #include "base/diag.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
-#include "io/edit_internal.h"
+#include "io/doc.h"
 #include "io/workload_trace.h"
 #include "vramfit/workload.h"
 
@@ -95,16 +95,16 @@ static int64_t value_at(const char *file, const char *path) {
   char *text;
   size_t len;
   struct vf_diag d;
-  if (!path[0] || file_read(file, VF_EDIT_MAX_BYTES, &text, &len, &d)) return -1;
-  struct vf_doc doc;
+  if (!path[0] || file_read(file, DOC_MAX_BYTES, &text, &len, &d)) return -1;
+  struct doc doc;
   int64_t v = -1;
   struct yfind f;
   struct vf_value val;
-  if (vf_doc_open(&doc, file, text, len, &d) == 0) {
+  if (doc_open(&doc, file, text, len, &d) == 0) {
     if (ytree_find(&doc.t, path, &f, &d) == 0 && f.node && ynode_value(f.node, &val) && val.kind == VF_VALUE_INT &&
         val.i >= 0)
       v = val.i;
-    vf_doc_close(&doc);
+    doc_close(&doc);
   }
   free(text);
   return v;

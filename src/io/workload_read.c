@@ -7,7 +7,7 @@
 
 #include "base/diag.h"
 #include "core/workload_expr.h"
-#include "io/edit_internal.h"
+#include "io/doc.h"
 
 struct reader {
   struct ytree t;

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 static void expect_diff(const char *a, const char *b, const char *want) {
   char *got;
-  assert_int_equal(vf_diff_unified("f", a, strlen(a), b, strlen(b), &got), 0);
+  assert_int_equal(diff_unified("f", a, strlen(a), b, strlen(b), &got), 0);
   assert_string_equal(got, want);
   free(got);
 }

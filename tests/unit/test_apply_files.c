@@ -1,4 +1,4 @@
-/* Atomic replacement, backups and the "changed on disk" guard (src/io/edit_write.c). */
+/* Atomic replacement, backups and the "changed on disk" guard (src/edit/write.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 #include "tmpdir.h"
 
 static char *slurp(const char *path) {
@@ -33,12 +33,12 @@ static void assert_file(const char *path, const char *want) {
 }
 
 static int replace(const char *path, const char *bytes, char **backup) {
-  struct vf_loaded f;
+  struct target_file f;
   struct vf_diag d;
   vf_diag_clear(&d);
-  int rc = vf_file_load(&f, path, false, true, &d);
-  if (!rc) rc = vf_file_replace(&f, bytes, strlen(bytes), backup, &d);
-  vf_loaded_free(&f);
+  int rc = target_load(&f, path, false, true, &d);
+  if (!rc) rc = target_replace(&f, bytes, strlen(bytes), backup, &d);
+  target_free(&f);
   return rc;
 }
 
@@ -72,9 +72,9 @@ static void changed_on_disk_is_not_clobbered(void **state) {
   char dir[512], path[1024], b0[1100];
   vf_test_tmpdir("apply-changed", dir, sizeof dir);
   vf_test_write(dir, "c.yaml", "v: 1\n", 5, path, sizeof path);
-  struct vf_loaded f;
+  struct target_file f;
   struct vf_diag d;
-  assert_int_equal(vf_file_load(&f, path, false, true, &d), 0);
+  assert_int_equal(target_load(&f, path, false, true, &d), 0);
   /* Same size, and the same mtime put back: only the content tells. */
   struct stat st;
   stat(path, &st);
@@ -85,13 +85,13 @@ static void changed_on_disk_is_not_clobbered(void **state) {
   utimensat(AT_FDCWD, path, times, 0);
   char *backup = NULL;
   vf_diag_clear(&d);
-  assert_int_equal(vf_file_replace(&f, "v: 2\n", 5, &backup, &d), VF_ECHANGED);
+  assert_int_equal(target_replace(&f, "v: 2\n", 5, &backup, &d), VF_ECHANGED);
   assert_non_null(strstr(d.msg, "changed on disk"));
   assert_null(backup);
   assert_file(path, "v: 9\n");
   snprintf(b0, sizeof b0, "%s.backup", path);
   assert_int_equal(access(b0, F_OK), -1);
-  vf_loaded_free(&f);
+  target_free(&f);
 }
 
 static void symlinks_are_followed(void **state) {
@@ -118,19 +118,19 @@ static void refuses_what_it_cannot_write(void **state) {
   vf_test_tmpdir("apply-refuse", dir, sizeof dir);
   vf_test_write(dir, "ro.yaml", "v: 1\n", 5, path, sizeof path);
   chmod(path, 0444);
-  struct vf_loaded f;
+  struct target_file f;
   struct vf_diag d;
   vf_diag_clear(&d);
-  assert_int_equal(vf_file_load(&f, path, false, true, &d), VF_EIO);
+  assert_int_equal(target_load(&f, path, false, true, &d), VF_EIO);
   assert_non_null(strstr(d.msg, "read-only"));
-  vf_loaded_free(&f);
+  target_free(&f);
   /* Read-only is fine when nothing will be written (--dry-run). */
-  assert_int_equal(vf_file_load(&f, path, false, false, &d), 0);
-  vf_loaded_free(&f);
+  assert_int_equal(target_load(&f, path, false, false, &d), 0);
+  target_free(&f);
   vf_diag_clear(&d);
-  assert_int_equal(vf_file_load(&f, dir, false, false, &d), VF_EINVAL);
+  assert_int_equal(target_load(&f, dir, false, false, &d), VF_EINVAL);
   assert_non_null(strstr(d.msg, "directory"));
-  vf_loaded_free(&f);
+  target_free(&f);
 }
 
 static void new_files_do_not_replace_late_arrivals(void **state) {
@@ -138,20 +138,20 @@ static void new_files_do_not_replace_late_arrivals(void **state) {
   char dir[512], path[1024], late[1024];
   vf_test_tmpdir("apply-new", dir, sizeof dir);
   snprintf(path, sizeof path, "%s/new.env", dir);
-  struct vf_loaded f;
+  struct target_file f;
   char *backup = NULL;
-  assert_int_equal(vf_file_load(&f, path, true, true, NULL), 0);
+  assert_int_equal(target_load(&f, path, true, true, NULL), 0);
   assert_false(f.exists);
-  assert_int_equal(vf_file_replace(&f, "A=1\n", 4, &backup, NULL), 0);
+  assert_int_equal(target_replace(&f, "A=1\n", 4, &backup, NULL), 0);
   assert_null(backup);
   assert_file(path, "A=1\n");
-  vf_loaded_free(&f);
+  target_free(&f);
   snprintf(path, sizeof path, "%s/late.env", dir);
-  assert_int_equal(vf_file_load(&f, path, true, true, NULL), 0);
+  assert_int_equal(target_load(&f, path, true, true, NULL), 0);
   vf_test_write(dir, "late.env", "B=2\n", 4, late, sizeof late);
-  assert_int_equal(vf_file_replace(&f, "A=1\n", 4, &backup, NULL), VF_ECHANGED);
+  assert_int_equal(target_replace(&f, "A=1\n", 4, &backup, NULL), VF_ECHANGED);
   assert_file(path, "B=2\n");
-  vf_loaded_free(&f);
+  target_free(&f);
 }
 
 static int count_temps(const char *dir) {
@@ -175,9 +175,9 @@ static void dead_runs_leftovers_are_removed(void **state) {
   vf_test_write(dir, name, "half", 4, tmp, sizeof tmp);
   snprintf(name, sizeof name, ".c.yaml.vramfit-%ld-XyZ789", (long)getpid());
   vf_test_write(dir, name, "live", 4, tmp, sizeof tmp);
-  struct vf_loaded f;
-  assert_int_equal(vf_file_load(&f, path, false, true, NULL), 0);
-  vf_loaded_free(&f);
+  struct target_file f;
+  assert_int_equal(target_load(&f, path, false, true, NULL), 0);
+  target_free(&f);
   assert_int_equal(count_temps(dir), 1); /* the live run's file stays */
 }
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 enum { MAX_BACKUPS = 100000 };
 
@@ -93,7 +93,7 @@ static void remove_stale_temps(const char *dir, const char *base) {
   closedir(dh);
 }
 
-static int check_writable(const struct vf_loaded *f, const char *dir, struct vf_diag *d) {
+static int check_writable(const struct target_file *f, const char *dir, struct vf_diag *d) {
   if (f->exists && (access(f->target, W_OK) != 0 || !(f->mode & 0222)))
     return diag_at(d, VF_EIO, f->path, UINT64_MAX, "the file is read-only; nothing written");
   if (access(dir, W_OK | X_OK) != 0)
@@ -104,7 +104,7 @@ static int check_writable(const struct vf_loaded *f, const char *dir, struct vf_
 }
 
 /* Resolves symlinks and opens the file; *fd stays -1 when it is missing and that is allowed. */
-static int open_target(struct vf_loaded *f, bool missing_ok, int *fd, struct vf_diag *d) {
+static int open_target(struct target_file *f, bool missing_ok, int *fd, struct vf_diag *d) {
   *fd = -1;
   char *real = realpath(f->path, NULL);
   if (!real && errno == ENOENT && missing_ok) {
@@ -120,16 +120,16 @@ static int open_target(struct vf_loaded *f, bool missing_ok, int *fd, struct vf_
   return *fd < 0 ? io_error(d, f->path, "cannot open") : 0;
 }
 
-static int read_target(struct vf_loaded *f, int fd, struct vf_diag *d) {
+static int read_target(struct target_file *f, int fd, struct vf_diag *d) {
   struct stat st;
   if (fstat(fd, &st) != 0) return io_error(d, f->path, "cannot stat");
   if (S_ISDIR(st.st_mode))
     return diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is a directory, not a file");
   if (!S_ISREG(st.st_mode))
     return diag_at(d, VF_EINVAL, f->path, UINT64_MAX, "is not a regular file");
-  int rc = read_all(fd, &f->bytes, &f->len, VF_EDIT_MAX_BYTES);
+  int rc = read_all(fd, &f->bytes, &f->len, DOC_MAX_BYTES);
   if (rc == VF_ERANGE)
-    return diag_at(d, rc, f->path, UINT64_MAX, "larger than %u bytes", VF_EDIT_MAX_BYTES);
+    return diag_at(d, rc, f->path, UINT64_MAX, "larger than %u bytes", DOC_MAX_BYTES);
   if (rc == VF_EIO) return io_error(d, f->path, "read error");
   if (rc) return rc;
   f->exists = true;
@@ -143,8 +143,8 @@ static int read_target(struct vf_loaded *f, int fd, struct vf_diag *d) {
   return 0;
 }
 
-int vf_file_load(struct vf_loaded *f, const char *path, bool missing_ok, bool writable,
-                 struct vf_diag *d) {
+int target_load(struct target_file *f, const char *path, bool missing_ok, bool writable,
+                struct vf_diag *d) {
   memset(f, 0, sizeof *f);
   if (!(f->path = strdup(path))) return VF_ENOMEM;
   int fd, rc = open_target(f, missing_ok, &fd, d);
@@ -164,14 +164,14 @@ int vf_file_load(struct vf_loaded *f, const char *path, bool missing_ok, bool wr
   return rc;
 }
 
-void vf_loaded_free(struct vf_loaded *f) {
+void target_free(struct target_file *f) {
   free(f->path);
   free(f->target);
   free(f->bytes);
   memset(f, 0, sizeof *f);
 }
 
-int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
+int target_unchanged(const struct target_file *f, struct vf_diag *d) {
   struct stat st;
   int fd = open(f->target, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && !f->exists) return 0;
@@ -180,7 +180,7 @@ int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
               mtime_ns(&st) == f->mtime_ns;
   char *now = NULL;
   size_t len = 0;
-  if (same) same = read_all(fd, &now, &len, VF_EDIT_MAX_BYTES) == 0 && len == f->len &&
+  if (same) same = read_all(fd, &now, &len, DOC_MAX_BYTES) == 0 && len == f->len &&
                    memcmp(now, f->bytes, len) == 0;
   free(now);
   if (fd >= 0) close(fd);
@@ -191,7 +191,7 @@ int vf_file_unchanged(const struct vf_loaded *f, struct vf_diag *d) {
 
 /* Writes bytes to a new temporary file next to target; *tmp gets its path. */
 static int write_temp(const char *target, const char *bytes, size_t len, unsigned mode,
-                      const struct vf_loaded *owner, char **tmp, struct vf_diag *d) {
+                      const struct target_file *owner, char **tmp, struct vf_diag *d) {
   char *dir = dir_of(target);
   struct sbuf name = {0};
   sb_printf(&name, "%s/.%s.vramfit-%ld-XXXXXX", dir ? dir : ".", base_of(target), (long)getpid());
@@ -221,7 +221,7 @@ static int write_temp(const char *target, const char *bytes, size_t len, unsigne
 }
 
 /* Links the old content under the first free backup name. */
-static int write_backup(const struct vf_loaded *f, char **backup, struct vf_diag *d) {
+static int write_backup(const struct target_file *f, char **backup, struct vf_diag *d) {
   char *tmp;
   int rc = write_temp(f->target, f->bytes, f->len, f->mode, f, &tmp, d);
   if (rc) return rc;
@@ -257,19 +257,19 @@ static unsigned new_file_mode(void) {
   return 0666u & ~(unsigned)mask;
 }
 
-int vf_file_replace(const struct vf_loaded *f, const char *bytes, size_t len, char **backup,
-                    struct vf_diag *d) {
+int target_replace(const struct target_file *f, const char *bytes, size_t len, char **backup,
+                   struct vf_diag *d) {
   *backup = NULL;
-  int rc = vf_file_unchanged(f, d);
+  int rc = target_unchanged(f, d);
   if (!rc && f->exists) rc = write_backup(f, backup, d);
   char *tmp = NULL;
   if (!rc) rc = write_temp(f->target, bytes, len, f->exists ? f->mode : new_file_mode(), f, &tmp, d);
   if (rc) return rc;
-  rc = vf_file_unchanged(f, d);
+  rc = target_unchanged(f, d);
   if (!rc && f->exists && rename(tmp, f->target) != 0) rc = io_error(d, f->path, "cannot replace");
   /* A file that did not exist is linked, not renamed, so one created meanwhile survives. */
   if (!rc && !f->exists && link(tmp, f->target) != 0)
-    rc = errno == EEXIST ? vf_file_unchanged(f, d) : io_error(d, f->path, "cannot create");
+    rc = errno == EEXIST ? target_unchanged(f, d) : io_error(d, f->path, "cannot create");
   if (rc || !f->exists) unlink(tmp);
   free(tmp);
   if (!rc) {

@@ -9,7 +9,7 @@
 #include <strings.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 enum ltype { L_INT, L_ENUM, L_LIST };
 
@@ -171,7 +171,7 @@ static bool wanted_equals_json(const struct slot *sl, const json_t *j) {
     return false;
   }
   struct vf_value v;
-  return vf_value_from_json(j, &v) == 0 && vf_value_same(&v, &sl->direct);
+  return value_from_json(j, &v) == 0 && value_same(&v, &sl->direct);
 }
 
 static int wanted_value(const struct slot *sl, struct vf_value *v) {
@@ -179,7 +179,7 @@ static int wanted_value(const struct slot *sl, struct vf_value *v) {
     *v = sl->direct;
     return 0;
   }
-  return vf_value_from_json(vf_spelling_first(sl->spelling), v);
+  return value_from_json(spelling_first(sl->spelling), v);
 }
 
 static int found_node(const struct afile *f, const struct slot *sl, const struct ynode *n,
@@ -198,7 +198,7 @@ static int found_node(const struct afile *f, const struct slot *sl, const struct
                       "to replace it",
                       path, n->value, path);
   bool same = n->kind == YN_SCALAR &&
-              (sl->spelling ? vf_spelling_matches(sl->spelling, n) : ynode_equals(n, &sl->direct));
+              (sl->spelling ? spelling_matches(sl->spelling, n) : ynode_equals(n, &sl->direct));
   if (same) return 0;
   r->edit = true;
   return wanted_value(sl, &r->value);
@@ -238,7 +238,7 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
       best_depth = missing_depth(&fd);
       best_at = fd.parent ? fd.parent->start : 0;
     }
-    if (!r->def) r->def = vf_format_default(f->fmt, sl->cands[i]);
+    if (!r->def) r->def = format_default(f->fmt, sl->cands[i]);
   }
   r->path = best ? best : sl->cands[0];
   r->at = best_at;
@@ -287,10 +287,10 @@ static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *wh
     if (which[e]) j->res->o[e] = worst;
   for (size_t i = 0; i < n && worst == O_LANDED; i++) {
     int rc = r[i].o != O_AUTO ? 0
-             : vf_apply_note(j->s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
-                             j->f->pub->path, r[i].path);
+             : queue_note(j->s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
+                          j->f->pub->path, r[i].path);
     if (!rc && r[i].edit)
-      rc = afile_add(j->f, j->set->key, r[i].path, &r[i].value, r[i].create, slots[i].keep_type,
+      rc = queue_add(j->f, j->set->key, r[i].path, &r[i].value, r[i].create, slots[i].keep_type,
                      NULL, j->d);
     if (rc) return rc;
   }
@@ -311,7 +311,7 @@ static int run_paths(struct job *j, const json_t *entry, const struct lvalue *v,
   if (over) cands[n++] = over;
   for (size_t i = 0; !over && i < json_array_size(paths) && n < 16; i++)
     cands[n++] = json_string_value(json_array_get(paths, i));
-  struct slot sl = {cands, n, NULL, {0}, vf_format_keeps_auto(j->f->fmt), false, true};
+  struct slot sl = {cands, n, NULL, {0}, format_keeps_auto(j->f->fmt), false, true};
   if (values) {
     sl.spelling = json_object_get(values, v->text);
     if (!sl.spelling) {
@@ -348,7 +348,7 @@ static int run_set(struct job *j, const json_t *set, const struct lvalue *v) {
   json_object_foreach(merged, path, sp) {
     if (n == 16) break;
     paths[n] = path;
-    slots[n] = (struct slot){&paths[n], 1, sp, {0}, vf_format_keeps_auto(j->f->fmt), false, true};
+    slots[n] = (struct slot){&paths[n], 1, sp, {0}, format_keeps_auto(j->f->fmt), false, true};
     n++;
   }
   bool any = false;
@@ -382,16 +382,16 @@ static int pick_family(struct job *j, const json_t *entry, const char *over, str
     if (dash && plain && strcmp(dash + 1, plain) == 0) v->text[dash - v->text] = '\0';
     return 0;
   }
-  const char *family = vf_format_family(entry, current(j->f, entry, over));
+  const char *family = format_family(entry, current(j->f, entry, over));
   for (size_t i = 1; family && i < json_array_size(variants); i++) {
     const char *name = json_string_value(json_array_get(variants, i));
     const char *suffix = name ? strrchr(name, '-') : NULL;
     if (!suffix || strcmp(suffix, family) != 0) continue;
-    int rc = vf_apply_note(j->s->a, "%s: %s=%s written as %s, the family the file uses (%s); "
-                           "ask for %s=%s to change it", j->f->pub->path, v->l->name, v->text,
-                           name, strcmp(family, "-true") == 0 ? "the weights themselves in that "
-                           "dtype, no fp32 master copy" : "fp32 master weights and autocast",
-                           v->l->name, json_string_value(json_array_get(variants, 0)));
+    int rc = queue_note(j->s->a, "%s: %s=%s written as %s, the family the file uses (%s); "
+                        "ask for %s=%s to change it", j->f->pub->path, v->l->name, v->text,
+                        name, strcmp(family, "-true") == 0 ? "the weights themselves in that "
+                        "dtype, no fp32 master copy" : "fp32 master weights and autocast",
+                        v->l->name, json_string_value(json_array_get(variants, 0)));
     snprintf(v->text, sizeof v->text, "%s", name);
     return rc;
   }
@@ -409,14 +409,14 @@ static int landed_note(struct job *j, const json_t *entry, const struct lvalue *
   const json_t *want;
   json_object_foreach((json_t *)json_object_get(n, "if"), path, want) {
     struct vf_value cur, w;
-    if (!afile_get(j->f, path, &cur, NULL) || vf_value_from_json(want, &w) || !vf_value_same(&cur, &w))
+    if (!queue_get(j->f, path, &cur, NULL) || value_from_json(want, &w) || !value_same(&cur, &w))
       return 0;
   }
-  return vf_apply_note(j->s->a, "%s: %s", j->f->pub->path, text);
+  return queue_note(j->s->a, "%s: %s", j->f->pub->path, text);
 }
 
 /* A key the tool derives from others ("derived": the path that holds it): litgpt's
- * accumulation is global_batch_size / (micro batch x devices), kept by edit_check.c. */
+ * accumulation is global_batch_size / (micro batch x devices), kept by check.c. */
 static int run_derived(struct job *j, const json_t *entry, const struct lvalue *v) {
   j->f->accumulation = v->i;
   snprintf(j->res->path, sizeof j->res->path, "%s", json_string_value(json_object_get(entry, "derived")));
@@ -429,7 +429,7 @@ static int run_logical(struct job *j, const struct logical *l) {
   int rc = parse_logical(&v, l, j->set->value, j->d);
   if (rc) return rc;
   const char *over = override_of(j->s, l->name);
-  const json_t *entry = vf_format_key(j->f->fmt, l->name);
+  const json_t *entry = format_key(j->f->fmt, l->name);
   if (!over && json_object_get(entry, "derived")) return run_derived(j, entry, &v);
   rc = pick_family(j, entry, over, &v);
   if (rc) return rc;
@@ -485,7 +485,7 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
   value_text(set, e, val, sizeof val);
   const struct ytree *t = &f->doc.t;
   bool required = !set->from_plan;
-  const char *why = vf_format_reason(f->fmt, set->key);
+  const char *why = format_reason(f->fmt, set->key);
   char def[96] = "";
   if (r->def) {
     char *dt = json_dumps(r->def, JSON_ENCODE_ANY);
@@ -498,12 +498,12 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
                       r->path, set->key, val, def);
   case O_MISSING_NODEFAULT:
     if (!required)
-      return vf_apply_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
+      return queue_note(s->a, "%s: no %s for %s=%s; not written", f->pub->path, r->path, set->key, val);
     if (strcmp(r->path, path_of(set->key)) == 0)
       return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no key %s; --create adds it", r->path);
     return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s; --create adds it", r->path, set->key, val);
   case O_AUTO:
-    if (!required) return vf_apply_note(s->a, "%s: %s stays \"auto\"; not written", f->pub->path, r->path);
+    if (!required) return queue_note(s->a, "%s: %s stays \"auto\"; not written", f->pub->path, r->path);
     return ytree_diag(t, d, VF_EINVAL, r->at,
                       "%s is \"auto\" (the HF Trainer fills it from TrainingArguments): give that "
                       "file too, or --set %s=VALUE to replace it",
@@ -550,8 +550,8 @@ static int settle_group(struct astate *s, size_t first, struct result **res, str
       for (size_t m = 0; landed && e == 0 && m < nm; m++) {
         const struct result *r = &res[members[m]][k];
         int rc = r->o[e] != O_AUTO ? 0
-                 : vf_apply_note(s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
-                                 s->f[members[m]].pub->path, r->path);
+                 : queue_note(s->a, "%s: %s stays \"auto\" (filled from TrainingArguments)",
+                              s->f[members[m]].pub->path, r->path);
         if (rc) return rc;
       }
       if (landed) continue;
@@ -573,7 +573,7 @@ static int resolve_file(struct astate *s, struct afile *f, struct result *res, s
   return 0;
 }
 
-int vf_resolve_settings(struct astate *s, struct vf_diag *d) {
+int resolve_settings(struct astate *s, struct vf_diag *d) {
   for (size_t i = 0; i < s->o->n_maps; i++)
     if (!logical_of(s->o->maps[i].key))
       return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 static const char *const names[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
 enum { N_NAMES = 2, MAX_OPTS = 32 };

@@ -6,7 +6,7 @@
 #include "base/diag.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 /* Plan fields that are logical keys as they are. */
 static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt",

@@ -11,7 +11,7 @@
 
 #include "base/diag.h"
 #include "base/fileio.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 /* One config a defaults entry after _self_ merges in. */
 struct later {
@@ -114,16 +114,16 @@ static bool later_sets(const struct later *l, const char *p, const char **rest, 
   char *text;
   size_t len;
   *readable = false;
-  if (file_read(l->file, VF_EDIT_MAX_BYTES, &text, &len, NULL) != 0) return false;
+  if (file_read(l->file, DOC_MAX_BYTES, &text, &len, NULL) != 0) return false;
   struct later real = *l;
   package_header(text, len, real.package, sizeof real.package);
-  struct vf_doc doc;
+  struct doc doc;
   bool sets = false;
-  if ((*rest = inside(&real, p)) && vf_doc_open(&doc, l->file, text, len, NULL) == 0) {
+  if ((*rest = inside(&real, p)) && doc_open(&doc, l->file, text, len, NULL) == 0) {
     struct yfind fd;
     *readable = true;
     sets = ytree_find(&doc.t, *rest, &fd, NULL) == 0 && fd.node;
-    vf_doc_close(&doc);
+    doc_close(&doc);
   }
   free(text);
   return sets;
@@ -146,7 +146,7 @@ static int redirect(struct astate *s, struct afile *f, size_t k, const struct la
   struct afile *g = file_in_call(s, l->file);
   struct vf_value cur;
   size_t at = 0;
-  afile_get(f, p->path, &cur, &at);
+  queue_get(f, p->path, &cur, &at);
   if (!g)
     return ytree_diag(&f->doc.t, d, VF_EINVAL, at, "%s: the defaults entry '%s' comes after "
                       "_self_ and sets it too (%s), so a value here changes nothing: give %s "
@@ -154,7 +154,7 @@ static int redirect(struct astate *s, struct afile *f, size_t k, const struct la
                       l->file, l->file);
   char why[512];
   snprintf(why, sizeof why, "%s's defaults entry '%s' overrides %s there", f->pub->path, l->entry, p->path);
-  int rc = afile_add(g, p->key, rest, &p->value, p->create, p->keep_type, why, d);
+  int rc = queue_add(g, p->key, rest, &p->value, p->create, p->keep_type, why, d);
   if (!rc) drop_edit(f, k);
   *moved = rc == 0;
   return rc;
@@ -170,14 +170,14 @@ static int check_edit(struct astate *s, struct afile *f, size_t k, const struct 
     if (later_sets(&l[i], f->edits[k].path, &rest, &readable))
       return redirect(s, f, k, &l[i], rest, moved, d);
     if (!readable)
-      return vf_apply_note(s->a, "%s: %s: the defaults entry '%s' comes after _self_ and may set "
-                           "it; %s could not be read to check", f->pub->path, f->edits[k].path,
-                           l[i].entry, l[i].file);
+      return queue_note(s->a, "%s: %s: the defaults entry '%s' comes after _self_ and may set "
+                        "it; %s could not be read to check", f->pub->path, f->edits[k].path,
+                        l[i].entry, l[i].file);
   }
   return 0;
 }
 
-int vf_check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d) {
+int check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d) {
   const struct ynode *defaults = root_get(f->doc.t.root, "defaults");
   if (!defaults || defaults->kind != YN_SEQ || !f->n_edits) return 0;
   char dir[PATH_MAX];

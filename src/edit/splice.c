@@ -1,50 +1,11 @@
-/* Surgical YAML/JSON editing: locate a value with libyaml, replace only its bytes (or
- * append a key to its mapping), then re-parse and check that nothing else changed. */
+/* Surgical YAML/JSON editing: locate a value in the document's node tree, replace only its
+ * bytes (or append a key to its mapping), then have verify.c re-parse the result and check
+ * that nothing else changed. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/diag.h"
-#include "base/fileio.h"
-#include "base/json_util.h"
-#include "io/edit_internal.h"
-
-static bool looks_json(const char *file, const char *text, size_t len) {
-  size_t i = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
-  while (i < len && strchr(" \t\r\n", text[i])) i++;
-  return str_ends_with(file, ".json") || (i < len && (text[i] == '{' || text[i] == '['));
-}
-
-int vf_doc_open(struct vf_doc *doc, const char *file, const char *text, size_t len,
-                struct vf_diag *d) {
-  memset(doc, 0, sizeof *doc);
-  doc->file = strdup(file);
-  if (!doc->file) return VF_ENOMEM;
-  bool json = false;
-  if (looks_json(file, text, len)) {
-    size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
-    json_t *j = NULL;
-    struct vf_diag jd;
-    vf_diag_clear(&jd);
-    int rc = parse_json_text(text + bom, len - bom, file, &j, &jd);
-    json_decref(j);
-    /* A flow-style YAML file also starts with '{': only a .json name insists on JSON. */
-    if (rc && str_ends_with(file, ".json")) {
-      if (d) *d = jd;
-      vf_doc_close(doc);
-      return rc;
-    }
-    json = rc == 0;
-  }
-  int rc = ytree_parse(&doc->t, doc->file, text, len, json, d);
-  if (rc) vf_doc_close(doc);
-  return rc;
-}
-
-void vf_doc_close(struct vf_doc *doc) {
-  ytree_free(&doc->t);
-  free(doc->file);
-  doc->file = NULL;
-}
+#include "edit/internal.h"
 
 void vf_edited_cleanup(struct vf_edited *e) {
   for (size_t i = 0; i < e->n_changes; i++) {
@@ -125,7 +86,7 @@ static int replace_value(const struct ytree *t, const struct vf_path_edit *e, co
   /* An empty value (`key:`) needs the space YAML wants after the colon. */
   size_t lead = n->vstart == n->end && n->vstart > 0 && t->text[n->vstart - 1] == ':';
   if (lead) sb_puts(&val, " ");
-  rc = vf_render_value(&val, &e->value, t->json, n, first_bool(t->root));
+  rc = render_value(&val, &e->value, t->json, n, first_bool(t->root));
   if (!rc) rc = splice(out, t, n->vstart, n->end, val.p, val.len);
   if (!rc)
     rc = fill_change(ch, t, e->path, n->vstart, t->text + n->vstart, n->end - n->vstart,
@@ -167,12 +128,12 @@ static int render_block(struct sbuf *out, const struct ytree *t, const char *res
     char *key = bytes_dup(rest, n);
     if (!key) return VF_ENOMEM;
     sb_printf(out, "%*s", (int)(indent + depth * step), "");
-    vf_render_key(out, key, false);
+    render_key(out, key, false);
     free(key);
     sb_puts(out, ":");
     if (!rest[n]) {
       sb_puts(out, " ");
-      int rc = vf_render_value(out, v, false, NULL, first_bool(t->root));
+      int rc = render_value(out, v, false, NULL, first_bool(t->root));
       if (rc) return rc;
       if (final_eol) sb_puts(out, t->eol);
       return out->oom ? VF_ENOMEM : 0;
@@ -187,10 +148,10 @@ static int render_flow(struct sbuf *out, const struct ytree *t, const char *rest
   size_t n = strcspn(rest, ".");
   char *key = bytes_dup(rest, n);
   if (!key) return VF_ENOMEM;
-  vf_render_key(out, key, t->json);
+  render_key(out, key, t->json);
   free(key);
   sb_puts(out, ": ");
-  if (!rest[n]) return vf_render_value(out, v, t->json, NULL, bool_style);
+  if (!rest[n]) return render_value(out, v, t->json, NULL, bool_style);
   sb_puts(out, "{");
   int rc = render_flow(out, t, rest + n + 1, v, bool_style);
   sb_puts(out, "}");
@@ -250,136 +211,12 @@ static int create_value(const struct ytree *t, const struct vf_path_edit *e, con
   if (!rc) rc = splice(out, t, at, at, ins.p, ins.len);
   if (!rc) {
     struct sbuf val = {0};
-    rc = vf_render_value(&val, &e->value, t->json, NULL, first_bool(t->root));
+    rc = render_value(&val, &e->value, t->json, NULL, first_bool(t->root));
     if (!rc) rc = fill_change(ch, t, e->path, f->parent ? f->parent->start : 0, "", 0, val.p, val.len);
     ch->created = 1;
     sb_free(&val);
   }
   sb_free(&ins);
-  return rc;
-}
-
-/* ---- verification ---- */
-
-struct target {
-  const struct ynode *old, *now;
-};
-
-struct verify {
-  const struct ytree *o, *n;
-  struct target *tg;
-  size_t ntg;
-  struct vf_diag *d;
-};
-
-static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
-
-static const struct target *target_of(const struct verify *v, const struct ynode *now) {
-  for (size_t i = 0; i < v->ntg; i++)
-    if (v->tg[i].now == now) return &v->tg[i];
-  return NULL;
-}
-
-static int differs(const struct verify *v, const struct ynode *now, const char *what) {
-  return ytree_diag(v->n, v->d, VF_EFORMAT, now ? now->start : 0,
-                    "cannot edit safely: the result would also change %s here", what);
-}
-
-static bool key_repeated(const struct ynode *m, size_t i) {
-  const struct ynode *k = m->kid[i];
-  for (size_t j = 0; j < m->nkid; j += 2)
-    if (j != i && m->kid[j]->kind == YN_SCALAR && m->kid[j]->vlen == k->vlen &&
-        memcmp(m->kid[j]->value, k->value, k->vlen) == 0)
-      return true;
-  return false;
-}
-
-/* Appended entries must be exactly the keys the edits created. */
-static int check_created(const struct verify *v, const struct ynode *m, size_t from) {
-  for (size_t i = from; i + 1 < m->nkid; i += 2) {
-    const struct ynode *k = m->kid[i], *val = m->kid[i + 1];
-    if (k->kind != YN_SCALAR || k->tag || k->anchor || key_repeated(m, i))
-      return differs(v, k, "a key");
-    if (val->tag || val->anchor) return differs(v, val, "a value");
-    if (val->kind == YN_MAP) {
-      int rc = val->nkid ? check_created(v, val, 0) : differs(v, val, "a value");
-      if (rc) return rc;
-      continue;
-    }
-    const struct target *t = target_of(v, val);
-    if (val->kind != YN_SCALAR || !t || t->old) return differs(v, val, "a value");
-  }
-  return 0;
-}
-
-static int compare(const struct verify *v, const struct ynode *o, const struct ynode *n) {
-  const struct target *t = target_of(v, n);
-  /* An edited value keeps its anchor: aliases elsewhere still name it. */
-  if (t && t->old == o)
-    return same_str(o->tag, n->tag) && same_str(o->anchor, n->anchor) ? 0 : differs(v, n, "an anchor");
-  if (o->kind != n->kind || o->style != n->style || !same_str(o->tag, n->tag) ||
-      !same_str(o->anchor, n->anchor))
-    return differs(v, n, "the style, tag or anchor");
-  if (o->kind == YN_SCALAR || o->kind == YN_ALIAS) {
-    if (o->vlen != n->vlen || memcmp(o->value, n->value, o->vlen) != 0) return differs(v, n, "a value");
-    return 0;
-  }
-  if (n->nkid < o->nkid || (o->kind == YN_SEQ && n->nkid != o->nkid))
-    return differs(v, n, "the number of entries");
-  for (size_t i = 0; i < o->nkid; i++) {
-    int rc = compare(v, o->kid[i], n->kid[i]);
-    if (rc) return rc;
-  }
-  return o->kind == YN_MAP ? check_created(v, n, o->nkid) : 0;
-}
-
-static int find_targets(struct verify *v, const struct vf_path_edit *edits, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    struct yfind fo, fn;
-    int rc = ytree_find(v->n, edits[i].path, &fn, v->d);
-    if (rc) return rc;
-    if (!fn.node || !ynode_equals(fn.node, &edits[i].value))
-      return ytree_diag(v->n, v->d, VF_EFORMAT, fn.node ? fn.node->start : 0,
-                        "cannot edit safely: %s does not read back as the value written",
-                        edits[i].path);
-    rc = ytree_find(v->o, edits[i].path, &fo, v->d);
-    if (rc) return rc;
-    if ((!fo.node && !edits[i].create) || (fo.node && fo.node->kind != YN_SCALAR))
-      return ytree_diag(v->o, v->d, VF_EFORMAT, 0, "cannot edit safely: %s was not a value there",
-                        edits[i].path);
-    v->tg[i] = (struct target){fo.node, fn.node};
-  }
-  return 0;
-}
-
-static int verify_docs(const struct vf_doc *o, const struct vf_doc *n,
-                       const struct vf_path_edit *edits, size_t ne, struct vf_diag *d) {
-  if (o->t.json != n->t.json)
-    return diag_line(d, VF_EFORMAT, o->file, 1, 1, "cannot edit safely: the result is not JSON");
-  struct verify v = {&o->t, &n->t, calloc(ne ? ne : 1, sizeof *v.tg), ne, d};
-  if (!v.tg) return VF_ENOMEM;
-  int rc = find_targets(&v, edits, ne);
-  if (!rc && o->t.root && n->t.root) rc = compare(&v, o->t.root, n->t.root);
-  else if (!rc && n->t.root) rc = n->t.root->kind == YN_MAP ? check_created(&v, n->t.root, 0)
-                                                            : differs(&v, n->t.root, "the document");
-  else if (!rc && o->t.root) rc = differs(&v, NULL, "the document");
-  free(v.tg);
-  return rc;
-}
-
-int vf_edit_verify(const char *file, const char *old, size_t old_len, const char *new_text,
-                   size_t new_len, const struct vf_path_edit *edits, size_t n, struct vf_diag *d) {
-  struct vf_doc o, nd;
-  int rc = vf_doc_open(&o, file, old, old_len, d);
-  if (rc) return rc;
-  rc = vf_doc_open(&nd, file, new_text, new_len, d);
-  if (rc) {
-    vf_doc_close(&o);
-    return rc == VF_ENOMEM ? rc : VF_EFORMAT;
-  }
-  rc = verify_docs(&o, &nd, edits, n, d);
-  vf_doc_close(&nd);
-  vf_doc_close(&o);
   return rc;
 }
 
@@ -414,7 +251,7 @@ static int edit_step(const struct ytree *t, const struct vf_path_edit *e, bool c
 
 /* Edits run one at a time on the text the previous one produced, values first and new
  * keys last, so that every step sees real positions. */
-static int run_edits(const char *file, struct vf_doc *doc, char **cur, size_t *cur_len,
+static int run_edits(const char *file, struct doc *doc, char **cur, size_t *cur_len,
                      const struct vf_path_edit *edits, size_t n, struct vf_edited *out,
                      struct vf_diag *d) {
   for (int pass = 0; pass < 2; pass++) {
@@ -424,10 +261,10 @@ static int run_edits(const char *file, struct vf_doc *doc, char **cur, size_t *c
       int rc = edit_step(&doc->t, &edits[i], pass == 1, &next, ch, d);
       if (!rc && next.len) {
         out->n_changes++;
-        vf_doc_close(doc);
+        doc_close(doc);
         free(*cur);
         *cur = sb_take(&next, cur_len);
-        rc = *cur ? vf_doc_open(doc, file, *cur, *cur_len, d) : VF_ENOMEM;
+        rc = *cur ? doc_open(doc, file, *cur, *cur_len, d) : VF_ENOMEM;
       }
       sb_free(&next);
       if (rc) return rc;
@@ -453,13 +290,13 @@ int vf_edit_buffer(const char *file, const char *text, size_t len, const struct 
   out->changes = calloc(n ? n : 1, sizeof *out->changes);
   char *cur = bytes_dup(text, len);
   size_t cur_len = len;
-  struct vf_doc doc;
+  struct doc doc;
   if (!out->changes || !cur) rc = VF_ENOMEM;
-  if (!rc) rc = vf_doc_open(&doc, file, cur, cur_len, d);
+  if (!rc) rc = doc_open(&doc, file, cur, cur_len, d);
   if (!rc) {
     rc = run_edits(file, &doc, &cur, &cur_len, edits, n, out, d);
     if (!rc) locate_changes(&doc.t, out);
-    vf_doc_close(&doc);
+    doc_close(&doc);
   }
   if (!rc) rc = vf_edit_verify(file, text, len, cur, cur_len, edits, n, d);
   if (rc) {

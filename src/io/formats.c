@@ -7,7 +7,7 @@
  *   "keys": {logical: {"paths": [candidates, first present wins],
  *                      "values": {logical value: spelling}}
  *           | {logical: {"set": {logical value: {path: spelling}}}}
- *           | {logical: {"derived": path}}  (the tool computes it from others; see edit_check.c)
+ *           | {logical: {"derived": path}}  (computed from other keys by src/edit/check.c)
  *     each entry may add "families": {plain value: [variants, default first]} (precision:
  *     bf16 -> bf16-mixed or bf16-true, whichever family the file uses), "plain": "mixed" or
  *     "true" (the family this map's plain values are), and "notes": {value: sentence, or
@@ -19,13 +19,14 @@
 
 #include "base/diag.h"
 #include "base/json_util.h"
+#include "base/sbuf.h"
 #include "io/data.h"
-#include "io/edit_internal.h"
+#include "io/formats.h"
 
 enum { CLAIM_SCORE = 3 };
 
 struct loader {
-  struct vf_formats *fs;
+  struct formats *fs;
   struct vf_diag *d;
 };
 
@@ -40,7 +41,7 @@ static int load_one(const char *path, void *arg) {
   vf_data_release(bytes);
   if (rc) return rc;
   const char *name = json_string_value(json_object_get(map, "name"));
-  struct vf_format *grown = realloc(l->fs->v, (l->fs->n + 1) * sizeof *grown);
+  struct format *grown = realloc(l->fs->v, (l->fs->n + 1) * sizeof *grown);
   char *copy = name ? strdup(name) : NULL;
   if (!grown || !copy || !json_is_object(json_object_get(map, "keys"))) {
     if (grown) l->fs->v = grown;
@@ -49,19 +50,19 @@ static int load_one(const char *path, void *arg) {
     return name ? VF_ENOMEM : diag_at(l->d, VF_EFORMAT, path, UINT64_MAX, "no \"name\"");
   }
   l->fs->v = grown;
-  l->fs->v[l->fs->n++] = (struct vf_format){copy, map};
+  l->fs->v[l->fs->n++] = (struct format){copy, map};
   return 0;
 }
 
-int vf_formats_load(struct vf_formats *fs, struct vf_diag *d) {
+int formats_load(struct formats *fs, struct vf_diag *d) {
   memset(fs, 0, sizeof *fs);
   struct loader l = {fs, d};
   int rc = vf_data_each("formats/", load_one, &l);
-  if (rc) vf_formats_free(fs);
+  if (rc) formats_free(fs);
   return rc;
 }
 
-void vf_formats_free(struct vf_formats *fs) {
+void formats_free(struct formats *fs) {
   for (size_t i = 0; i < fs->n; i++) {
     free(fs->v[i].name);
     json_decref(fs->v[i].map);
@@ -70,8 +71,8 @@ void vf_formats_free(struct vf_formats *fs) {
   memset(fs, 0, sizeof *fs);
 }
 
-const struct vf_format *vf_formats_find(const struct vf_formats *fs, const char *name,
-                                        struct vf_diag *d) {
+const struct format *formats_find(const struct formats *fs, const char *name,
+                                  struct vf_diag *d) {
   struct sbuf names = {0};
   for (size_t i = 0; i < fs->n; i++) {
     if (strcmp(fs->v[i].name, name) == 0) {
@@ -86,7 +87,7 @@ const struct vf_format *vf_formats_find(const struct vf_formats *fs, const char 
   return NULL;
 }
 
-static int score(const struct vf_format *f, const struct vf_doc *doc) {
+static int score(const struct format *f, const struct doc *doc) {
   const char *syntax = json_string_value(json_object_get(f->map, "syntax"));
   if (syntax && strcmp(syntax, "json") == 0 && !doc->t.json) return 0;
   const char *path;
@@ -99,8 +100,8 @@ static int score(const struct vf_format *f, const struct vf_doc *doc) {
   return total;
 }
 
-const struct vf_format *vf_formats_detect(const struct vf_formats *fs, const struct vf_doc *doc) {
-  const struct vf_format *best = NULL;
+const struct format *formats_detect(const struct formats *fs, const struct doc *doc) {
+  const struct format *best = NULL;
   int best_score = CLAIM_SCORE - 1;
   json_int_t best_prio = 0;
   for (size_t i = 0; i < fs->n; i++) {
@@ -115,23 +116,23 @@ const struct vf_format *vf_formats_detect(const struct vf_formats *fs, const str
   return best;
 }
 
-const json_t *vf_format_key(const struct vf_format *f, const char *key) {
+const json_t *format_key(const struct format *f, const char *key) {
   return f ? json_object_get(json_object_get(f->map, "keys"), key) : NULL;
 }
 
-const json_t *vf_format_default(const struct vf_format *f, const char *path) {
+const json_t *format_default(const struct format *f, const char *path) {
   return f ? json_object_get(json_object_get(f->map, "defaults"), path) : NULL;
 }
 
-bool vf_format_keeps_auto(const struct vf_format *f) {
+bool format_keeps_auto(const struct format *f) {
   return f && json_is_true(json_object_get(f->map, "keep_auto"));
 }
 
-const char *vf_format_reason(const struct vf_format *f, const char *key) {
+const char *format_reason(const struct format *f, const char *key) {
   return f ? json_string_value(json_object_get(json_object_get(f->map, "reasons"), key)) : NULL;
 }
 
-const char *vf_format_family(const json_t *entry, const struct ynode *node) {
+const char *format_family(const json_t *entry, const struct ynode *node) {
   const json_t *values = json_object_get(entry, "values"), *variants;
   const char *plain;
   if (!node) return NULL;
@@ -140,23 +141,23 @@ const char *vf_format_family(const json_t *entry, const struct ynode *node) {
     const json_t *v;
     json_array_foreach(variants, i, v) {
       const char *name = json_string_value(v);
-      if (name && vf_spelling_matches(json_object_get(values, name), node)) return strrchr(name, '-');
+      if (name && spelling_matches(json_object_get(values, name), node)) return strrchr(name, '-');
     }
   }
   return NULL;
 }
 
-bool vf_spelling_matches(const json_t *spelling, const struct ynode *node) {
+bool spelling_matches(const json_t *spelling, const struct ynode *node) {
   if (json_is_array(spelling)) {
     size_t i;
     const json_t *one;
-    json_array_foreach(spelling, i, one) if (vf_spelling_matches(one, node)) return true;
+    json_array_foreach(spelling, i, one) if (spelling_matches(one, node)) return true;
     return false;
   }
   struct vf_value v;
-  return vf_value_from_json(spelling, &v) == 0 && ynode_equals(node, &v);
+  return value_from_json(spelling, &v) == 0 && ynode_equals(node, &v);
 }
 
-const json_t *vf_spelling_first(const json_t *spelling) {
+const json_t *spelling_first(const json_t *spelling) {
   return json_is_array(spelling) ? json_array_get(spelling, 0) : spelling;
 }

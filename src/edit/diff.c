@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 enum { CONTEXT = 3, MAX_D = 4000 };
 
@@ -170,8 +170,8 @@ static void put_hunks(struct sbuf *out, const char *ops, size_t n, const struct 
   }
 }
 
-int vf_diff_unified(const char *label, const char *a, size_t alen, const char *b, size_t blen,
-                    char **out) {
+int diff_unified(const char *label, const char *a, size_t alen, const char *b, size_t blen,
+                 char **out) {
   *out = NULL;
   struct lines la = {0}, lb = {0};
   struct trace t = {0};

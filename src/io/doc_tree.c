@@ -8,7 +8,8 @@
 #include <yaml.h>
 
 #include "base/diag.h"
-#include "io/edit_internal.h"
+#include "base/sbuf.h"
+#include "io/doc.h"
 
 enum { MAX_DEPTH = 256 };
 

@@ -7,13 +7,13 @@
  *  - torchtune: optimizer_in_bwd needs gradient_accumulation_steps 1;
  *  - litgpt: the accumulation is global_batch_size / (devices x num_nodes) / micro batch;
  *  - a TrainingArguments file naming a DeepSpeed JSON the call does not hold gets a note;
- *  - Hydra: values its defaults list overrides (edit_hydra.c). */
+ *  - Hydra: values its defaults list overrides (hydra.c). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
-#include "io/edit_internal.h"
+#include "edit/internal.h"
 
 static bool fmt_is(const struct afile *f, const char *name) {
   return f->fmt && strcmp(f->fmt->name, name) == 0;
@@ -35,7 +35,7 @@ static struct afile *owner_of(const struct astate *s, const struct afile *ds, bo
     *lightning = fmt_is(g, "lightning");
     const char *key = hf_family(g) ? "deepspeed" : *lightning ? "trainer.strategy.init_args.config" : NULL;
     struct vf_value v;
-    if (g == ds || !key || afile_get(g, key, &v, NULL) == 0 || v.kind != VF_VALUE_STRING) continue;
+    if (g == ds || !key || queue_get(g, key, &v, NULL) == 0 || v.kind != VF_VALUE_STRING) continue;
     if (strcmp(base(v.s), base(ds->pub->path)) == 0 || strcmp(base(v.s), base(ds->pub->target)) == 0)
       return g;
   }
@@ -50,15 +50,15 @@ static bool orig_value(const struct afile *f, const char *path, struct vf_value 
 
 /* A logical key's value in an HF-style file: before (after = false) or after the edits. */
 static bool owner_int(const struct afile *f, const char *key, bool after, long long *out) {
-  const json_t *paths = json_object_get(vf_format_key(f->fmt, key), "paths");
+  const json_t *paths = json_object_get(format_key(f->fmt, key), "paths");
   for (size_t i = 0; i < json_array_size(paths); i++) {
     const char *p = json_string_value(json_array_get(paths, i));
     struct vf_value v;
-    bool has = after ? afile_get(f, p, &v, NULL) != 0 : orig_value(f, p, &v);
+    bool has = after ? queue_get(f, p, &v, NULL) != 0 : orig_value(f, p, &v);
     if (has && v.kind == VF_VALUE_INT) return *out = v.i, true;
     if (has) return false;
   }
-  const json_t *def = vf_format_default(f->fmt, json_string_value(json_array_get(paths, 0)));
+  const json_t *def = format_default(f->fmt, json_string_value(json_array_get(paths, 0)));
   if (!json_is_integer(def)) return false;
   *out = json_integer_value(def);
   return true;
@@ -69,7 +69,7 @@ static bool owner_int(const struct afile *f, const char *key, bool after, long l
 static bool ds_int(const struct afile *ds, const struct afile *own, const char *path,
                    const char *key, bool after, long long *out, bool *absent) {
   struct vf_value v;
-  bool has = after ? afile_get(ds, path, &v, NULL) != 0 : orig_value(ds, path, &v);
+  bool has = after ? queue_get(ds, path, &v, NULL) != 0 : orig_value(ds, path, &v);
   *absent = !has;
   if (!has) return *out = 1, true;
   if (v.kind == VF_VALUE_INT) return *out = v.i, true;
@@ -79,7 +79,7 @@ static bool ds_int(const struct afile *ds, const struct afile *own, const char *
 static int refuse(const struct afile *f, const char *path, struct vf_diag *d, const char *why) {
   struct vf_value v;
   size_t at = 0;
-  afile_get(f, path, &v, &at);
+  queue_get(f, path, &v, &at);
   return ytree_diag(&f->doc.t, d, VF_EINVAL, at, "%s", why);
 }
 
@@ -87,7 +87,7 @@ static int check_mismatch(const struct afile *ds, const struct afile *own, const
                           const char *key, struct vf_diag *d) {
   struct vf_value v;
   long long want;
-  if (!afile_get(ds, path, &v, NULL) || v.kind != VF_VALUE_INT || !owner_int(own, key, true, &want) ||
+  if (!queue_get(ds, path, &v, NULL) || v.kind != VF_VALUE_INT || !owner_int(own, key, true, &want) ||
       v.i == want)
     return 0;
   char why[512];
@@ -133,7 +133,7 @@ static int world_size(const struct astate *s, const struct afile *ds, struct bat
 static int fix_train_batch(const struct astate *s, struct afile *ds, const struct afile *own,
                            struct vf_diag *d) {
   struct vf_value t, t0;
-  int how = afile_get(ds, "train_batch_size", &t, NULL);
+  int how = queue_get(ds, "train_batch_size", &t, NULL);
   if (!how || t.kind != VF_VALUE_INT || !orig_value(ds, "train_batch_size", &t0) || t0.kind != VF_VALUE_INT)
     return 0;
   struct batch b = {.t0 = t0.i};
@@ -162,20 +162,20 @@ static int fix_train_batch(const struct astate *s, struct afile *ds, const struc
   if (t.i == want) return 0;
   snprintf(why, sizeof why, "= micro %lld x accumulation %lld x %lld GPUs", b.m1, b.a1, w);
   struct vf_value v = {.kind = VF_VALUE_INT, .i = want};
-  return afile_add(ds, "train_batch_size", "train_batch_size", &v, 0, 0, why, d);
+  return queue_add(ds, "train_batch_size", "train_batch_size", &v, 0, 0, why, d);
 }
 
 static bool is_true(const struct afile *f, const char *path) {
   struct vf_value v;
-  return afile_get(f, path, &v, NULL) && v.kind == VF_VALUE_BOOL && v.b;
+  return queue_get(f, path, &v, NULL) && v.kind == VF_VALUE_BOOL && v.b;
 }
 
 static int check_ds_rules(const struct afile *ds, struct vf_diag *d) {
   if (is_true(ds, "bf16.enabled") && is_true(ds, "fp16.enabled"))
     return refuse(ds, "fp16.enabled", d, "fp16 and bf16 cannot both be enabled in DeepSpeed");
   struct vf_value dev, stage = {.kind = VF_VALUE_INT, .i = 0};
-  afile_get(ds, "zero_optimization.stage", &stage, NULL);
-  if (afile_get(ds, "zero_optimization.offload_param.device", &dev, NULL) && dev.kind == VF_VALUE_STRING &&
+  queue_get(ds, "zero_optimization.stage", &stage, NULL);
+  if (queue_get(ds, "zero_optimization.offload_param.device", &dev, NULL) && dev.kind == VF_VALUE_STRING &&
       (strcmp(dev.s, "cpu") == 0 || strcmp(dev.s, "nvme") == 0) &&
       !(stage.kind == VF_VALUE_INT && stage.i == 3))
     return refuse(ds, "zero_optimization.offload_param.device", d,
@@ -187,7 +187,7 @@ static int check_deepspeed(struct astate *s, struct afile *ds, struct vf_diag *d
   bool lightning;
   const struct afile *own = owner_of(s, ds, &lightning);
   struct vf_value v;
-  if (own && lightning && afile_get(ds, "gradient_accumulation_steps", &v, NULL))
+  if (own && lightning && queue_get(ds, "gradient_accumulation_steps", &v, NULL))
     return refuse(ds, "gradient_accumulation_steps", d,
                   "Lightning refuses gradient_accumulation_steps in a DeepSpeed config (it comes "
                   "from trainer.accumulate_grad_batches): remove this key");
@@ -202,7 +202,7 @@ static int check_deepspeed(struct astate *s, struct afile *ds, struct vf_diag *d
 
 static int check_torchtune(const struct afile *f, struct vf_diag *d) {
   struct vf_value acc;
-  if (is_true(f, "optimizer_in_bwd") && afile_get(f, "gradient_accumulation_steps", &acc, NULL) &&
+  if (is_true(f, "optimizer_in_bwd") && queue_get(f, "gradient_accumulation_steps", &acc, NULL) &&
       acc.kind == VF_VALUE_INT && acc.i > 1)
     return refuse(f, "gradient_accumulation_steps", d,
                   "optimizer_in_bwd: True needs gradient_accumulation_steps 1");
@@ -211,9 +211,9 @@ static int check_torchtune(const struct afile *f, struct vf_diag *d) {
 
 /* A litgpt value before (after = false) or after the edits, else the map's default. */
 static bool litgpt_value(const struct afile *f, const char *path, bool after, struct vf_value *v) {
-  if (after ? afile_get(f, path, v, NULL) != 0 : orig_value(f, path, v)) return true;
-  const json_t *def = vf_format_default(f->fmt, path);
-  return def && vf_value_from_json(def, v) == 0;
+  if (after ? queue_get(f, path, v, NULL) != 0 : orig_value(f, path, v)) return true;
+  const json_t *def = format_default(f->fmt, path);
+  return def && value_from_json(def, v) == 0;
 }
 
 static bool litgpt_int(const struct afile *f, const char *path, bool after, long long *out) {
@@ -253,7 +253,7 @@ static int check_litgpt(const struct astate *s, struct afile *f, struct vf_diag 
   if (!litgpt_int(f, "train.micro_batch_size", false, &m0) ||
       !litgpt_int(f, "train.micro_batch_size", true, &m1) ||
       !litgpt_int(f, "train.global_batch_size", false, &g0) || m0 < 1 || m1 < 1 ||
-      (m1 == m0 && !f->accumulation) || afile_get(f, "train.global_batch_size", &given, NULL) == 2)
+      (m1 == m0 && !f->accumulation) || queue_get(f, "train.global_batch_size", &given, NULL) == 2)
     return 0;
   int rc = litgpt_world(s, f, &w, d);
   if (rc) return rc;
@@ -269,7 +269,7 @@ static int check_litgpt(const struct astate *s, struct afile *f, struct vf_diag 
   if (want == g0 && orig_value(f, "train.global_batch_size", &given)) return 0;
   snprintf(why, sizeof why, "= micro %lld x accumulation %lld x %lld GPU%s", m1, a1, w, w == 1 ? "" : "s");
   struct vf_value v = {.kind = VF_VALUE_INT, .i = want};
-  return afile_add(f, f->accumulation ? "accumulation" : "batch", "train.global_batch_size", &v,
+  return queue_add(f, f->accumulation ? "accumulation" : "batch", "train.global_batch_size", &v,
                    s->o->create, 0, why, d);
 }
 
@@ -292,19 +292,19 @@ static int note_deepspeed_json(struct astate *s, const struct afile *f) {
   snprintf(near, sizeof near, "%.*s/%s", slash ? (int)(slash - f->pub->target) : 1,
            slash ? f->pub->target : ".", v.s);
   if (access(v.s, F_OK) != 0 && (v.s[0] == '/' || access(near, F_OK) != 0))
-    return vf_apply_note(s->a, "%s: deepspeed: %s was not found (from here or beside the file): "
-                         "the run will fail to load it", f->pub->path, v.s);
-  return vf_apply_note(s->a, "%s: deepspeed: %s is not among the files given, so its batch "
-                       "values were not checked against this file: give it too", f->pub->path, v.s);
+    return queue_note(s->a, "%s: deepspeed: %s was not found (from here or beside the file): "
+                      "the run will fail to load it", f->pub->path, v.s);
+  return queue_note(s->a, "%s: deepspeed: %s is not among the files given, so its batch "
+                    "values were not checked against this file: give it too", f->pub->path, v.s);
 }
 
-int vf_check_consistency(struct astate *s, struct vf_diag *d) {
+int check_consistency(struct astate *s, struct vf_diag *d) {
   for (size_t i = 0; i < s->n; i++) {
     int rc = fmt_is(&s->f[i], "deepspeed") ? check_deepspeed(s, &s->f[i], d)
              : fmt_is(&s->f[i], "torchtune") ? check_torchtune(&s->f[i], d)
              : fmt_is(&s->f[i], "litgpt")    ? check_litgpt(s, &s->f[i], d)
                                              : note_deepspeed_json(s, &s->f[i]);
-    if (!rc) rc = vf_check_hydra_defaults(s, &s->f[i], d);
+    if (!rc) rc = check_hydra_defaults(s, &s->f[i], d);
     if (rc) return rc;
   }
   return 0;

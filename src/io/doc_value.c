@@ -1,5 +1,6 @@
-/* Scalar typing (what the loaders read) and rendering (what every loader of the
- * ecosystem reads back the same). */
+/* Scalar typing: what the loaders of the ecosystem (PyYAML, OmegaConf, jsonargparse, json)
+ * read from a node, and values as typed on the command line or in a format map. Writing
+ * values back is the editor's (src/edit/render.c), on the words and numbers defined here. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,11 +8,11 @@
 #include <string.h>
 #include <strings.h>
 
-#include "io/edit_internal.h"
+#include "io/doc.h"
 
 static const char *const bool_words[] = {"yes", "no", "true", "false", "on", "off"};
 
-static int bool_word(const char *s) {
+int value_bool_word(const char *s) {
   for (size_t i = 0; i < sizeof bool_words / sizeof *bool_words; i++)
     if (strcasecmp(s, bool_words[i]) == 0) return (int)(i % 2 == 0);
   return -1;
@@ -19,7 +20,7 @@ static int bool_word(const char *s) {
 
 /* PyYAML's bool resolver takes yes/true/on in lower, Capitalised or UPPER case only. */
 static bool yaml11_bool(const char *s) {
-  if (bool_word(s) < 0) return false;
+  if (value_bool_word(s) < 0) return false;
   bool upper = true, lower = true;
   for (const char *p = s + 1; *p; p++) {
     upper &= *p >= 'A' && *p <= 'Z';
@@ -98,7 +99,7 @@ bool ynode_value(const struct ynode *n, struct vf_value *out) {
   out->kind = ynode_type(n);
   switch (out->kind) {
   case VF_VALUE_BOOL:
-    out->b = bool_word(n->value) == 1;
+    out->b = value_bool_word(n->value) == 1;
     return true;
   case VF_VALUE_INT:
     if (clean_int(n->value, &out->i)) return true;
@@ -126,7 +127,7 @@ bool ynode_equals(const struct ynode *n, const struct vf_value *v) {
   case VF_VALUE_NULL:
     return t == VF_VALUE_NULL;
   case VF_VALUE_BOOL:
-    return t == VF_VALUE_BOOL && bool_word(n->value) == !!v->b;
+    return t == VF_VALUE_BOOL && value_bool_word(n->value) == !!v->b;
   case VF_VALUE_INT:
     return t == VF_VALUE_INT && clean_int(n->value, &i) && i == v->i;
   case VF_VALUE_FLOAT:
@@ -163,9 +164,7 @@ int vf_value_parse(const char *text, struct vf_value *out) {
   return 0;
 }
 
-/* The shortest decimal that reads back as f, always with a dot and, when it has an
- * exponent, a signed one: PyYAML reads 1e-4 and 1.0e4 as strings, 1.0e-04 as a float. */
-static void format_float(char *buf, size_t size, double f) {
+void value_format_float(char *buf, size_t size, double f) {
   for (int p = 1; p <= 17; p++) {
     snprintf(buf, size, "%.*g", p, f);
     if (strtod(buf, NULL) == f) break;
@@ -181,108 +180,7 @@ static void format_float(char *buf, size_t size, double f) {
   snprintf(buf + n, size - n, ".0%s", tail);
 }
 
-/* A string a YAML loader reads back as that same string when written bare: no indicator,
- * nothing that resolves to a bool, null or number in YAML 1.1 or 1.2. */
-static bool plain_safe(const char *s) {
-  static const char first[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_/";
-  static const char rest[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+@-";
-  if (!*s || !strchr(first, *s) || strspn(s, rest) != strlen(s)) return false;
-  return bool_word(s) < 0 && strcasecmp(s, "null") != 0 && strcasecmp(s, "y") != 0 &&
-         strcasecmp(s, "n") != 0;
-}
-
-/* JSON string escapes, which YAML double-quoted scalars read the same. */
-static void quote_double(struct sbuf *out, const char *s) {
-  sb_puts(out, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      char esc[2] = {'\\', (char)*p};
-      sb_add(out, esc, 2);
-    } else if (*p == '\n') {
-      sb_puts(out, "\\n");
-    } else if (*p == '\t') {
-      sb_puts(out, "\\t");
-    } else if (*p < 0x20 || *p == 0x7F) {
-      sb_printf(out, "\\u%04x", *p);
-    } else {
-      sb_add(out, (const char *)p, 1);
-    }
-  }
-  sb_puts(out, "\"");
-}
-
-static void quote_single(struct sbuf *out, const char *s) {
-  sb_puts(out, "'");
-  for (const char *p = s; *p; p++) {
-    if (*p == '\'')
-      sb_puts(out, "''");
-    else
-      sb_add(out, p, 1);
-  }
-  sb_puts(out, "'");
-}
-
-static bool has_control(const char *s) {
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-    if (*p < 0x20 || *p == 0x7F) return true;
-  return false;
-}
-
-static void render_string(struct sbuf *out, const char *s, bool json, const struct ynode *old) {
-  int style = old && old->kind == YN_SCALAR ? old->style : YAML_PLAIN_SCALAR_STYLE;
-  if (json || style == YAML_DOUBLE_QUOTED_SCALAR_STYLE)
-    quote_double(out, s);
-  else if (style == YAML_SINGLE_QUOTED_SCALAR_STYLE && !has_control(s))
-    quote_single(out, s);
-  else if (plain_safe(s))
-    sb_puts(out, s);
-  else
-    quote_double(out, s);
-}
-
-static const char *bool_spelling(bool v, bool json, const struct ynode *old,
-                                 const struct ynode *style) {
-  const struct ynode *t = old && ynode_type(old) == VF_VALUE_BOOL && !old->tag ? old : NULL;
-  if (!t && style && ynode_type(style) == VF_VALUE_BOOL && !style->tag) t = style;
-  if (json || !t || (t->value[0] >= 'a' && t->value[0] <= 'z')) return v ? "true" : "false";
-  if (t->value[1] >= 'A' && t->value[1] <= 'Z') return v ? "TRUE" : "FALSE";
-  return v ? "True" : "False";
-}
-
-int vf_render_value(struct sbuf *out, const struct vf_value *v, bool json, const struct ynode *old,
-                    const struct ynode *bool_style) {
-  char num[64];
-  switch (v->kind) {
-  case VF_VALUE_NULL:
-    sb_puts(out, "null");
-    break;
-  case VF_VALUE_BOOL:
-    sb_puts(out, bool_spelling(v->b, json, old, bool_style));
-    break;
-  case VF_VALUE_INT:
-    sb_printf(out, "%lld", v->i);
-    break;
-  case VF_VALUE_FLOAT:
-    if (!isfinite(v->f)) return VF_EINVAL;
-    format_float(num, sizeof num, v->f);
-    sb_puts(out, num);
-    break;
-  case VF_VALUE_STRING:
-    render_string(out, v->s, json, old);
-    break;
-  }
-  return out->oom ? VF_ENOMEM : 0;
-}
-
-void vf_render_key(struct sbuf *out, const char *key, bool json) {
-  if (!json && plain_safe(key))
-    sb_puts(out, key);
-  else
-    quote_double(out, key);
-}
-
-char *vf_value_text(const struct vf_value *v) {
+char *value_to_text(const struct vf_value *v) {
   char buf[64];
   switch (v->kind) {
   case VF_VALUE_NULL:
@@ -293,7 +191,7 @@ char *vf_value_text(const struct vf_value *v) {
     snprintf(buf, sizeof buf, "%lld", v->i);
     return strdup(buf);
   case VF_VALUE_FLOAT:
-    format_float(buf, sizeof buf, v->f);
+    value_format_float(buf, sizeof buf, v->f);
     return strdup(buf);
   case VF_VALUE_STRING:
     return strdup(v->s);
@@ -301,7 +199,7 @@ char *vf_value_text(const struct vf_value *v) {
   return NULL;
 }
 
-int vf_value_from_json(const json_t *j, struct vf_value *out) {
+int value_from_json(const json_t *j, struct vf_value *out) {
   memset(out, 0, sizeof *out);
   if (json_is_boolean(j)) *out = (struct vf_value){.kind = VF_VALUE_BOOL, .b = json_is_true(j)};
   else if (json_is_integer(j)) *out = (struct vf_value){.kind = VF_VALUE_INT, .i = json_integer_value(j)};
@@ -312,7 +210,7 @@ int vf_value_from_json(const json_t *j, struct vf_value *out) {
   return 0;
 }
 
-bool vf_value_same(const struct vf_value *a, const struct vf_value *b) {
+bool value_same(const struct vf_value *a, const struct vf_value *b) {
   if (a->kind != b->kind) return false;
   switch (a->kind) {
   case VF_VALUE_NULL:
