@@ -7,12 +7,13 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 10
 CMAKE_GEN  := -G Ninja
 
-# python3-yaml, tmux and librsvg2-bin (rsvg-convert renders the plot) are test prerequisites:
-# the tests fail, not skip, without them. The plot's test reads its SVG and PNG back with
-# libxml2-dev and libpng-dev.
+# python3-yaml, tmux, librsvg2-bin (rsvg-convert renders the plot) and pandoc (the man pages
+# from docs/, cmake/manpages.cmake) are test prerequisites: the tests fail, not skip, without
+# them. The plot's test reads its SVG and PNG back with libxml2-dev and libpng-dev.
 APT_PACKAGES := cmake ninja-build pkgconf gcc clang libclang-rt-14-dev \
                 libyaml-dev libjansson-dev libcmocka-dev libncurses-dev \
-                python3 python3-yaml tmux libsqlite3-dev librsvg2-bin libxml2-dev libpng-dev
+                python3 python3-yaml tmux libsqlite3-dev librsvg2-bin libxml2-dev libpng-dev \
+                pandoc
 # The tracer's environments: venvs of Debian's Python 3.11 and a C++ shim against torch.
 TRACE_APT_PACKAGES := python3 python3-venv g++
 # litgpt@0.3.0: the release the tracer's self-check against litgpt's measurements runs

@@ -154,7 +154,7 @@ done
 
 # Held out until 2026-11-24: other models, shapes and GPU counts, traced after the
 # estimator had been fitted to the rows above, to judge it on setups it had not seen
-# (bench/README.md, "Held-out traces"). Their ids name the sweep.
+# (bench/NOTES.md, "Held-out traces"). Their ids name the sweep.
 printf '%s\t%s\t%s\n' h2-hf-01 phi-2 '--framework hf --weights bf16 --batch 8 --seq 512 --grad-ckpt none --accumulation 1 --gpus 1'
 printf '%s\t%s\t%s\n' h2-hf-02 gemma-2-2b '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o,gate,up,down --batch 4 --seq 2048 --grad-ckpt full --gpus 1'
 printf '%s\t%s\t%s\n' h2-hf-03 stablelm-base-alpha-3b '--framework hf --weights fp32 --amp bf16 --batch 2 --seq 1024 --grad-ckpt full --gpus 1'

@@ -34,7 +34,7 @@ def load_configs(stage: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def planned(stage: str, gpu: str) -> dict[str, int]:
     """The stage's values as vramfit plans them for this GPU (the vramfit package, over
-    libvramfit.so: see the repository's README)."""
+    libvramfit.so: see docs/python.md in the repository)."""
     try:
         import vramfit
     except ImportError:  # run from the repository: its python/ folder holds the package

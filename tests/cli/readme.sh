@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Every README example that shows output ("    $ vramfit ..." followed by indented lines) is
-# run, and its output must match what the README shows. A line "..." stands for any number
-# of lines and "..." inside a line for any text: the README's own abbreviations. Only what
-# must vary is normalized: the folder the example runs in (shown as /home/me/run), the
-# time and peak of each probe launch, and the dates of the run history. Examples run in a folder holding the files they name
-# (tests/data/readme, the apply example's configs, a log), with the fake NVML playing the
-# machine the example describes and a stand-in `python` for the probe's training script.
+# Every example that shows output ("    $ vramfit ..." followed by indented lines) in the
+# README, the manual (docs/*.md, in the order docs/README.md links them) and the examples'
+# READMEs is run, and its output must match what the page shows. A line "..." stands for
+# any number of lines and "..." inside a line for any text: the pages' own abbreviations.
+# Only what must vary is normalized: the folder the example runs in (shown as
+# /home/me/run), the time and peak of each probe launch, and the dates of the run history.
+# Examples run in a folder holding the files they name (tests/data/readme, the apply
+# example's configs, a log), with the fake NVML playing the machine the example describes
+# and a stand-in `python` for the probe's training script. The pages' links are checked
+# first.
 NAME=readme
 source "$(dirname "$0")/lib/harness.sh"
 source "$(dirname "$0")/lib/nvml.sh"
@@ -31,15 +34,99 @@ scenario() {
   esac
 }
 
-# The examples, one record each: README and line, the folder it runs in (run: the folder
-# above; example: a fresh copy of examples/contrastive-embedder, whose README walks through
-# it), the command, then the expected lines.
-python3 - "$SRC" "$TMP/examples" <<'PY' || bad "README examples could not be read"
+# Every relative link of the pages points to a file that exists and, for a heading
+# (page.md#anchor), to a heading of that page as GitHub names it. Every page of the manual
+# is linked from its index.
+if python3 - "$SRC" <<'PY'; then ok; else bad "broken links in the README, the manual or bench/ (above)"; fi
+import glob, os, re, sys
+src = sys.argv[1]
+pages = (["README.md"] + sorted(glob.glob("docs/*.md", root_dir=src)) +
+         sorted(glob.glob("examples/*/README.md", root_dir=src)) + ["bench/README.md", "bench/NOTES.md"])
+
+def prose(path):
+    """The page's lines outside code blocks, with code spans blanked."""
+    out, fence = [], False
+    for line in open(os.path.join(src, path), encoding="utf-8").read().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        if fence or line.startswith("    ") or line.startswith("\t"):
+            continue
+        out.append(re.sub(r"`[^`]*`", "``", line))
+    return out
+
+def heading_text(path):
+    """Headings with their code spans kept, for anchors (GitHub keeps a span's text)."""
+    out, fence = [], False
+    for line in open(os.path.join(src, path), encoding="utf-8").read().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and not line.startswith("    ") and re.match(r"#{1,6}\s", line):
+            out.append(line)
+    return out
+
+def slugs(path):
+    seen, names = {}, set()
+    for line in heading_text(path):
+        text = re.match(r"#{1,6}\s+(.*?)\s*#*$", line).group(1)
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        names.add(slug if n == 0 else "%s-%d" % (slug, n))
+    return names
+
+broken = []
+for page in pages:
+    for line in prose(page):
+        for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", line):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(src, os.path.dirname(page), path)) if path else os.path.join(src, page)
+            if not os.path.exists(full):
+                broken.append("%s: %s: no such file" % (page, target))
+            elif anchor and full.endswith(".md") and anchor not in slugs(os.path.relpath(full, src)):
+                broken.append("%s: %s: no such heading" % (page, target))
+index = open(os.path.join(src, "docs/README.md"), encoding="utf-8").read()
+for page in glob.glob("docs/*.md", root_dir=src):
+    name = os.path.basename(page)
+    if name != "README.md" and "](%s" % name not in index:
+        broken.append("docs/README.md does not link %s" % name)
+for b in broken:
+    print(b, file=sys.stderr)
+sys.exit(1 if broken else 0)
+PY
+
+# The pages whose examples run, in order: the README, the manual in the order its index
+# links it (the history page's examples show what the probe page's ran), the examples'.
+pages() {
+  echo README.md
+  python3 - "$SRC" <<'PY'
+import glob, os, re, sys
+src = sys.argv[1]
+index = open(os.path.join(src, "docs/README.md"), encoding="utf-8").read()
+order = ["docs/README.md"]
+for name in re.findall(r"\]\(([\w.-]+\.md)", index):
+    if os.path.exists(os.path.join(src, "docs", name)) and "docs/" + name not in order:
+        order.append("docs/" + name)
+order += sorted(p for p in glob.glob("docs/*.md", root_dir=src) if p not in order)
+print("\n".join(order))
+PY
+  (cd "$SRC" && ls examples/*/README.md)
+}
+
+# The examples, one record each: page and line, the folder it runs in (run: the folder
+# above; NAME: a fresh copy of examples/NAME, whose README walks through it), the command,
+# then the expected lines.
+pages >"$TMP/pages"
+python3 - "$SRC" "$TMP/examples" "$TMP/pages" <<'PY' || bad "the pages' examples could not be read"
 import os, sys
 out = sys.argv[2]
 os.makedirs(out, exist_ok=True)
 n = 0
-for readme, where in (("README.md", "run"), ("examples/contrastive-embedder/README.md", "example")):
+for readme in open(sys.argv[3], encoding="utf-8").read().split():
+  where = readme.split("/")[1] if readme.startswith("examples/") else "run"
   lines = open(os.path.join(sys.argv[1], readme), encoding="utf-8").read().splitlines()
   i = 0
   def indented(k):
@@ -68,7 +155,7 @@ for readme, where in (("README.md", "run"), ("examples/contrastive-embedder/READ
               f.write("%s:%d\n%s\n%s\n%s\n" % (readme, start, where, cmd, "\n".join(shown)))
 PY
 
-# matches EXPECTED ACTUAL: the README's lines against the output, "..." as described above.
+# matches EXPECTED ACTUAL: the page's lines against the output, "..." as described above.
 matches() {
   python3 - "$1" "$2" <<'PY'
 import re, sys
@@ -97,15 +184,15 @@ for rec in "$TMP"/examples/*; do
   cmd=$(sed -n 3p "$rec")
   tail -n +4 "$rec" >"$TMP/expected"
   dir=$RUN
-  if [ "$where" = example ]; then # a fresh copy, as a user's checkout of the example
-    dir=$TMP/contrastive-embedder
-    rm -rf "$dir" && cp -r "$SRC/examples/contrastive-embedder" "$dir" && rm -f "$dir"/*.trace.json
+  if [ "$where" != run ]; then # a fresh copy, as a user's checkout of the example
+    dir=$TMP/$where
+    rm -rf "$dir" && cp -r "$SRC/examples/$where" "$dir" && rm -f "$dir"/*.trace.json
   fi
   # The example's own words, run by the shell in the example folder (the one that traces
   # runs the tracer at five points: about 40 s alone, minutes on a busy machine).
   (cd "$dir" && PATH="$DATA/bin:$PATH" FAKE_NVML_SCRIPT=$(scenario "${cmd#vramfit }") \
     timeout 180 bash -c "vramfit() { \"\$VRAMFIT\" \"\$@\"; }; $cmd" >"$TMP/actual" 2>&1 </dev/null)
-  sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/contrastive-embedder|/home/me/contrastive-embedder|g" "$TMP/actual"
+  sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/$where|/home/me/$where|g" "$TMP/actual"
   sed -i -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' \
     -e 's/^20[0-9][0-9]-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]  /WHEN  /' \
     -e 's/, 20[0-9][0-9]-[01][0-9]-[0-3][0-9]; this estimate/, WHEN; this estimate/' "$TMP/actual" "$TMP/expected"
@@ -116,11 +203,11 @@ for rec in "$TMP"/examples/*; do
   if matches "$TMP/expected" "$TMP/actual"; then
     ok
   else
-    bad "$line: \$ $cmd: the output differs from the README:"
+    bad "$line: \$ $cmd: the output differs from the page:"
     diff -u "$TMP/expected" "$TMP/actual" | head -60 >&2
   fi
 done
-# The README has examples with output: finding none means this script lost them.
-if [ "$count" -ge 10 ]; then ok; else bad "only $count README examples with output found"; fi
+# The pages have dozens of examples with output: finding few means this script lost them.
+if [ "$count" -ge 30 ]; then ok; else bad "only $count examples with output found"; fi
 
 finish

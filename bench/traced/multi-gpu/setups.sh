@@ -71,7 +71,7 @@ row llama-3.2-1b --weights fp32 --amp bf16 --batch 2 --seq 1024 --grad-ckpt full
 
 # Held out until 2026-11-24: other models, shapes and GPU counts, traced after the
 # estimator had been fitted to the rows above, to judge it on setups it had not seen
-# (bench/README.md, "Held-out traces"). Their ids name the sweep.
+# (bench/NOTES.md, "Held-out traces"). Their ids name the sweep.
 printf '%s\t%s\t%s\n' ho-hf-01 gemma-2b '--framework hf --weights bf16 --batch 1 --seq 1024 --accumulation 1 --gpus 4 --shard fsdp'
 printf '%s\t%s\t%s\n' ho-hf-02 phi-2 '--framework hf --weights bf16 --batch 2 --seq 512 --accumulation 1 --gpus 8 --shard fsdp'
 printf '%s\t%s\t%s\n' ho-hf-03 llama-3.2-3b '--framework hf --weights bf16 --batch 1 --seq 4096 --grad-ckpt full --accumulation 1 --gpus 8 --shard fsdp'

@@ -37,7 +37,7 @@ the driver has to know of the differences:
 The differences in memory are the releases' own and need nothing here, e.g. 0.4.6 made
 RMSNorm multiply by its weight in fp32 (model.py, commit 916a84ca), 0.5.x swaps the
 embedding of a quantized model for bitsandbytes' StableEmbedding after making the
-optimizer (finetune/lora.py, commit ae798aba): bench/README.md "Tracer self-check".
+optimizer (finetune/lora.py, commit ae798aba): bench/NOTES.md "Tracer self-check".
 """
 from __future__ import annotations
 
