@@ -155,8 +155,9 @@ int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const
   pipe_setup(&x);
   parallel_dims(&x);
   attention_choose(&x);
+  rc = make_tables(&x);
   struct rank_result *best = malloc(sizeof *best);
-  rc = best ? make_tables(&x) : VF_ENOMEM;
+  if (!best) rc = VF_ENOMEM;
   if (!rc) rc = replay_ranks(&x, resolved.lengths, alloc, best);
   free_tables(&x);
   if (!rc) fill_estimate(out, &x, best, s);

@@ -336,7 +336,33 @@ static inline void tape_transient(struct ctx *x, uint64_t bytes, enum vf_categor
   tape_give(x, tape_take(x, bytes, cat));
 }
 
+/* Records an allocation a layer keeps for its backward. */
+static inline void tape_hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes,
+                             enum vf_category cat) {
+  if (!id) return;
+  if (sv->n == MAX_SAVED) {
+    tape_give(x, id);
+    return;
+  }
+  sv->id[sv->n] = id;
+  sv->bytes[sv->n] = bytes;
+  sv->on_graph[sv->n] = false;
+  sv->cat[sv->n++] = (uint8_t)cat;
+}
+
+/* A tensor saved for backward, as many times as micro batches are in flight and in the
+ * share checkpointing keeps (struct saving). */
+static inline void tape_keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
+  uint64_t kept = (uint64_t)((double)bytes * x->saving.in_flight * x->saving.keep_share);
+  tape_hold(x, sv, tape_take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
+}
+
 /* ---- The functions one file calls of another, by file ---- */
+
+/* Hidden: the library is built position-independent for libvramfit.so, where a visible
+ * function could be interposed, so the compiler would not inline one into the callers in
+ * its own file; none of these leaves the library. */
+#pragma GCC visibility push(hidden)
 
 /* schedule.c */
 uint64_t schedule_micro_index(const struct ctx *x);
@@ -479,9 +505,9 @@ void replay_fill(struct vf_estimate *out, const struct result *r, const struct v
 /* tape.c */
 void ids_push(struct ctx *x, struct ids *g, uint32_t id);
 void ids_give(struct ctx *x, struct ids *g);
-void tape_hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, enum vf_category cat);
-void tape_keep(struct ctx *x, struct saved *sv, uint64_t bytes);
 void tape_release(struct ctx *x, struct saved *sv);
 void tape_drop_graph(struct ctx *x);
+
+#pragma GCC visibility pop
 
 #endif

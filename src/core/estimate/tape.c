@@ -1,8 +1,8 @@
-/* The tape's lists of allocations and a layer's saved tensors: what its forward saves for
- * its backward, scaled by the micro batches in flight and the share checkpointing keeps,
- * and what autograd's graph holds past the backward (litgpt's loss and logits variables).
- * The events themselves are written by internal.h's inline helpers (tape_take, tape_give),
- * which every mechanism calls for every tensor. */
+/* The tape's lists of allocations, and the release of a layer's saved tensors after its
+ * backward, some of which autograd's graph holds past it (litgpt's loss and logits
+ * variables). The events, and the saved tensors themselves, are written by internal.h's
+ * inline helpers (tape_take, tape_give, tape_keep), which every mechanism calls for every
+ * tensor. */
 #include "core/estimate/internal.h"
 
 /* A list that cannot grow fails the whole tape: the replay returns VF_ENOMEM. */
@@ -19,24 +19,6 @@ void ids_push(struct ctx *x, struct ids *g, uint32_t id) {
 void ids_give(struct ctx *x, struct ids *g) {
   for (size_t i = 0; i < g->n; i++) tape_give(x, g->id[i]);
   g->n = 0;
-}
-
-/* Records an allocation a layer keeps for its backward. */
-void tape_hold(struct ctx *x, struct saved *sv, uint32_t id, uint64_t bytes, enum vf_category cat) {
-  if (!id) return;
-  if (sv->n == MAX_SAVED) {
-    tape_give(x, id);
-    return;
-  }
-  sv->id[sv->n] = id;
-  sv->bytes[sv->n] = bytes;
-  sv->on_graph[sv->n] = false;
-  sv->cat[sv->n++] = (uint8_t)cat;
-}
-
-void tape_keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
-  uint64_t kept = (uint64_t)((double)bytes * x->saving.in_flight * x->saving.keep_share);
-  tape_hold(x, sv, tape_take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
 /* A tensor kept on its autograd node rather than saved for backward is not released by
