@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/estimate_internal.h"
+#include "core/estimate/estimate.h"
 #include "io/profile.h"
 #include "timing.h"
 #include "vramfit.h"
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     printf("library, llama-2-7b %s bf16 seq 2048: %.0f estimates/s on one core (every layer replayed)\n", method,
            library_rate("llama-2-7b", &s, vf_estimate));
     printf("library, llama-2-7b %s bf16 seq 2048: %.0f estimates/s on one core (the planner's, extended)\n",
-           method, library_rate("llama-2-7b", &s, vf_estimate_quick));
+           method, library_rate("llama-2-7b", &s, estimate_quick));
   }
 
   char *big[] = {argv[1], "estimate", "llama-3.1-405b", "--weights", "bf16", "--shard", "fsdp",

@@ -20,7 +20,7 @@
 
 #include "base/diag.h"
 #include "core/bisect.h"
-#include "core/estimate_internal.h"
+#include "core/estimate/estimate.h"
 #include "core/plan_internal.h"
 #include "core/profile.h"
 
@@ -129,7 +129,7 @@ static struct vf_plan_choice choice(const struct vf_plan_request *r, const struc
 /* Runs the estimator, keeping the lowest peak seen for the nothing-fits report. */
 static int estimate_with(struct search *S, const struct vf_setup *s, struct vf_estimate *e,
                          struct vf_diag *d) {
-  int rc = vf_estimate_quick(S->r->model, s, S->r->profile, S->r->alloc, e, d);
+  int rc = estimate_quick(S->r->model, s, S->r->profile, S->r->alloc, e, d);
   if (!rc && S->r->batch_scale > 0) vf_estimate_calibrate(e, S->r->batch_scale);
   S->out->estimates++;
   struct vf_plan_choice *low = &S->out->smallest;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/estimate_internal.h"
+#include "core/estimate/estimate.h"
 #include "core/params.h"
 #include "io/profile.h"
 #include "vramfit.h"
@@ -490,7 +490,7 @@ static void assert_extension_exact(const struct vf_model *m, const struct vf_set
   assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(m, s, &p, &c, &extended, &d), 0);
-  assert_int_equal(vf_estimate_replaying(m, s, &p, &c, UINT64_MAX, NULL, NULL, &replayed, &d), 0);
+  assert_int_equal(estimate_replaying(m, s, &p, &c, UINT64_MAX, NULL, NULL, &replayed, &d), 0);
   /* Not linear in the layer count: the 512-byte rounding of tensors summed over all layers
    * (a flat shard, the optimizer's foreach temporary), and what the allocator counts beyond
    * the live tensors: a cached block reused whole when its remainder would be under 1 MiB. */

@@ -1,0 +1,168 @@
+/* The weights sharded training gathers: FSDP's units (FSDP1's flat parameters, FSDP2's
+ * all-gather buffers and backward prefetch, the root unit and accelerate's units outside
+ * the layers), resharded after their forward or backward or kept gathered, each unit's
+ * post-backward, and the full state dict Lightning loads into a sharded model; ZeRO-3's
+ * coordinator gathers through the same calls (its figures are zero.c's). The gradients
+ * FSDP reduces are grads.c's. Sources: torch 2.13 _fsdp_collectives.py
+ * (foreach_all_gather_copy_out), _fsdp_param_group.py (wait_for_unshard,
+ * _backward_prefetch), _fsdp_state.py (_post_forward, _lazy_init), _fully_shard.py
+ * (auto_reshard_after_forward); lightning/fabric/strategies/fsdp.py _load_raw_module_state;
+ * torch/nn/modules/module.py. */
+#include <stdlib.h>
+
+#include "core/estimate/internal.h"
+
+/* Sharded training gathers a layer's full weights for its forward and backward. */
+uint64_t fsdp_gather_bytes(const struct ctx *x, int32_t layer) {
+  return vf_shard_weights(x->s->shard) ? zero3_gathered_elems(x, layer, false) * x->d.c : 0;
+}
+
+/* Accelerate's FSDP2 units outside the layers (profile field fsdp_embedding_unit): an
+ * untied input embedding alone, resharded after its forward and gathered again for its
+ * backward; the final norm and head together, gathered at the norm, reduced and resharded
+ * once the head's backward is done. */
+bool fsdp_embedding_unit(const struct ctx *x) {
+  return x->p->fsdp_embedding_unit && vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && !head_tied(x) &&
+         x->pp.has_embedding && x->pp.has_head && !pipe_fsdp(x);
+}
+
+/* Bytes gathered of the root's embedding weights, or of its others. */
+static uint64_t root_part_bytes(const struct ctx *x, bool embedding) {
+  uint64_t n = 0;
+  size_t begin, end;
+  vf_params_layer(x->ps, -1, &begin, &end);
+  for (size_t i = begin; i < end; i++)
+    if (x->ps->v[i].embedding == embedding && !zero3_persists(x, &x->ps->v[i])) n += x->ps->v[i].numel;
+  return n * x->d.c;
+}
+
+/* FSDP2 all-gathers a unit into one buffer and copies each parameter out of it (torch 2.13
+ * _fsdp_collectives.py foreach_all_gather_copy_out): both exist until the copy-out ends. In
+ * the forward, wait_for_unshard (_fsdp_param_group.py) keeps the buffer (all_gather_state)
+ * to overlap its copy-out with the next all-gather, and frees it as the next unit's
+ * wait_for_unshard returns (its local prev_all_gather_state holds it through that
+ * copy-out); the root's post-forward frees the last (_fsdp_state.py _post_forward). In the
+ * backward and checkpointed recomputation it goes once its copy-out is done. FSDP1 gathers
+ * into the flat parameter itself; over one GPU FSDP2 copies without a buffer. */
+static bool fsdp2_buffers(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
+}
+
+/* In the backward each unit's pre-backward, its copy-out done, all-gathers the unit that ran
+ * its forward before it (_fsdp_param_group.py _backward_prefetch, the default): that buffer
+ * waits for its unit's own pre-backward. The root's pre-backward prefetches the last layer,
+ * the first layer's an embedding unit (-1). */
+void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
+  uint64_t bytes = layer >= 0 ? fsdp_gather_bytes(x, layer) : fsdp_embedding_unit(x) ? root_part_bytes(x, true) : 0;
+  if (fsdp2_buffers(x) && !pipe_fsdp(x))
+    x->fsdp.prefetched = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+}
+
+static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
+  uint32_t buffer = x->fsdp.prefetched;
+  if (!buffer && fsdp2_buffers(x)) buffer = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  x->fsdp.prefetched = 0;
+  uint32_t params = tape_take_on(x, bytes, VF_CAT_WEIGHTS, buffer ? STREAM_COMPUTE : STREAM_ALL_GATHER);
+  if (!x->fsdp.forwarding) {
+    tape_give(x, buffer);
+    if (layer >= 0) fsdp_backward_prefetch(x, layer - 1);
+    return params;
+  }
+  tape_give(x, x->fsdp.gather_buffer);
+  x->fsdp.gather_buffer = buffer;
+  return params;
+}
+
+/* A unit's weights gathered for its forward or backward: the id the caller frees after it,
+ * or 0 when the step keeps them gathered (pipe_fsdp). ZeRO-3's coordinator holds its
+ * most through the whole forward and backward, counted once as the root's. */
+uint32_t fsdp_gather(struct ctx *x, int32_t layer) {
+  if (zero3_coordinator(x))
+    return layer < 0 ? tape_take_on(x, x->zero.zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
+  uint64_t bytes = fsdp_gather_bytes(x, layer);
+  if (!pipe_fsdp(x)) return fsdp2_gather(x, layer, bytes);
+  uint32_t *held = &x->fsdp.held_gather[layer + 1];
+  if (!*held) *held = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  return 0;
+}
+
+/* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
+ * start of the forward to the end of the backward. */
+void fsdp_forward_begins(struct ctx *x) {
+  x->fsdp.forwarding = true;
+  x->fsdp.root = fsdp_embedding_unit(x) ? fsdp2_gather(x, -1, root_part_bytes(x, true)) : fsdp_gather(x, -1);
+}
+
+/* One of the units outside the layers (fsdp_embedding_unit) gathered: the final norm's and
+ * head's for the loss, the embedding's for its backward. */
+void fsdp_gather_root_part(struct ctx *x, bool embedding) {
+  if (fsdp_embedding_unit(x)) x->fsdp.root = fsdp2_gather(x, -1, root_part_bytes(x, embedding));
+}
+
+/* The root's weights, or one of the units outside the layers (fsdp_embedding_unit), resharded. */
+void fsdp_reshard_root(struct ctx *x) {
+  tape_give(x, x->fsdp.root);
+  x->fsdp.root = 0;
+}
+
+/* The root's post-forward: the model's forward has returned. */
+void fsdp_forward_returned(struct ctx *x) {
+  tape_give(x, x->fsdp.gather_buffer);
+  x->fsdp.gather_buffer = 0;
+  x->fsdp.forwarding = false;
+}
+
+/* FSDP2 keeps its root unit (embedding, final norm, head) gathered from the forward into
+ * the backward only when fully_shard was left to choose (reshard_after_forward=None: torch
+ * 2.13 _fully_shard.py auto_reshard_after_forward, _fsdp_state.py _lazy_init); where the
+ * framework asks for resharding (profile field fsdp_root_reshards) the root reshards as the
+ * model's forward returns, before the loss, and gathers again when the backward reaches
+ * the model's outputs. */
+static bool root_reshards(const struct ctx *x) {
+  return x->p->fsdp_root_reshards && vf_shard_fsdp(x->s->shard) && !pipe_fsdp(x);
+}
+
+/* Before the loss: the model's forward has returned unless it computes the loss itself
+ * (loss_in_forward). */
+void fsdp_before_loss(struct ctx *x) {
+  if (!x->p->loss_in_forward) fsdp_forward_returned(x);
+  if (root_reshards(x)) fsdp_reshard_root(x);
+}
+
+void fsdp_regather_root(struct ctx *x) {
+  if (root_reshards(x) && !x->fsdp.root) x->fsdp.root = fsdp_gather(x, -1);
+}
+
+void fsdp_drop_prefetched(struct ctx *x) {
+  tape_give(x, x->fsdp.prefetched); /* for a layer outside the graph */
+  x->fsdp.prefetched = 0;
+}
+
+/* Units [begin, end) of the replay reduced, then resharded. */
+void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g) {
+  for (int32_t l = begin; l < end; l++) {
+    grads_reduce_unsharded(x, l, g);
+    tape_give(x, x->fsdp.held_gather[l + 1]);
+    x->fsdp.held_gather[l + 1] = 0;
+  }
+}
+
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
+
+/* Loading a full state dict into a model FSDP has already sharded gathers every unit at
+ * once: Lightning's FSDPStrategy loads it under FSDP's FULL_STATE_DICT context
+ * (lightning/fabric/strategies/fsdp.py _load_raw_module_state: "gathering all weights
+ * first"), whose pre-load hook unshards each unit while Module.load_state_dict runs every
+ * post-load hook, which reshards, only after the whole recursive load
+ * (torch/nn/modules/module.py). Each GPU holds the whole model next to its shard. */
+void fsdp_load_full_state_dict(struct ctx *x) {
+  if (!x->p->fsdp_full_load || !vf_shard_fsdp(x->s->shard) || (x->s->offload & VF_OFFLOAD_PARAMS)) return;
+  uint32_t *ids = malloc((x->layers + 1) * sizeof *ids);
+  if (!ids) {
+    x->tape.rc = VF_ENOMEM;
+    return;
+  }
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) ids[l + 1] = tape_take(x, unit_bytes(x, l), VF_CAT_WEIGHTS);
+  for (uint64_t i = 0; i <= x->layers; i++) tape_give(x, ids[i]);
+  free(ids);
+}

@@ -1,0 +1,175 @@
+/* The optimizer: its states, created at the first step and kept (AdamW, bitsandbytes' 8-bit
+ * and paged AdamW, SGD with momentum, Lion, Adafactor; an fp32 master copy; one flat shard
+ * per unit where ZeRO or FSDP partitions them), and what its step holds at once (foreach
+ * AdamW's temporaries, Adafactor's, ZeRO-3's sub groups). Sources: bitsandbytes
+ * optim/optimizer.py Optimizer2State.init_state and get_state_buffer; torch.optim.Adafactor
+ * and transformers' Adafactor; torch/optim/adam.py@v2.13.0 _multi_tensor_adam. */
+#include "core/estimate/internal.h"
+
+/* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
+static uint32_t state_elem_bytes(const struct ctx *x) {
+  return x->p->master_weights && x->d.w < 4 ? 4 : x->d.w;
+}
+
+/* One optimizer state tensor: its bytes, and whether bitsandbytes pages it into CUDA
+ * managed memory, outside PyTorch's allocator. */
+struct state {
+  uint64_t bytes;
+  bool paged;
+};
+
+/* bitsandbytes' 8-bit AdamW (optim/optimizer.py Optimizer2State.init_state): two uint8
+ * states, each with an fp32 absmax per block, or two fp32 states for tensors under
+ * min_8bit_size (4096 elements) and for those registered to 32 bits. A paged optimizer
+ * pages the states of tensors from 1e5 elements on (get_state_buffer), never the absmax. */
+static int bnb_adamw_states(const struct ctx *x, const struct vf_param *p, struct state *out) {
+  uint64_t n = p->numel, block = x->p->optim8bit_block;
+  bool wide = n < 4096 || (p->embedding && x->p->embedding_states_fp32);
+  bool paged = x->s->optimizer == VF_OPT_PAGED_ADAMW_8BIT && n >= 100000;
+  int k = 0;
+  for (int i = 0; i < 2; i++) out[k++] = (struct state){wide ? n * 4 : n, paged};
+  if (!wide && block)
+    for (int i = 0; i < 2; i++) out[k++] = (struct state){(n + block - 1) / block * 4, false};
+  return k;
+}
+
+/* The state tensors the optimizer creates for one trainable tensor, as PyTorch creates them
+ * at the first step: zeros_like(param) per moment. Returns the count written to out (at
+ * most 5). */
+static int tensor_states(const struct ctx *x, const struct vf_param *p, struct state out[5]) {
+  uint64_t n = p->numel, sb = state_elem_bytes(x);
+  int k = 0;
+  switch (x->s->optimizer) {
+  case VF_OPT_ADAMW:
+    out[k++] = (struct state){n * sb, false};
+    out[k++] = out[0];
+    break;
+  case VF_OPT_ADAMW_8BIT:
+  case VF_OPT_PAGED_ADAMW_8BIT:
+    k = bnb_adamw_states(x, p, out);
+    break;
+  case VF_OPT_SGD_MOMENTUM:
+    out[k++] = (struct state){n * sb, false};
+    break;
+  case VF_OPT_LION:
+    out[k++] = (struct state){n * (x->p->lion_fp32_states ? 4 : sb), false};
+    break;
+  case VF_OPT_ADAFACTOR: /* factored second moment of every matrix (torch.optim.Adafactor,
+                          * transformers' Adafactor): a row and a column statistic */
+    if (p->in && p->out) {
+      out[k++] = (struct state){p->out * 4, false};
+      out[k++] = (struct state){p->in * 4, false};
+    } else {
+      out[k++] = (struct state){n * 4, false};
+    }
+    break;
+  default:
+    break;
+  }
+  if (x->p->master_weights && x->d.w < 4) out[k++] = (struct state){n * 4, false};
+  return k;
+}
+
+static bool states_on_gpu(const struct vf_setup *s) {
+  return s->optimizer != VF_OPT_NONE && !(s->offload & VF_OFFLOAD_OPTIMIZER);
+}
+
+/* The bytes of what a trainable tensor gets, one tensor each; returns how many. */
+typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct vf_param *p, uint64_t out[5]);
+
+/* Takes what bytes_of gives every trainable tensor, unit by unit: a tensor each, or when
+ * partitioned (ZeRO, FSDP flat parameters) one flat shard of the unit's sum, experts
+ * counted once per expert-parallel group as layer_param_sum counts them. The ids go to ids when
+ * given. */
+static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_category cat, struct ids *ids) {
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
+    size_t begin, end;
+    vf_params_layer(x->ps, l, &begin, &end);
+    uint64_t shard = 0;
+    for (size_t i = begin; i < end; i++) {
+      const struct vf_param *p = &x->ps->v[i];
+      uint64_t bytes[5];
+      int k = p->trainable ? bytes_of(x, p, bytes) : 0;
+      for (int j = 0; j < k; j++) {
+        if (x->s->shard != VF_SHARD_NONE) {
+          shard += bytes[j] * (p->expert ? x->s->ep : 1);
+          continue;
+        }
+        uint32_t id = tape_take(x, bytes[j], cat);
+        if (ids) ids_push(x, ids, id);
+      }
+    }
+    if (!shard) continue;
+    uint32_t id = tape_take(x, shard / x->d.dsize, cat);
+    if (ids) ids_push(x, ids, id);
+  }
+}
+
+/* A tensor's optimizer states on the GPU (paged ones live in host memory until used). */
+static int gpu_state_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+  struct state st[5];
+  int k = tensor_states(x, p, st), n = 0;
+  for (int j = 0; j < k; j++)
+    if (!st[j].paged) out[n++] = st[j].bytes;
+  return n;
+}
+
+/* Created once, in the first step, and kept. */
+static void create_states(struct ctx *x) { take_per_tensor(x, gpu_state_bytes, VF_CAT_OPTIMIZER, NULL); }
+
+/* Adafactor updates one tensor at a time: the largest trainable tensor sets the step's
+ * peak (the embedding's, often). */
+uint64_t optim_largest_trainable(const struct ctx *x) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++)
+    if (x->ps->v[i].trainable && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
+  return n;
+}
+
+/* Bytes per element of one tensor that Adafactor's step holds at once: the squared gradient
+ * and the update in fp32, and with adafactor_fp32_copies the fp32 copies of a 16-bit
+ * gradient and parameter. */
+static uint64_t adafactor_step_bytes(const struct ctx *x) {
+  return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
+}
+
+static int sqrt_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+  out[0] = p->numel * state_elem_bytes(x);
+  return 1;
+}
+
+/* foreach AdamW (torch/optim/adam.py@v2.13.0 _multi_tensor_adam, which AdamW runs) takes
+ * sqrt(exp_avg_sq) of every tensor of the group at once (torch._foreach_sqrt): a list of
+ * tensors, one per trainable tensor and each of its size, made in parameter order and freed after the update. Made
+ * apart, they fit into cached blocks one block of their sum could not. Sharded states are
+ * flat: one per unit. */
+static void foreach_temporaries(struct ctx *x) {
+  take_per_tensor(x, sqrt_bytes, WEIGHT_TEMPORARIES, &x->opt.foreach_tmp);
+  ids_give(x, &x->opt.foreach_tmp);
+}
+
+void optim_step(struct ctx *x) {
+  bool first = !x->opt.states_made;
+  x->opt.states_made = true;
+  if (!states_on_gpu(x->s)) return;
+  if (first) create_states(x);
+  zero3_step_grads(x);
+  if (x->p->foreach_optimizer && x->s->optimizer == VF_OPT_ADAMW)
+    foreach_temporaries(x);
+  else if (x->s->optimizer == VF_OPT_ADAFACTOR)
+    tape_transient(x, optim_largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
+}
+
+/* Paged optimizers keep their states in CUDA unified memory: on the GPU when it has room,
+ * so nvidia-smi counts them, but outside PyTorch's allocator and its counters. */
+uint64_t optim_paged_bytes(const struct ctx *x) {
+  if (!states_on_gpu(x->s)) return 0;
+  uint64_t n = 0;
+  for (size_t i = 0; i < x->ps->n; i++) {
+    struct state st[5];
+    int k = x->ps->v[i].trainable ? tensor_states(x, &x->ps->v[i], st) : 0;
+    for (int j = 0; j < k; j++)
+      if (st[j].paged) n += st[j].bytes;
+  }
+  return n;
+}
