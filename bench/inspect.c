@@ -54,11 +54,11 @@ static int make_checkpoint(const char *dir) {
   size_t len;
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  if (rc || vf_data_get("models/" MODEL ".json", &config, &len) != 0) return -1;
+  if (rc || data_get("models/" MODEL ".json", &config, &len) != 0) return -1;
   FILE *f = fopen(path, "w");
   rc = f && fwrite(config, 1, len, f) == len ? 0 : -1;
   if (f && fclose(f) != 0) rc = -1;
-  vf_data_release(config);
+  data_release(config);
   return rc;
 }
 

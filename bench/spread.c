@@ -72,7 +72,7 @@ static void print_groups(const struct vf_spread_group *g, size_t n) {
     printf(" ");
     for (int s = 0; s < VF_SOURCE_COUNT; s++) {
       const struct vf_spread_part *p = &g[i].part[s];
-      printf(" %s %zu", vf_spread_source_name((enum vf_spread_source)s), p->cases);
+      printf(" %s %zu", spread_source_name((enum vf_spread_source)s), p->cases);
       if (p->cases && strcmp(p->from, g[i].u.group) != 0) printf(" (%s)", p->from);
     }
     printf("\n");
@@ -81,7 +81,7 @@ static void print_groups(const struct vf_spread_group *g, size_t n) {
 
 static int write_file(const char *path, const struct vf_spread_group *g, size_t n) {
   FILE *f = fopen(path, "w");
-  int rc = f ? vf_uncertainty_write(f, g, n) : VF_EIO;
+  int rc = f ? uncertainty_write(f, g, n) : VF_EIO;
   if (f && fclose(f)) rc = VF_EIO;
   if (rc) fprintf(stderr, "bench_spread: %s: cannot write it\n", path);
   return rc;
@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
   long n = cases ? to_cases(sets, nsets, cases) : -1;
   struct vf_spread_group *groups = NULL;
   size_t ngroups = 0;
-  int rc = n < 0 ? 2 : vf_spread_groups(cases, (size_t)n, &groups, &ngroups) ? 4 : 0;
+  int rc = n < 0 ? 2 : spread_groups(cases, (size_t)n, &groups, &ngroups) ? 4 : 0;
   if (!rc) {
     printf("%ld cases: %zu traced allocated, %zu traced replayed reserved, %zu published\n\n", n, traced.n,
            replayed.n, published.n);

@@ -18,10 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *torch = torches[(data[0] >> 1) % (sizeof torches / sizeof *torches)];
   struct vf_framework_spec spec;
   if (vf_framework_spec_parse(specs[data[1] % (sizeof specs / sizeof *specs)], &spec, NULL)) abort();
-  struct vf_profile_texts t = {.framework_file = "frameworks/hf.json", .torch_file = "torch.json"};
+  struct profile_texts t = {.framework_file = "frameworks/hf.json", .torch_file = "torch.json"};
   const char *shipped;
   size_t shipped_len;
-  if (vf_data_get(torch_file ? t.framework_file : t.torch_file, &shipped, &shipped_len)) abort();
+  if (data_get(torch_file ? t.framework_file : t.torch_file, &shipped, &shipped_len)) abort();
   if (torch_file) t.framework = shipped, t.framework_len = shipped_len;
   else t.torch = shipped, t.torch_len = shipped_len;
   if (torch_file) t.torch = (const char *)data + 2, t.torch_len = size - 2;
@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct vf_diag d;
   vf_diag_clear(&d);
   int rc = profile_parse(&spec, torch, &t, &p, &d);
-  vf_data_release(shipped);
+  data_release(shipped);
   if (rc == 0 && (!p.release[0] || !p.torch[0] || !p.date[0])) abort();
   /* A refusal is one line naming one of the two files. */
   if (rc != 0 && (!d.msg[0] || strchr(d.msg, '\n') ||

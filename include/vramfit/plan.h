@@ -99,7 +99,7 @@ VF_API int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result
  * base (no weight gradients but the adapters' T), + 2P for full recomputation and + 0.5P
  * for selective, + attention 12 x layers x seq x heads x head_dim (4 per forward pass,
  * one more forward when recomputed). Traffic runs over the GPU's links inside a node
- * (gpus.tsv link_GBps) and the network between nodes, never overlapped (plan_speed.c). */
+ * (gpus.tsv link_GBps) and the network between nodes, never overlapped (src/core/plan/speed.c). */
 VF_API double vf_plan_tokens_per_second(const struct vf_model *m, const struct vf_setup *s,
                                         const struct vf_estimate *e, const struct vf_gpu_spec *gpu);
 

@@ -38,7 +38,7 @@ static int check_schedule(const struct vf_setup *s, const struct vf_profile *p, 
 static int check_stages(const struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p,
                         struct vf_diag *d) {
   char msg[256], chunks_text[48] = "";
-  uint64_t chunks = vf_pp_chunks(s->pp_schedule, p), stages = s->pp * chunks, layers = m->arch.layers;
+  uint64_t chunks = pipeline_chunks(s->pp_schedule, p), stages = s->pp * chunks, layers = m->arch.layers;
   if (chunks > 1) snprintf(chunks_text, sizeof chunks_text, " x %llu model chunks", (ull)chunks);
   if (stages > layers) {
     snprintf(msg, sizeof msg, "--pp %llu%s makes %llu stages, more than the %llu layers", (ull)s->pp, chunks_text,

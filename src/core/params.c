@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t vf_precision_bytes(enum vf_precision p) {
+uint32_t precision_bytes(enum vf_precision p) {
   return p == VF_PREC_FP32 ? 4 : (p == VF_PREC_BF16 || p == VF_PREC_FP16) ? 2 : 0;
 }
 
-static int push(struct vf_params *ps, const struct vf_param *p) {
-  struct vf_param *grown = array_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
+static int push(struct params *ps, const struct param *p) {
+  struct param *grown = array_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
   if (!grown) return VF_ENOMEM;
   ps->v = grown;
   ps->v[ps->n++] = *p;
@@ -63,23 +63,23 @@ static void linear_shape(const struct vf_model *m, const struct vf_tensor *t, ui
   *in = conv1d ? t->shape[0] : t->shape[1];
 }
 
-static int add_adapter(struct vf_params *ps, const struct vf_setup *s, int32_t layer,
+static int add_adapter(struct params *ps, const struct vf_setup *s, int32_t layer,
                        uint64_t in, uint64_t out, uint32_t wb) {
-  struct vf_param a = {.layer = layer, .numel = s->lora_r * in, .trainable = true, .in = in, .out = s->lora_r};
-  struct vf_param b = {.layer = layer, .numel = s->lora_r * out, .trainable = true, .in = s->lora_r, .out = out};
+  struct param a = {.layer = layer, .numel = s->lora_r * in, .trainable = true, .in = in, .out = s->lora_r};
+  struct param b = {.layer = layer, .numel = s->lora_r * out, .trainable = true, .in = s->lora_r, .out = out};
   a.bytes = a.numel * wb;
   b.bytes = b.numel * wb;
   int rc = push(ps, &a);
   if (!rc) rc = push(ps, &b);
   if (!rc && s->method == VF_METHOD_DORA) {
-    struct vf_param mag = {.layer = layer, .numel = out, .bytes = out * wb, .trainable = true};
+    struct param mag = {.layer = layer, .numel = out, .bytes = out * wb, .trainable = true};
     rc = push(ps, &mag);
   }
   ps->trainable += a.numel + b.numel + (s->method == VF_METHOD_DORA ? out : 0);
   return rc;
 }
 
-static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf_task task, uint32_t wb) {
+static int add_task_head(struct params *ps, const struct vf_model *m, enum vf_task task, uint32_t wb) {
   const struct vf_arch *a = &m->arch;
   uint64_t sizes[4] = {0};
   if (task == VF_TASK_SEQ_CLS && a->family == VF_FAMILY_BERT)
@@ -90,7 +90,7 @@ static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf
     sizes[0] = a->hidden * a->hidden, sizes[1] = a->hidden, sizes[2] = 2 * a->hidden, sizes[3] = a->vocab;
   for (int i = 0; i < 4; i++) {
     if (!sizes[i]) continue;
-    struct vf_param p = {.layer = -1, .numel = sizes[i], .bytes = sizes[i] * wb, .trainable = true};
+    struct param p = {.layer = -1, .numel = sizes[i], .bytes = sizes[i] * wb, .trainable = true};
     if (i == 0) p.in = a->hidden, p.out = sizes[0] / a->hidden; /* the head's matrix */
     int rc = push(ps, &p);
     if (rc) return rc;
@@ -102,9 +102,9 @@ static int add_task_head(struct vf_params *ps, const struct vf_model *m, enum vf
 
 /* A stable counting sort by layer (-1 first): layers are small integers, and the blocks
  * keep their model order. */
-static int order_by_layer(struct vf_params *ps, uint64_t layers) {
+static int order_by_layer(struct params *ps, uint64_t layers) {
   size_t *start = calloc(layers + 2, sizeof *start);
-  struct vf_param *sorted = malloc(ps->n * sizeof *sorted);
+  struct param *sorted = malloc(ps->n * sizeof *sorted);
   if (!start || !sorted) {
     free(start);
     free(sorted);
@@ -121,7 +121,7 @@ static int order_by_layer(struct vf_params *ps, uint64_t layers) {
 }
 
 /* Where each layer begins: the estimator asks for every layer's range, many times a replay. */
-static int index_layers(struct vf_params *ps, uint64_t layers) {
+static int index_layers(struct params *ps, uint64_t layers) {
   if (!(ps->first = malloc((layers + 2) * sizeof *ps->first))) return VF_ENOMEM;
   ps->layers = layers;
   size_t i = 0;
@@ -132,7 +132,7 @@ static int index_layers(struct vf_params *ps, uint64_t layers) {
   return 0;
 }
 
-static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
+static size_t first_at_least(const struct params *ps, int32_t layer) {
   if (layer < 0) return 0;
   return (uint64_t)layer > ps->layers ? ps->n : ps->first[layer + 1];
 }
@@ -141,13 +141,13 @@ static size_t first_at_least(const struct vf_params *ps, int32_t layer) {
  * does a pipeline, whose last stage needs the head away from the first stage's embedding
  * (Megatron's shared embedding, its gradient all-reduced between the two): counted then
  * as the same parameters. */
-static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
+static int add_untied_head(struct params *ps, const struct vf_model *m, const struct vf_setup *s,
                            const struct vf_profile *pr, enum vf_quant q, uint32_t adapter_wb) {
   const struct vf_arch *a = &m->arch;
   bool full = s->method == VF_METHOD_FULL, counted = pr->untie_embeddings;
-  struct vf_param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
+  struct param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
                           .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
-  head.bytes = head.numel * vf_precision_bytes(s->weights);
+  head.bytes = head.numel * precision_bytes(s->weights);
   head.quantized = pr->quantize_head && q != VF_QUANT_NONE && !full;
   if (head.quantized) head.bytes = quantized_bytes(q, head.numel);
   if (counted) ps->total += a->vocab * a->hidden;
@@ -158,12 +158,12 @@ static int add_untied_head(struct vf_params *ps, const struct vf_model *m, const
   return rc;
 }
 
-int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
-                    const struct vf_profile *pr, enum vf_task task) {
+int params_build(struct params *ps, const struct vf_model *m, const struct vf_setup *s,
+                 const struct vf_profile *pr, enum vf_task task) {
   memset(ps, 0, sizeof *ps);
   /* Sized once: every tensor, an adapter pair for each, and a few task-head tensors. */
   if (!(ps->v = array_grow(NULL, &ps->cap, 3 * m->n_tensors + 8, sizeof *ps->v))) return VF_ENOMEM;
-  uint32_t wb = vf_precision_bytes(s->weights);
+  uint32_t wb = precision_bytes(s->weights);
   uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
   bool full = s->method == VF_METHOD_FULL;
   enum vf_quant q = vf_setup_quant(s);
@@ -177,7 +177,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
     int32_t layer = t->layer < (int32_t)m->arch.layers ? t->layer : -1;
     /* Under expert parallelism a GPU holds its share of each layer's experts. */
     bool held = t->expert < 0 || (uint64_t)t->expert < m->arch.experts / s->ep;
-    struct vf_param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
+    struct param p = {.layer = layer, .numel = n, .trainable = full, .embedding = t->kind == VF_KIND_EMBEDDING,
                          .expert = t->expert >= 0};
     bool linear = t->ndim == 2 && (is_block_linear(t->kind) || (t->kind == VF_KIND_HEAD && pr->quantize_head));
     bool split = t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD ||
@@ -211,7 +211,7 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
       uint64_t n = l >= VF_ADAPTER_START_LAYER ? 10 * m->arch.hidden + m->arch.heads : 0;
       if (s->method == VF_METHOD_ADAPTER_V2) n += 2 * (4 * m->arch.hidden + 3 * m->arch.intermediate);
       if (!n) continue;
-      struct vf_param p = {.layer = (int32_t)l, .numel = n, .bytes = n * adapter_wb, .trainable = true};
+      struct param p = {.layer = (int32_t)l, .numel = n, .bytes = n * adapter_wb, .trainable = true};
       rc = push(ps, &p);
       ps->trainable += n;
     }
@@ -222,14 +222,14 @@ int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct
   return rc;
 }
 
-void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end) {
+void params_layer(const struct params *ps, int32_t layer, size_t *begin, size_t *end) {
   *begin = first_at_least(ps, layer);
   *end = first_at_least(ps, layer + 1);
 }
 
-void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest) {
+void params_keep_root(struct params *ps, bool embedding, bool rest) {
   size_t begin, end, kept = 0;
-  vf_params_layer(ps, -1, &begin, &end);
+  params_layer(ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (ps->v[i].embedding ? embedding : rest) ps->v[begin + kept++] = ps->v[i];
   memmove(ps->v + begin + kept, ps->v + end, (ps->n - end) * sizeof *ps->v);
@@ -238,7 +238,7 @@ void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest) {
   for (uint64_t l = 0; l <= ps->layers; l++) ps->first[l + 1] -= dropped;
 }
 
-void vf_params_cleanup(struct vf_params *ps) {
+void params_cleanup(struct params *ps) {
   free(ps->v);
   free(ps->first);
   memset(ps, 0, sizeof *ps);

@@ -12,7 +12,7 @@
  * adapter_start_layer, also adapter_v2's; 2 by default in 0.3 to 0.5.13). */
 #define VF_ADAPTER_START_LAYER 2
 
-struct vf_param {
+struct param {
   int32_t layer;       /* -1 outside the blocks */
   uint64_t numel;      /* elements on this GPU */
   uint64_t bytes;      /* stored bytes on this GPU */
@@ -24,8 +24,8 @@ struct vf_param {
   uint64_t in, out;    /* a matrix's columns and rows on this GPU (a linear's in and out); 0 for others */
 };
 
-struct vf_params {
-  struct vf_param *v;
+struct params {
+  struct param *v;
   size_t n, cap;
   uint64_t total, trainable;          /* whole-model counts (before any split) */
   uint64_t layers;
@@ -34,17 +34,17 @@ struct vf_params {
 
 /* Builds the per-GPU parameter list, ordered by layer (-1, the parts outside the blocks,
  * first). */
-int vf_params_build(struct vf_params *ps, const struct vf_model *m, const struct vf_setup *s,
-                    const struct vf_profile *p, enum vf_task task);
-void vf_params_cleanup(struct vf_params *ps);
+int params_build(struct params *ps, const struct vf_model *m, const struct vf_setup *s,
+                 const struct vf_profile *p, enum vf_task task);
+void params_cleanup(struct params *ps);
 
 /* A pipeline stage's share of the parts outside the blocks: the embedding on the first,
  * the rest (final norm, head) on the last; whole-model counts stay. */
-void vf_params_keep_root(struct vf_params *ps, bool embedding, bool rest);
+void params_keep_root(struct params *ps, bool embedding, bool rest);
 
 /* The index range [*begin, *end) of a layer's parameters. */
-void vf_params_layer(const struct vf_params *ps, int32_t layer, size_t *begin, size_t *end);
+void params_layer(const struct params *ps, int32_t layer, size_t *begin, size_t *end);
 
-uint32_t vf_precision_bytes(enum vf_precision p);
+uint32_t precision_bytes(enum vf_precision p);
 
 #endif

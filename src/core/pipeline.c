@@ -1,13 +1,13 @@
 #include "core/pipeline.h"
 #include "core/profile.h"
 
-uint64_t vf_pp_chunks(enum vf_pp_schedule schedule, const struct vf_profile *p) {
+uint64_t pipeline_chunks(enum vf_pp_schedule schedule, const struct vf_profile *p) {
   return schedule == VF_PP_INTERLEAVED && p->pp_stages_per_rank > 1 ? p->pp_stages_per_rank : 1;
 }
 
 /* torchtitan@9dec370 generate_split_points: the first split after the quotient, each
  * following one a layer further while the remainder lasts (parallelisms/pipelining_utils.py). */
-uint64_t vf_pp_stage_layers(uint64_t layers, uint64_t stages, uint64_t stage, bool even) {
+uint64_t pipeline_stage_layers(uint64_t layers, uint64_t stages, uint64_t stage, bool even) {
   uint64_t base = layers / stages, extra = layers % stages;
   if (even || stages == 1) return base;
   if (stage == 0) return base;
@@ -16,16 +16,16 @@ uint64_t vf_pp_stage_layers(uint64_t layers, uint64_t stages, uint64_t stage, bo
   return layers - base * (stages - 1) - boosted;
 }
 
-uint64_t vf_pp_rank_layers(uint64_t layers, uint64_t pp, uint64_t chunks, uint64_t rank, bool even) {
+uint64_t pipeline_rank_layers(uint64_t layers, uint64_t pp, uint64_t chunks, uint64_t rank, bool even) {
   uint64_t n = 0;
-  for (uint64_t c = 0; c < chunks; c++) n += vf_pp_stage_layers(layers, pp * chunks, rank + c * pp, even);
+  for (uint64_t c = 0; c < chunks; c++) n += pipeline_stage_layers(layers, pp * chunks, rank + c * pp, even);
   return n;
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-uint64_t vf_pp_chunks_in_flight(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m,
-                                uint64_t rank) {
+uint64_t pipeline_chunks_in_flight(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m,
+                                   uint64_t rank) {
   switch (schedule) {
   case VF_PP_GPIPE:
     return m;
@@ -50,11 +50,11 @@ uint64_t vf_pp_chunks_in_flight(enum vf_pp_schedule schedule, uint64_t pp, uint6
  * max(1, m // pp) and backward_stage_index gives the k-th backward of a rank to its local
  * stage chunks - 1 - (k // microbatches_per_round) % chunks; in one round (m < 2 pp) that
  * is m backwards of each chunk in turn, the last chunk first. */
-bool vf_pp_chunk_backwards_apart(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m) {
+bool pipeline_chunk_backwards_apart(enum vf_pp_schedule schedule, uint64_t pp, uint64_t chunks, uint64_t m) {
   return schedule == VF_PP_INTERLEAVED && chunks > 1 && m / pp <= 1;
 }
 
-size_t vf_pp_ranks_to_replay(uint64_t pp, uint64_t ranks[3]) {
+size_t pipeline_ranks_to_replay(uint64_t pp, uint64_t ranks[3]) {
   size_t n = 0;
   ranks[n++] = 0;
   if (pp > 1) ranks[n++] = pp - 1;

@@ -356,7 +356,7 @@ static bool under(uint64_t batch, void *arg) {
 static uint64_t last_under(const struct vf_probe *p, const struct curve *f, uint64_t lo, uint64_t hi,
                            double ceiling, double side) {
   struct under_arg u = {p, f, ceiling, side};
-  return vf_last_fitting(lo, hi, under, &u);
+  return last_fitting(lo, hi, under, &u);
 }
 
 /* Just past the largest fit, where the curve says that is the answer; further after
@@ -528,6 +528,6 @@ int vf_estimate_max_batch(const struct vf_model *m, const struct vf_setup *s,
   *out = 0;
   if (rc || !ok) return rc;
   struct fit_arg f = {m, &t, prof, alloc};
-  *out = vf_last_fitting(min, max, batch_fits, &f);
+  *out = last_fitting(min, max, batch_fits, &f);
   return 0;
 }

@@ -10,14 +10,14 @@
 
 static const char *const source_names[VF_SOURCE_COUNT] = {"allocated", "replayed", "reserved", "device"};
 
-const char *vf_spread_source_name(enum vf_spread_source s) { return s < VF_SOURCE_COUNT ? source_names[s] : "unknown"; }
+const char *spread_source_name(enum vf_spread_source s) { return s < VF_SOURCE_COUNT ? source_names[s] : "unknown"; }
 
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
-struct vf_spread vf_spread_of(double *errors, size_t n) {
+struct vf_spread spread_of(double *errors, size_t n) {
   if (!n) return (struct vf_spread){0, 0};
   qsort(errors, n, sizeof *errors, by_value);
   size_t rank = (n * VF_SPREAD_PERCENTILE + 99) / 100; /* nearest rank, counted in integers */
@@ -54,7 +54,7 @@ static void part_of(const struct vf_spread_case *cases, size_t n, const struct v
   for (size_t l = 0; l < count; l++) {
     size_t k = collect(cases, n, levels[l].framework, levels[l].cls, source, buf);
     if (k >= VF_SPREAD_MIN_CASES || (l + 1 == count && k > 0)) {
-      out->spread = vf_spread_of(buf, k);
+      out->spread = spread_of(buf, k);
       out->cases = k;
       group_name(levels[l].framework, levels[l].cls, out->from, sizeof out->from);
       return;
@@ -107,7 +107,7 @@ static bool has_class(const struct vf_spread_case *cases, size_t n, const char *
   return false;
 }
 
-int vf_spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out) {
+int spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out) {
   const char **names = malloc((n ? n : 1) * sizeof *names);
   double *buf = malloc((n ? n : 1) * sizeof *buf);
   struct vf_spread_group *g = malloc((1 + n * (1 + VF_CLASS_COUNT)) * sizeof *g);

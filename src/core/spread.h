@@ -30,7 +30,7 @@
 enum vf_spread_source { VF_SOURCE_ALLOCATED, VF_SOURCE_REPLAYED, VF_SOURCE_RESERVED, VF_SOURCE_DEVICE,
                         VF_SOURCE_COUNT };
 /* "allocated", "replayed", "reserved", "device". */
-const char *vf_spread_source_name(enum vf_spread_source s);
+const char *spread_source_name(enum vf_spread_source s);
 
 /* Percentile of the low end (the high end mirrors it) and the fewest cases a group needs. */
 enum { VF_SPREAD_PERCENTILE = 5, VF_SPREAD_MIN_CASES = 5 };
@@ -63,14 +63,14 @@ struct vf_spread_group {
 
 /* The groups the cases support: every setup's, then per framework (by name) the whole
  * framework's and each class with a case. *out is malloc'ed. 0 or VF_ENOMEM. Pure. */
-int vf_spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out);
+int spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out);
 
 /* The spread of n errors (sorted in place): the percentiles above; (0, 0) for none. */
-struct vf_spread vf_spread_of(double *errors, size_t n);
+struct vf_spread spread_of(double *errors, size_t n);
 
 /* ---- Writer (src/io) ---- */
 /* Writes the groups as data/uncertainty.json, with notes saying how they were made. 0 or
  * VF_EIO. */
-int vf_uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n);
+int uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n);
 
 #endif

@@ -14,12 +14,12 @@ struct vf_version {
 };
 
 /* A release: 1 to 4 dot-separated numbers of at most 6 digits. 0 or VF_EINVAL. */
-int vf_release_parse(const char *text, struct vf_version *v);
+int version_release_parse(const char *text, struct vf_version *v);
 /* A month: YYYY-MM. 0 or VF_EINVAL. */
-int vf_month_parse(const char *text, struct vf_version *v);
+int version_month_parse(const char *text, struct vf_version *v);
 /* Either. 0 or VF_EINVAL. */
-int vf_version_parse(const char *text, struct vf_version *v);
+int version_parse(const char *text, struct vf_version *v);
 /* <0, 0, >0 as a is older than, the same as or newer than b (both releases or both months). */
-int vf_version_compare(const struct vf_version *a, const struct vf_version *b);
+int version_compare(const struct vf_version *a, const struct vf_version *b);
 
 #endif

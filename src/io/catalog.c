@@ -46,13 +46,13 @@ static int count(const char *path, void *arg) {
 
 size_t vf_catalog_count(void) {
   size_t n = 0;
-  vf_data_each(MODELS_DIR, count, &n);
+  data_each(MODELS_DIR, count, &n);
   return n;
 }
 
 int vf_catalog_name(size_t i, char *buf, size_t size) {
   struct paths p = {0};
-  vf_data_each(MODELS_DIR, collect, &p);
+  data_each(MODELS_DIR, collect, &p);
   int rc = p.rc ? p.rc : i < p.n ? 0 : VF_ENOTFOUND;
   if (!rc) {
     qsort(p.path, p.n, sizeof *p.path, by_name);
@@ -67,13 +67,13 @@ int vf_catalog_config(const char *name, char **json, size_t *len) {
   char path[160];
   const char *text;
   if (snprintf(path, sizeof path, MODELS_DIR "%s.json", name) >= (int)sizeof path) return VF_ENOTFOUND;
-  int rc = vf_data_get(path, &text, len);
+  int rc = data_get(path, &text, len);
   if (rc) return rc;
   *json = malloc(*len + 1);
   if (*json) {
     memcpy(*json, text, *len);
     (*json)[*len] = '\0';
   }
-  vf_data_release(text);
+  data_release(text);
   return *json ? 0 : VF_ENOMEM;
 }

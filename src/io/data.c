@@ -7,13 +7,13 @@
 #include "base/fileio.h"
 #include "vramfit/error.h"
 
-static const struct vf_data_file *embedded(const char *path) {
-  for (const struct vf_data_file *f = vf_data_files; f->path; f++)
+static const struct data_file *embedded(const char *path) {
+  for (const struct data_file *f = data_files; f->path; f++)
     if (strcmp(f->path, path) == 0) return f;
   return NULL;
 }
 
-int vf_data_get(const char *path, const char **bytes, size_t *len) {
+int data_get(const char *path, const char **bytes, size_t *len) {
   const char *dir = getenv("VRAMFIT_DATA_DIR");
   if (dir && *dir) {
     char full[4096];
@@ -24,21 +24,21 @@ int vf_data_get(const char *path, const char **bytes, size_t *len) {
     *bytes = buf;
     return 0;
   }
-  const struct vf_data_file *f = embedded(path);
+  const struct data_file *f = embedded(path);
   if (!f) return VF_ENOTFOUND;
   *bytes = (const char *)f->bytes;
   *len = f->len;
   return 0;
 }
 
-void vf_data_release(const char *bytes) {
+void data_release(const char *bytes) {
   const char *dir = getenv("VRAMFIT_DATA_DIR");
   if (dir && *dir) free((char *)bytes);
 }
 
-int vf_data_each(const char *dir, int (*fn)(const char *path, void *arg), void *arg) {
+int data_each(const char *dir, int (*fn)(const char *path, void *arg), void *arg) {
   size_t n = strlen(dir);
-  for (const struct vf_data_file *f = vf_data_files; f->path; f++) {
+  for (const struct data_file *f = data_files; f->path; f++) {
     if (strncmp(f->path, dir, n) != 0) continue;
     int rc = fn(f->path, arg);
     if (rc) return rc;

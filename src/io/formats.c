@@ -34,11 +34,11 @@ static int load_one(const char *path, void *arg) {
   struct loader *l = arg;
   const char *bytes;
   size_t len;
-  int rc = vf_data_get(path, &bytes, &len);
+  int rc = data_get(path, &bytes, &len);
   if (rc) return diag_at(l->d, rc, path, UINT64_MAX, "cannot read the format map");
   json_t *map = NULL;
   rc = parse_json_text(bytes, len, path, &map, l->d);
-  vf_data_release(bytes);
+  data_release(bytes);
   if (rc) return rc;
   const char *name = json_string_value(json_object_get(map, "name"));
   struct format *grown = realloc(l->fs->v, (l->fs->n + 1) * sizeof *grown);
@@ -57,7 +57,7 @@ static int load_one(const char *path, void *arg) {
 int formats_load(struct formats *fs, struct vf_diag *d) {
   memset(fs, 0, sizeof *fs);
   struct loader l = {fs, d};
-  int rc = vf_data_each("formats/", load_one, &l);
+  int rc = data_each("formats/", load_one, &l);
   if (rc) formats_free(fs);
   return rc;
 }

@@ -65,7 +65,7 @@ static int parse_row(const char *line, size_t len, struct vf_gpu_spec *out) {
 static int each_gpu(int (*fn)(const struct vf_gpu_spec *g, void *arg), void *arg) {
   const char *bytes;
   size_t len;
-  int rc = vf_data_get(GPUS_FILE, &bytes, &len);
+  int rc = data_get(GPUS_FILE, &bytes, &len);
   if (rc) return rc;
   bool header_seen = false;
   for (const char *p = bytes, *end = bytes + len; p < end && rc == 0;) {
@@ -81,7 +81,7 @@ static int each_gpu(int (*fn)(const struct vf_gpu_spec *g, void *arg), void *arg
       rc = fn(&g, arg);
     p = nl ? nl + 1 : end;
   }
-  vf_data_release(bytes);
+  data_release(bytes);
   return rc;
 }
 

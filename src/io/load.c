@@ -42,12 +42,12 @@ static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) 
   snprintf(path, sizeof path, "models/%s.json", lower);
   const char *text;
   size_t len;
-  if (vf_data_get(path, &text, &len) != 0)
+  if (data_get(path, &text, &len) != 0)
     return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
                    "unknown model '%s': no such file, and not in the catalogue "
                    "('vramfit models' lists it)", arg);
   int rc = vf_model_from_config_json(m, text, len, path, d);
-  vf_data_release(text);
+  data_release(text);
   return rc ? rc : set_names(m, lower, "catalogue");
 }
 

@@ -291,13 +291,13 @@ static bool is_meta(const struct chain *c, const char *key) {
 static int check_order(const struct chain *c, json_t *e, json_t *above, struct vf_diag *d) {
   struct vf_version v, av, date, above_date;
   const char *rel = text_of(e, "release");
-  vf_release_parse(rel, &v);
-  vf_release_parse(text_of(above, "release"), &av);
-  vf_month_parse(text_of(e, "date"), &date);
-  vf_month_parse(text_of(above, "date"), &above_date);
-  if (vf_version_compare(&v, &av) >= 0)
+  version_release_parse(rel, &v);
+  version_release_parse(text_of(above, "release"), &av);
+  version_month_parse(text_of(e, "date"), &date);
+  version_month_parse(text_of(above, "date"), &above_date);
+  if (version_compare(&v, &av) >= 0)
     return bad(c, d, rel, "listed below release %s: releases go newest first", text_of(above, "release"));
-  if (vf_version_compare(&date, &above_date) > 0)
+  if (version_compare(&date, &above_date) > 0)
     return bad(c, d, rel, "dated after release %s above it", text_of(above, "release"));
   return 0;
 }
@@ -307,12 +307,12 @@ static int check_meta(const struct chain *c, json_t *e, json_t *above, size_t i,
   struct vf_version v;
   const char *rel = text_of(e, "release"), *date = text_of(e, "date"), *torch = text_of(e, "torch"),
              *describes = text_of(e, "describes");
-  if (!rel || strlen(rel) >= MEMBER_SIZE(release) || vf_release_parse(rel, &v))
+  if (!rel || strlen(rel) >= MEMBER_SIZE(release) || version_release_parse(rel, &v))
     return diag_at(d, VF_EFORMAT, c->file, UINT64_MAX, "releases[%zu]: 'release' must be a version like 2.1", i);
-  if (!date || vf_month_parse(date, &v)) return bad(c, d, rel, "'date' must be a month like 2024-04");
+  if (!date || version_month_parse(date, &v)) return bad(c, d, rel, "'date' must be a month like 2024-04");
   if (!describes || !*describes || strchr(describes, '\n'))
     return bad(c, d, rel, "'describes' must be one line saying what the release stands for");
-  if (c->framework && (!torch || strlen(torch) >= MEMBER_SIZE(torch) || vf_release_parse(torch, &v)))
+  if (c->framework && (!torch || strlen(torch) >= MEMBER_SIZE(torch) || version_release_parse(torch, &v)))
     return bad(c, d, rel, "'torch' must be the PyTorch release used with it, like 2.1");
   if (!json_is_object(json_object_get(e, "sources")))
     return bad(c, d, rel, "'sources' must be an object giving each field's source");
@@ -374,9 +374,9 @@ static int read_fields(struct chain *c, json_t *e, bool newest, bool apply, stru
 static bool matches(const struct chain *c, json_t *e) {
   struct vf_version v;
   if (!c->want) return true;
-  if (c->want->month) vf_month_parse(text_of(e, "date"), &v);
-  else vf_release_parse(text_of(e, "release"), &v);
-  return vf_version_compare(&v, c->want) <= 0;
+  if (c->want->month) version_month_parse(text_of(e, "date"), &v);
+  else version_release_parse(text_of(e, "release"), &v);
+  return version_compare(&v, c->want) <= 0;
 }
 
 static int read_releases(struct chain *c, json_t *list, struct vf_diag *d) {
@@ -421,7 +421,7 @@ static int read_root(struct chain *c, json_t *root, const char *name, struct vf_
 static int apply_torch(const struct chain *fw, json_t *torch_root, const char *file, struct vf_profile *p,
                        struct vf_diag *d) {
   struct vf_version want;
-  vf_release_parse(p->torch, &want);
+  version_release_parse(p->torch, &want);
   struct vf_profile tp;
   memset(&tp, 0, sizeof tp);
   struct chain c = {.file = file, .want = &want, .out = &tp};
@@ -439,10 +439,10 @@ static int apply_torch(const struct chain *fw, json_t *torch_root, const char *f
 }
 
 static int parse_roots(const struct vf_framework_spec *spec, const char *torch, json_t *fw_root, json_t *torch_root,
-                       const struct vf_profile_texts *t, struct vf_profile *p, struct vf_diag *d) {
+                       const struct profile_texts *t, struct vf_profile *p, struct vf_diag *d) {
   struct vf_version want;
   bool versioned = spec->version[0] != '\0';
-  if (versioned) vf_version_parse(spec->version, &want);
+  if (versioned) version_parse(spec->version, &want);
   struct chain fw = {.file = t->framework_file, .framework = true, .want = versioned ? &want : NULL, .out = p};
   int rc = read_root(&fw, fw_root, spec->name, d);
   if (rc) return rc;
@@ -452,7 +452,7 @@ static int parse_roots(const struct vf_framework_spec *spec, const char *torch, 
   return apply_torch(&fw, torch_root, t->torch_file, p, d);
 }
 
-int profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct vf_profile_texts *t,
+int profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct profile_texts *t,
                   struct vf_profile *p, struct vf_diag *d) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", spec->name);
@@ -475,18 +475,18 @@ int profile_read(const char *framework, const char *torch, struct vf_profile *p,
   if (rc) return rc;
   char path[96];
   snprintf(path, sizeof path, "frameworks/%s.json", spec.name);
-  struct vf_profile_texts t = {.framework_file = path, .torch_file = "torch.json"};
-  if (vf_data_get(path, &t.framework, &t.framework_len))
+  struct profile_texts t = {.framework_file = path, .torch_file = "torch.json"};
+  if (data_get(path, &t.framework, &t.framework_len))
     return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
                    "unknown framework '%s' (hf, litgpt, torchtune, lightning, deepspeed, megatron, torchtitan)",
                    spec.name);
-  if ((rc = vf_data_get(t.torch_file, &t.torch, &t.torch_len))) {
-    vf_data_release(t.framework);
+  if ((rc = data_get(t.torch_file, &t.torch, &t.torch_len))) {
+    data_release(t.framework);
     return diag_at(d, rc, t.torch_file, UINT64_MAX, "cannot read the PyTorch releases");
   }
   rc = profile_parse(&spec, torch, &t, p, d);
-  vf_data_release(t.framework);
-  vf_data_release(t.torch);
+  data_release(t.framework);
+  data_release(t.torch);
   return rc;
 }
 
@@ -511,11 +511,11 @@ void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {
   const char *text;
   size_t len;
-  int rc = vf_data_get("runtime.json", &text, &len);
+  int rc = data_get("runtime.json", &text, &len);
   if (rc) return rc;
   json_t *root;
   rc = parse_json_text(text, len, "runtime.json", &root, NULL);
-  vf_data_release(text);
+  data_release(text);
   if (rc) return rc;
   char key[16];
   snprintf(key, sizeof key, "%u", cc_major);

@@ -8,7 +8,7 @@
 
 #include "core/profile.h"
 
-struct vf_profile_texts {
+struct profile_texts {
   const char *framework, *torch; /* the two files' contents */
   size_t framework_len, torch_len;
   const char *framework_file, *torch_file; /* their names in messages */
@@ -16,7 +16,7 @@ struct vf_profile_texts {
 
 /* The profile of spec's release (the newest without a version) under the PyTorch release
  * torch (NULL or "": the one that release names). 0, VF_EINVAL or VF_EFORMAT with d filled. */
-int profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct vf_profile_texts *t,
+int profile_parse(const struct vf_framework_spec *spec, const char *torch, const struct profile_texts *t,
                   struct vf_profile *p, struct vf_diag *d);
 
 /* vf_profile_load() into a profile the caller holds (the library's own callers and the tests

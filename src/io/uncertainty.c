@@ -110,11 +110,11 @@ int vf_uncertainty_parse(const char *text, size_t len, const char *file, const c
 int vf_uncertainty_load(const char *framework, struct vf_uncertainty_table *out, struct vf_diag *d) {
   const char *text;
   size_t len;
-  if (vf_data_get(DATA_PATH, &text, &len))
+  if (data_get(DATA_PATH, &text, &len))
     return diag_at(d, VF_ENOTFOUND, DATA_PATH, UINT64_MAX,
                    "missing from the data folder (VRAMFIT_DATA_DIR needs a copy of data/ that has it)");
   int rc = vf_uncertainty_parse(text, len, DATA_PATH, framework, out, d);
-  vf_data_release(text);
+  data_release(text);
   return rc;
 }
 
@@ -139,7 +139,7 @@ static json_t *group_json(const struct vf_spread_group *g) {
     json_t *part = spread_json(&p->spread);
     json_object_set_new(part, "cases", json_integer((json_int_t)p->cases));
     json_object_set_new(part, "from", json_string(p->from));
-    json_object_set_new(sources, vf_spread_source_name((enum vf_spread_source)s), part);
+    json_object_set_new(sources, spread_source_name((enum vf_spread_source)s), part);
   }
   json_object_set_new(o, "sources", sources);
   return o;
@@ -166,7 +166,7 @@ static const char *const notes[] = {
     "LoRA on quantized weights; adapter = LLaMA-Adapter), else FRAMEWORK/all, else all/all.",
 };
 
-int vf_uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n) {
+int uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n) {
   json_t *list = json_array(), *notes_json = json_array();
   for (size_t i = 0; i < sizeof notes / sizeof *notes; i++) json_array_append_new(notes_json, json_string(notes[i]));
   for (size_t i = 0; i < n; i++) json_array_append_new(list, group_json(&groups[i]));

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "core/workload_expr.h"
+#include "core/workload/expr.h"
 #include "io/doc.h"
 
 struct reader {

@@ -37,7 +37,7 @@ planted() {
 planted src/core/setup.c '#include "cli/cli.h"' 'core/ is below cli/'
 planted src/base/grow.c '#include "core/params.h"' 'base/ is below core/'
 planted src/io/gguf.c '#include "edit/internal.h"' '"edit/internal.h" is internal to src/edit/'
-planted src/core/plan.c '#include "core/estimate/internal.h"' '"core/estimate/internal.h" is internal to src/core/estimate/'
+planted src/core/plan/plan.c '#include "core/estimate/internal.h"' '"core/estimate/internal.h" is internal to src/core/estimate/'
 planted src/cli/cmd_models.c '#include "io/data.h"' 'the command-line tool uses the public API and base/ only'
 planted include/vramfit/model.h '#include "core/params.h"' 'a public header includes "core/params.h"'
 planted src/sys/nvml.c '#include "python/x.h"' '"python/x.h" is in no room of src/'

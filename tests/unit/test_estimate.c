@@ -119,7 +119,7 @@ static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
   struct vf_model m;
   struct vf_setup s;
   struct vf_profile p;
-  struct vf_params ps;
+  struct params ps;
   struct vf_diag d;
   load(&m, model);
   vf_setup_default(&s);
@@ -127,11 +127,11 @@ static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
   s.method = VF_METHOD_QLORA;
   s.quant = q;
   assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
-  assert_int_equal(vf_params_build(&ps, &m, &s, &p, VF_TASK_CAUSAL_LM), 0);
+  assert_int_equal(params_build(&ps, &m, &s, &p, VF_TASK_CAUSAL_LM), 0);
   uint64_t bytes = 0;
   for (size_t i = 0; i < ps.n; i++)
     if (!ps.v[i].trainable) bytes += ps.v[i].bytes;
-  vf_params_cleanup(&ps);
+  params_cleanup(&ps);
   vf_model_cleanup(&m);
   return bytes;
 }

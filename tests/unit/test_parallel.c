@@ -77,44 +77,44 @@ static struct vf_estimate run_with(const char *model, const struct vf_setup *s, 
  * 7, 8 x 14, 7; Megatron gives every stage the quotient. */
 static void test_stage_layers(void **state) {
   (void)state;
-  assert_int_equal(vf_pp_stage_layers(126, 8, 0, false), 15);
-  for (uint64_t s = 1; s < 7; s++) assert_int_equal(vf_pp_stage_layers(126, 8, s, false), 16);
-  assert_int_equal(vf_pp_stage_layers(126, 8, 7, false), 15);
-  assert_int_equal(vf_pp_stage_layers(126, 16, 0, false), 7);
-  assert_int_equal(vf_pp_stage_layers(126, 16, 15, false), 7);
+  assert_int_equal(pipeline_stage_layers(126, 8, 0, false), 15);
+  for (uint64_t s = 1; s < 7; s++) assert_int_equal(pipeline_stage_layers(126, 8, s, false), 16);
+  assert_int_equal(pipeline_stage_layers(126, 8, 7, false), 15);
+  assert_int_equal(pipeline_stage_layers(126, 16, 0, false), 7);
+  assert_int_equal(pipeline_stage_layers(126, 16, 15, false), 7);
   /* Rank 1 of 8 with two chunks holds stages 1 and 9: 8 + 8. */
-  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 1, false), 16);
-  assert_int_equal(vf_pp_rank_layers(126, 8, 2, 0, false), 15);
+  assert_int_equal(pipeline_rank_layers(126, 8, 2, 1, false), 16);
+  assert_int_equal(pipeline_rank_layers(126, 8, 2, 0, false), 15);
   /* A remainder larger than the middle stages goes to the last: 5 over 3 is 1, 2, 2. */
-  assert_int_equal(vf_pp_stage_layers(5, 3, 2, false), 2);
-  assert_int_equal(vf_pp_stage_layers(32, 4, 3, true), 8);
+  assert_int_equal(pipeline_stage_layers(5, 3, 2, false), 2);
+  assert_int_equal(pipeline_stage_layers(32, 4, 3, true), 8);
 }
 
 /* Model-chunk forwards held at once, by hand from each schedule's definition. */
 static void test_in_flight_counts(void **state) {
   (void)state;
   /* GPipe: all forwards before any backward. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 0), 8);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 3), 8);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 0), 8);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_GPIPE, 4, 1, 8, 3), 8);
   /* 1F1B over 4 ranks, 8 micro batches: rank r warms up with 4 - r forwards. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 0), 4);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 1), 3);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 3), 1);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 0), 4);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 1), 3);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_1F1B, 4, 1, 8, 3), 1);
   /* With fewer micro batches than ranks, all of them. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_1F1B, 4, 1, 2, 0), 2);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_1F1B, 4, 1, 2, 0), 2);
   /* Interleaved, 4 ranks x 2 chunks, 8 micro batches in rounds of 4: rank 0 warms up with
    * one round of the first chunk (4) plus 2 per rank after it (6), then one more: 11 of the
    * 16 chunk forwards; the last rank 4 + 0 + 1. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 0), 11);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 3), 5);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 0), 11);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 8, 3), 5);
   /* Capped at every chunk forward: 4 micro batches x 2 chunks. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 4, 0), 8);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 4, 0), 8);
   /* 6 micro batches over 4 ranks are one round of 6: rank 3 warms up with the first
    * chunk's 6, then one more (7); rank 2 with 6 + 2 (9); rank 0 would warm up with
    * 6 + 6 but holds at most the 12 chunk forwards there are. */
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 3), 7);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 2), 9);
-  assert_int_equal(vf_pp_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 0), 12);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 3), 7);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 2), 9);
+  assert_int_equal(pipeline_chunks_in_flight(VF_PP_INTERLEAVED, 4, 2, 6, 0), 12);
 }
 
 /* PyTorch's interleaved schedule runs a rank's backwards chunk by chunk (all m of the last
@@ -122,12 +122,12 @@ static void test_in_flight_counts(void **state) {
  * in more rounds the chunks alternate round by round. */
 static void test_chunk_backwards_apart(void **state) {
   (void)state;
-  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 4));
-  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 7));
-  assert_true(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 8, 2, 8));
-  assert_false(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 8));
-  assert_false(vf_pp_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 1, 4));
-  assert_false(vf_pp_chunk_backwards_apart(VF_PP_1F1B, 4, 1, 4));
+  assert_true(pipeline_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 4));
+  assert_true(pipeline_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 7));
+  assert_true(pipeline_chunk_backwards_apart(VF_PP_INTERLEAVED, 8, 2, 8));
+  assert_false(pipeline_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 2, 8));
+  assert_false(pipeline_chunk_backwards_apart(VF_PP_INTERLEAVED, 4, 1, 4));
+  assert_false(pipeline_chunk_backwards_apart(VF_PP_1F1B, 4, 1, 4));
 }
 
 /* Sums the live activations of the replayed rank until the first event of phase `until`;

@@ -38,9 +38,9 @@ static const char torch_text[] =
 static json_t *every_field(void) {
   const char *text;
   size_t len;
-  assert_int_equal(vf_data_get("frameworks/hf.json", &text, &len), 0);
+  assert_int_equal(data_get("frameworks/hf.json", &text, &len), 0);
   json_t *root = json_loadb(text, len, 0, NULL);
-  vf_data_release(text);
+  data_release(text);
   assert_non_null(root);
   json_t *e = json_deep_copy(json_array_get(json_object_get(root, "releases"), 0));
   json_decref(root);
@@ -79,7 +79,7 @@ static json_t *entry_of(json_t *d, size_t i) { return json_array_get(json_object
 
 static int load_doc(json_t *d, const char *spec_text, const char *torch, struct vf_profile *p, struct vf_diag *diag) {
   char *fw = json_dumps(d, 0);
-  struct vf_profile_texts t = {fw, torch_text, strlen(fw), strlen(torch_text), FW_FILE, TORCH_FILE};
+  struct profile_texts t = {fw, torch_text, strlen(fw), strlen(torch_text), FW_FILE, TORCH_FILE};
   struct vf_framework_spec spec;
   vf_diag_clear(diag);
   int rc = vf_framework_spec_parse(spec_text, &spec, diag);

@@ -22,17 +22,17 @@
 static void quantiles_are_nearest_rank(void **state) {
   (void)state;
   double three[] = {0.02, -0.10, 0.30};
-  struct vf_spread s = vf_spread_of(three, 3);
+  struct vf_spread s = spread_of(three, 3);
   /* below 20 cases: the minimum and the maximum */
   assert_float_equal(s.low, -0.10, EPS);
   assert_float_equal(s.high, 0.30, EPS);
   double forty[40];
   for (int i = 0; i < 40; i++) forty[i] = (double)(39 - i) / 100; /* 0.00 .. 0.39, unsorted */
-  s = vf_spread_of(forty, 40);
+  s = spread_of(forty, 40);
   /* 5% of 40 is 2: the second smallest and the second largest */
   assert_float_equal(s.low, 0.01, EPS);
   assert_float_equal(s.high, 0.38, EPS);
-  s = vf_spread_of(NULL, 0);
+  s = spread_of(NULL, 0);
   assert_float_equal(s.low, 0, EPS);
   assert_float_equal(s.high, 0, EPS);
 }
@@ -62,7 +62,7 @@ static void groups_fall_back_when_they_have_few_cases(void **state) {
   add(c, &n, "litgpt", VF_CLASS_QLORA, VF_SOURCE_ALLOCATED, 0.50);
   struct vf_spread_group *g;
   size_t ng;
-  assert_int_equal(vf_spread_groups(c, n, &g, &ng), 0);
+  assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   /* all/all, hf/all, hf/full, hf/lora, litgpt/all, litgpt/qlora: in that order */
   assert_int_equal(ng, 6);
   const char *order[] = {"all/all", "hf/all", "hf/full", "hf/lora", "litgpt/all", "litgpt/qlora"};
@@ -103,7 +103,7 @@ static void kinds_combine_the_sources(void **state) {
   }
   struct vf_spread_group *g;
   size_t ng;
-  assert_int_equal(vf_spread_groups(c, n, &g, &ng), 0);
+  assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   const struct vf_uncertainty *u = &find(g, ng, "hf/full")->u;
   assert_float_equal(u->kind[VF_PEAK_ALLOCATED].low, -0.02, EPS);
   assert_float_equal(u->kind[VF_PEAK_ALLOCATED].high, 0.03, EPS);
@@ -277,11 +277,11 @@ static void writer_output_reads_back(void **state) {
   for (int i = 0; i < 5; i++) add(c, &n, "litgpt", VF_CLASS_QLORA, VF_SOURCE_ALLOCATED, -0.123456 + 0.05 * i);
   struct vf_spread_group *g;
   size_t ng;
-  assert_int_equal(vf_spread_groups(c, n, &g, &ng), 0);
+  assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  assert_int_equal(vf_uncertainty_write(f, g, ng), 0);
+  assert_int_equal(uncertainty_write(f, g, ng), 0);
   fclose(f);
   struct vf_uncertainty_table t;
   struct vf_diag d;

@@ -7,7 +7,7 @@
 
 static uint64_t trainable_elems(const struct ctx *x, uint64_t layers) {
   size_t end, unused;
-  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  params_layer(x->ps, (int32_t)layers, &end, &unused);
   return layer_param_sum(x, 0, end, true, false, false);
 }
 

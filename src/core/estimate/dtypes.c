@@ -19,13 +19,13 @@ bool autocast_runs(const struct ctx *x) {
  * the compute dtype. */
 bool autocast_casts(const struct ctx *x) {
   bool gathered = vf_shard_weights(x->s->shard);
-  return autocast_runs(x) && x->d.c < vf_precision_bytes(x->s->weights) && !gathered;
+  return autocast_runs(x) && x->d.c < precision_bytes(x->s->weights) && !gathered;
 }
 
 /* Bytes per element of the residual stream: the weights' dtype under autocast (the
  * embedding's output and every residual add stay in it), else the compute dtype. */
 uint32_t autocast_stream_bytes(const struct ctx *x) {
-  return autocast_casts(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
+  return autocast_casts(x) ? precision_bytes(x->s->weights) : x->d.c;
 }
 
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
@@ -38,9 +38,9 @@ void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool recomp
   if (!autocast_casts(x)) return;
   bool saved = x->s->grad_ckpt != VF_CKPT_FULL || recomputing;
   size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
+  params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
+    const struct param *p = &x->ps->v[i];
     if (!p->linear || (p->expert && mlp_experts_uncast(x))) continue;
     uint32_t id = tape_take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES);
     if (saved) tape_hold(x, sv, id, p->numel * x->d.c, WEIGHT_TEMPORARIES);
@@ -78,7 +78,7 @@ void quant_input(struct ctx *x, struct saved *sv, uint64_t in, bool head) {
 
 /* A weight quantized while the model loads exists first in 16 bits on the GPU, next to
  * whatever its quantizer allocates, before its quantized form replaces it. */
-void quant_load_weight(struct ctx *x, const struct vf_param *p) {
+void quant_load_weight(struct ctx *x, const struct param *p) {
   uint32_t temp = x->p->quant_load_bytes;
   if (!p->quantized || !temp) {
     tape_take(x, p->bytes, VF_CAT_WEIGHTS);
@@ -93,7 +93,7 @@ void quant_load_weight(struct ctx *x, const struct vf_param *p) {
 static uint64_t largest_quantized(const struct ctx *x, int32_t layer) {
   uint64_t n = 0;
   size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
+  params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].quantized && x->ps->v[i].numel > n) n = x->ps->v[i].numel;
   return n;

@@ -19,7 +19,7 @@ bool embedding_stable(const struct ctx *x) {
 uint64_t embedding_bytes(const struct ctx *x) {
   uint64_t bytes = 0;
   size_t begin, end;
-  vf_params_layer(x->ps, -1, &begin, &end);
+  params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].embedding) bytes += x->ps->v[i].bytes;
   return bytes;
@@ -87,9 +87,9 @@ bool embedding_grads_late(const struct ctx *x) {
 static void late_embedding_grads(struct ctx *x) {
   if (!embedding_grads_late(x)) return;
   size_t begin, end;
-  vf_params_layer(x->ps, -1, &begin, &end);
+  params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
+    const struct param *p = &x->ps->v[i];
     if (p->trainable && p->embedding) ids_push(x, &x->grads.list, tape_take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));
   }
 }

@@ -37,14 +37,14 @@ struct rank_result {
 static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
                        struct rank_result *out) {
   const struct vf_setup *s = x->s;
-  struct vf_params ps;
-  int rc = vf_params_build(&ps, x->m, s, x->p, x->task);
+  struct params ps;
+  int rc = params_build(&ps, x->m, s, x->p, x->task);
   if (rc) return rc;
   pipe_rank(x, rank);
-  if (s->pp > 1) vf_params_keep_root(&ps, x->pp.has_embedding, x->pp.has_head);
+  if (s->pp > 1) params_keep_root(&ps, x->pp.has_embedding, x->pp.has_head);
   x->ps = &ps;
   out->rank = rank;
-  out->layers = vf_pp_rank_layers(x->m->arch.layers, s->pp, x->pp.chunks, rank, x->p->pp_even_layers);
+  out->layers = pipeline_rank_layers(x->m->arch.layers, s->pp, x->pp.chunks, rank, x->p->pp_even_layers);
   zero_rank(x, out->layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);
   if (!rc && lengths == VF_LENGTHS_VARIED) replay_strand_shorter_batches(&out->r);
@@ -52,7 +52,7 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   out->params = ps.total;
   out->trainable_params = ps.trainable;
   x->ps = NULL;
-  vf_params_cleanup(&ps);
+  params_cleanup(&ps);
   return rc;
 }
 
@@ -60,7 +60,7 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
 static uint64_t most_layers(const struct ctx *x, const uint64_t *ranks, size_t n) {
   uint64_t most = 0;
   for (size_t i = 0; i < n; i++) {
-    uint64_t l = vf_pp_rank_layers(x->m->arch.layers, x->s->pp, x->pp.chunks, ranks[i], x->p->pp_even_layers);
+    uint64_t l = pipeline_rank_layers(x->m->arch.layers, x->s->pp, x->pp.chunks, ranks[i], x->p->pp_even_layers);
     if (l > most) most = l;
   }
   return most;
@@ -71,7 +71,7 @@ static uint64_t most_layers(const struct ctx *x, const uint64_t *ranks, size_t n
 static int replay_ranks(struct ctx *x, enum vf_lengths lengths, const struct vf_alloc_conf *alloc,
                         struct rank_result *best) {
   uint64_t ranks[3];
-  size_t n = vf_pp_ranks_to_replay(x->s->pp, ranks);
+  size_t n = pipeline_ranks_to_replay(x->s->pp, ranks);
   vf_timeline_fn listener = x->replay.listener;
   if (n > 1) x->replay.listener = NULL;
   int rc = 0;
@@ -90,7 +90,7 @@ static int replay_ranks(struct ctx *x, enum vf_lengths lengths, const struct vf_
 /* The tables the replays share, sized for the deepest. */
 static int make_tables(struct ctx *x) {
   uint64_t ranks[3];
-  uint64_t layers = most_layers(x, ranks, vf_pp_ranks_to_replay(x->s->pp, ranks));
+  uint64_t layers = most_layers(x, ranks, pipeline_ranks_to_replay(x->s->pp, ranks));
   size_t replayed = (layers <= x->replay.max ? layers : REPLAY_B) + 1;
   x->sched.sv = malloc(replayed * sizeof *x->sched.sv);
   x->grads.unsharded = calloc(replayed, sizeof *x->grads.unsharded);
@@ -118,7 +118,7 @@ static void describe_layout(struct vf_estimate *out, const struct ctx *x, const 
   out->pp_rank = best->rank;
   out->pp_rank_layers = best->layers;
   out->pp_in_flight =
-      (double)vf_pp_chunks_in_flight(x->s->pp_schedule, x->s->pp, x->pp.chunks, x->accumulation, best->rank) /
+      (double)pipeline_chunks_in_flight(x->s->pp_schedule, x->s->pp, x->pp.chunks, x->accumulation, best->rank) /
       (double)x->pp.chunks;
   out->sequence_parallel = x->d.sp;
 }

@@ -30,7 +30,7 @@ bool fsdp_embedding_unit(const struct ctx *x) {
 static uint64_t root_part_bytes(const struct ctx *x, bool embedding) {
   uint64_t n = 0;
   size_t begin, end;
-  vf_params_layer(x->ps, -1, &begin, &end);
+  params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].embedding == embedding && !zero3_persists(x, &x->ps->v[i])) n += x->ps->v[i].numel;
   return n * x->d.c;

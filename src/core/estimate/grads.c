@@ -49,7 +49,7 @@ static uint64_t layer_grad_elems(const struct ctx *x, int32_t layer) { return la
 static uint64_t root_grad_elems(const struct ctx *x, bool embedding) {
   uint64_t n = 0;
   size_t begin, end;
-  vf_params_layer(x->ps, -1, &begin, &end);
+  params_layer(x->ps, -1, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (x->ps->v[i].trainable && x->ps->v[i].embedding == embedding) n += x->ps->v[i].numel;
   return n;

@@ -229,7 +229,7 @@ struct ctx {
   const struct vf_model *m;
   const struct vf_setup *s; /* resolved (vf_setup_resolve) */
   const struct vf_profile *p;
-  const struct vf_params *ps; /* the pipeline rank's, while it is replayed */
+  const struct params *ps; /* the pipeline rank's, while it is replayed */
   enum vf_task task;
   uint64_t accumulation; /* micro batches per optimizer step */
   bool eval;             /* the run validates after its steps */
@@ -327,7 +327,7 @@ static inline void tape_give(struct ctx *x, uint32_t id) {
  * the gradient it keeps as .grad (torch 2.13 torch/csrc/autograd/functions/
  * accumulate_grad.h) until the graph goes with the loss that roots it. Alone, a model's
  * graph goes as its backward ends, as here; a workload composing several models frees it
- * after all of their backwards (workload_estimate.c). */
+ * after all of their backwards (src/core/workload/estimate.c). */
 static inline void tape_give_with_graph(struct ctx *x, uint32_t id) {
   if (id) tape_push(&x->tape, OP_GRAPH_FREE, id, 0, 0, 0);
 }
@@ -425,7 +425,7 @@ bool quant_model(const struct vf_setup *s);
 bool quant_weight(const struct ctx *x, bool head);
 uint64_t dequant_bytes(const struct ctx *x, bool forward);
 void quant_input(struct ctx *x, struct saved *sv, uint64_t in, bool head);
-void quant_load_weight(struct ctx *x, const struct vf_param *p);
+void quant_load_weight(struct ctx *x, const struct param *p);
 void quant_backward(struct ctx *x, int32_t layer);
 
 /* grads.c */
@@ -449,7 +449,7 @@ void ddp_init(struct ctx *x);
 
 /* zero.c */
 bool zero3_coordinator(const struct ctx *x);
-bool zero3_persists(const struct ctx *x, const struct vf_param *p);
+bool zero3_persists(const struct ctx *x, const struct param *p);
 uint64_t zero3_gathered_elems(const struct ctx *x, int32_t layer, bool persisting);
 void zero_rank(struct ctx *x, uint64_t layers);
 void zero3_step_grads(struct ctx *x);

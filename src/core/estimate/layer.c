@@ -15,7 +15,7 @@
 uint64_t layer_param_sum(const struct ctx *x, size_t begin, size_t end, bool trainable, bool bytes, bool sharded) {
   uint64_t n = 0;
   for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
+    const struct param *p = &x->ps->v[i];
     if (trainable && !p->trainable) continue;
     n += (bytes ? p->bytes : p->numel) * (sharded && p->expert ? x->s->ep : 1);
   }
@@ -24,16 +24,16 @@ uint64_t layer_param_sum(const struct ctx *x, size_t begin, size_t end, bool tra
 
 uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bool bytes, bool sharded) {
   size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
+  params_layer(x->ps, layer, &begin, &end);
   return layer_param_sum(x, begin, end, trainable, bytes, sharded);
 }
 
 /* Allocates a layer's weights, or the gradients of its trainable tensors (into g). */
 void layer_params(struct ctx *x, int32_t layer, struct ids *g) {
   size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
+  params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
-    const struct vf_param *p = &x->ps->v[i];
+    const struct param *p = &x->ps->v[i];
     bool late = layer < 0 && p->embedding && embedding_grads_late(x);
     if (!g) quant_load_weight(x, p);
     else if (p->trainable && !late) ids_push(x, g, tape_take(x, p->numel * x->d.g, VF_CAT_GRADIENTS));

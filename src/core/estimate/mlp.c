@@ -22,7 +22,7 @@ bool mlp_experts_uncast(const struct ctx *x) {
 /* Bytes per element of what the MLP computes: the compute dtype, or for experts autocast
  * leaves alone their weights' dtype. */
 uint64_t mlp_bytes(const struct ctx *x) {
-  return mlp_experts_uncast(x) ? vf_precision_bytes(x->s->weights) : x->d.c;
+  return mlp_experts_uncast(x) ? precision_bytes(x->s->weights) : x->d.c;
 }
 
 /* Projections reading a block's MLP input. */

@@ -22,7 +22,7 @@ struct state {
  * states, each with an fp32 absmax per block, or two fp32 states for tensors under
  * min_8bit_size (4096 elements) and for those registered to 32 bits. A paged optimizer
  * pages the states of tensors from 1e5 elements on (get_state_buffer), never the absmax. */
-static int bnb_adamw_states(const struct ctx *x, const struct vf_param *p, struct state *out) {
+static int bnb_adamw_states(const struct ctx *x, const struct param *p, struct state *out) {
   uint64_t n = p->numel, block = x->p->optim8bit_block;
   bool wide = n < 4096 || (p->embedding && x->p->embedding_states_fp32);
   bool paged = x->s->optimizer == VF_OPT_PAGED_ADAMW_8BIT && n >= 100000;
@@ -36,7 +36,7 @@ static int bnb_adamw_states(const struct ctx *x, const struct vf_param *p, struc
 /* The state tensors the optimizer creates for one trainable tensor, as PyTorch creates them
  * at the first step: zeros_like(param) per moment. Returns the count written to out (at
  * most 5). */
-static int tensor_states(const struct ctx *x, const struct vf_param *p, struct state out[5]) {
+static int tensor_states(const struct ctx *x, const struct param *p, struct state out[5]) {
   uint64_t n = p->numel, sb = state_elem_bytes(x);
   int k = 0;
   switch (x->s->optimizer) {
@@ -75,7 +75,7 @@ static bool states_on_gpu(const struct vf_setup *s) {
 }
 
 /* The bytes of what a trainable tensor gets, one tensor each; returns how many. */
-typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct vf_param *p, uint64_t out[5]);
+typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct param *p, uint64_t out[5]);
 
 /* Takes what bytes_of gives every trainable tensor, unit by unit: a tensor each, or when
  * partitioned (ZeRO, FSDP flat parameters) one flat shard of the unit's sum, experts
@@ -84,10 +84,10 @@ typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct vf_param *p, ui
 static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_category cat, struct ids *ids) {
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     size_t begin, end;
-    vf_params_layer(x->ps, l, &begin, &end);
+    params_layer(x->ps, l, &begin, &end);
     uint64_t shard = 0;
     for (size_t i = begin; i < end; i++) {
-      const struct vf_param *p = &x->ps->v[i];
+      const struct param *p = &x->ps->v[i];
       uint64_t bytes[5];
       int k = p->trainable ? bytes_of(x, p, bytes) : 0;
       for (int j = 0; j < k; j++) {
@@ -106,7 +106,7 @@ static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_cat
 }
 
 /* A tensor's optimizer states on the GPU (paged ones live in host memory until used). */
-static int gpu_state_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+static int gpu_state_bytes(const struct ctx *x, const struct param *p, uint64_t out[5]) {
   struct state st[5];
   int k = tensor_states(x, p, st), n = 0;
   for (int j = 0; j < k; j++)
@@ -133,7 +133,7 @@ static uint64_t adafactor_step_bytes(const struct ctx *x) {
   return 2 * 4 + (x->p->adafactor_fp32_copies && x->d.w < 4 ? 2 * 4 : 0);
 }
 
-static int sqrt_bytes(const struct ctx *x, const struct vf_param *p, uint64_t out[5]) {
+static int sqrt_bytes(const struct ctx *x, const struct param *p, uint64_t out[5]) {
   out[0] = p->numel * state_elem_bytes(x);
   return 1;
 }

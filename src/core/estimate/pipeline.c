@@ -12,7 +12,7 @@
 #include "core/pipeline.h"
 
 /* Model chunks per rank, for the whole estimate. */
-void pipe_setup(struct ctx *x) { x->pp.chunks = vf_pp_chunks(x->s->pp_schedule, x->p); }
+void pipe_setup(struct ctx *x) { x->pp.chunks = pipeline_chunks(x->s->pp_schedule, x->p); }
 
 /* The rank replayed: its share of the parts outside the blocks (the embedding on the first,
  * the head and loss on the last), the chunk forwards it holds at most, the order of its
@@ -22,9 +22,9 @@ void pipe_rank(struct ctx *x, uint64_t rank) {
   x->pp.stage = (int)rank;
   x->pp.has_embedding = rank == 0;
   x->pp.has_head = rank + 1 == s->pp;
-  x->pp.chunks_in_flight = vf_pp_chunks_in_flight(s->pp_schedule, s->pp, x->pp.chunks, x->accumulation, rank);
+  x->pp.chunks_in_flight = pipeline_chunks_in_flight(s->pp_schedule, s->pp, x->pp.chunks, x->accumulation, rank);
   x->pp.chunks_apart =
-      x->p->pp_torch_pipelining && vf_pp_chunk_backwards_apart(s->pp_schedule, s->pp, x->pp.chunks, x->accumulation);
+      x->p->pp_torch_pipelining && pipeline_chunk_backwards_apart(s->pp_schedule, s->pp, x->pp.chunks, x->accumulation);
 }
 
 /* The micro batches whose activations the rank holds while the replayed one runs: the
@@ -56,8 +56,8 @@ void pipe_post_backward(struct ctx *x, struct ids *g) {
 static uint64_t chunk_start(const struct ctx *x, uint64_t c) {
   uint64_t layers = x->m->arch.layers, pp = x->s->pp, stages = pp * x->pp.chunks, rank = (uint64_t)x->pp.stage;
   uint64_t before = 0;
-  for (uint64_t i = 0; i < c; i++) before += vf_pp_stage_layers(layers, stages, rank + i * pp, x->p->pp_even_layers);
-  return before * x->layers / vf_pp_rank_layers(layers, pp, x->pp.chunks, rank, x->p->pp_even_layers);
+  for (uint64_t i = 0; i < c; i++) before += pipeline_stage_layers(layers, stages, rank + i * pp, x->p->pp_even_layers);
+  return before * x->layers / pipeline_rank_layers(layers, pp, x->pp.chunks, rank, x->p->pp_even_layers);
 }
 
 /* The model chunk a unit belongs to: the root's embedding to the first, its head to the last. */

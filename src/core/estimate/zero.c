@@ -17,7 +17,7 @@ bool zero3_coordinator(const struct ctx *x) {
 /* A parameter the coordinator never releases once gathered: at most
  * stage3_param_persistence_threshold elements (parameter_offload.py
  * mark_persistent_parameters). */
-bool zero3_persists(const struct ctx *x, const struct vf_param *p) {
+bool zero3_persists(const struct ctx *x, const struct param *p) {
   if (!zero3_coordinator(x)) return false;
   uint64_t threshold = x->p->zero3_persistence_elems ? x->p->zero3_persistence_elems : 10 * x->m->arch.hidden;
   return p->numel <= threshold;
@@ -27,7 +27,7 @@ bool zero3_persists(const struct ctx *x, const struct vf_param *p) {
 uint64_t zero3_gathered_elems(const struct ctx *x, int32_t layer, bool persisting) {
   uint64_t n = 0;
   size_t begin, end;
-  vf_params_layer(x->ps, layer, &begin, &end);
+  params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++)
     if (zero3_persists(x, &x->ps->v[i]) == persisting) n += x->ps->v[i].numel;
   return n;
@@ -45,7 +45,7 @@ static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
   uint64_t largest = 0;
   for (int32_t l = -1; l < 1; l++) { /* the root and a block: the blocks are alike */
     size_t begin, end;
-    vf_params_layer(x->ps, l, &begin, &end);
+    params_layer(x->ps, l, &begin, &end);
     for (size_t i = begin; i < end; i++)
       if (!zero3_persists(x, &x->ps->v[i]) && x->ps->v[i].numel > largest) largest = x->ps->v[i].numel;
   }
@@ -60,7 +60,7 @@ static uint64_t zero3_live_elems(const struct ctx *x, uint64_t layers) {
  * (stage3.py _create_fp16_sub_groups). */
 static uint64_t zero3_sub_group_elems(const struct ctx *x, uint64_t layers) {
   size_t end, unused;
-  vf_params_layer(x->ps, (int32_t)layers, &end, &unused);
+  params_layer(x->ps, (int32_t)layers, &end, &unused);
   uint64_t partition = layer_param_sum(x, 0, end, true, false, true) / x->d.dsize;
   uint64_t cap = x->p->zero3_sub_group_millions * UINT64_C(1000000) + optim_largest_trainable(x) / x->d.dsize;
   return partition < cap ? partition : cap;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "core/workload_expr.h"
+#include "core/workload/expr.h"
 
 #define MAX_DEPTH 24 /* nested parentheses and calls; deeper input is refused, not recursed */
 

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/alloc_internal.h"
-#include "core/alloc_state.h"
+#include "core/alloc/internal.h"
 #include "vramfit/alloc.h"
 
 /* ---- block records ---- */
@@ -181,7 +180,7 @@ static bool device_fits(const struct vf_alloc_state *s, uint64_t bytes, uint64_t
 }
 
 static uint64_t bump_addr(struct vf_alloc_state *s, uint64_t span, uint64_t align) {
-  uint64_t at = vf_alloc_round_up(s->next_addr, align);
+  uint64_t at = alloc_round_up(s->next_addr, align);
   s->next_addr = at + span;
   return at;
 }
@@ -253,7 +252,7 @@ static int unmap_block(struct vf_alloc_state *s, uint32_t i) {
   if (rc) return rc;
   struct blk *b = &s->blk[i];
   const struct xseg *g = &s->xseg[b->xseg];
-  uint64_t begin = g->base + vf_alloc_round_up(b->addr - g->base, g->page);
+  uint64_t begin = g->base + alloc_round_up(b->addr - g->base, g->page);
   uint64_t end = g->base + (b->addr + b->size - g->base) / g->page * g->page;
   if (begin >= end) return 0;
   set_remove(s, &s->blocks[b->pool], i);
@@ -383,7 +382,7 @@ static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t sid, uint32_t *
   /* PyTorch reserves 1 1/8 of the device's memory as address space per segment. */
   uint64_t span = s->capacity == UINT64_MAX ? XSEG_UNLIMITED_SPAN
                                             : s->capacity + s->capacity / 8;
-  span = vf_alloc_round_up(span, page);
+  span = alloc_round_up(span, page);
   uint32_t x = s->nxseg++;
   s->xseg[x] = (struct xseg){.base = bump_addr(s, span, page), .span = span, .page = page};
   uint32_t i = new_blk(s, s->xseg[x].base, span, pool, sid, x);
@@ -414,7 +413,7 @@ static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t sid, uin
  * neighbours; the block stays in the free set. VF_ERANGE when the device is full. */
 static int map_block(struct vf_alloc_state *s, uint32_t i, uint64_t size) {
   struct blk *b = &s->blk[i];
-  uint64_t bytes = vf_alloc_round_up(size, s->xseg[b->xseg].page);
+  uint64_t bytes = alloc_round_up(size, s->xseg[b->xseg].page);
   if (!device_fits(s, bytes, s->capacity)) return VF_ERANGE;
   int rc = reserve(s, 1);
   if (rc) return rc;
@@ -627,9 +626,9 @@ int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
   }
   uint32_t i;
   if (s->conf.caching_disabled) {
-    rc = malloc_uncached(s, vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK), bytes, r.sid, &i);
+    rc = malloc_uncached(s, alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK), bytes, r.sid, &i);
   } else {
-    r.size = s->plain_rounding ? vf_alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK)
+    r.size = s->plain_rounding ? alloc_round_up(bytes, VF_ALLOC_MIN_BLOCK)
                                : vf_alloc_round_size(&s->conf, bytes);
     rc = malloc_cached(s, &r, bytes, &i);
   }

@@ -3,7 +3,7 @@
  * and fuzzing catch a bookkeeping slip at the event that causes it. */
 #include <stdlib.h>
 
-#include "core/alloc_state.h"
+#include "core/alloc/internal.h"
 
 enum { UNSEEN, IN_SET, DEAD };
 

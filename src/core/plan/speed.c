@@ -2,7 +2,7 @@
  * than predicts a run. Every constant is an assumption, named here. */
 #include "core/params.h"
 #include "core/pipeline.h"
-#include "core/plan_internal.h"
+#include "core/plan/internal.h"
 
 /* Model-FLOPs utilisation reaches MFU_CAP for large micro batches and half of it at
  * MFU_HALF_TOKENS tokens per micro batch: small ones leave the GPU waiting on kernel
@@ -89,7 +89,7 @@ static double tp_seconds(const struct vf_model *m, const struct vf_setup *s, con
                          const struct plan_cluster *c) {
   if (s->tp < 2) return 0;
   double per_block = s->grad_ckpt == VF_CKPT_FULL ? 6 : 4;
-  double bytes = per_block * ring_share(s->tp) * (double)m->arch.hidden * vf_precision_bytes(compute_dtype(s));
+  double bytes = per_block * ring_share(s->tp) * (double)m->arch.hidden * precision_bytes(compute_dtype(s));
   return (double)s->tp * (double)m->arch.layers * bytes / link_bytes_per_s(g, c, s->tp);
 }
 
@@ -99,7 +99,7 @@ static double tp_seconds(const struct vf_model *m, const struct vf_setup *s, con
 static double cp_seconds(const struct vf_model *m, const struct vf_setup *s, const struct vf_gpu_spec *g,
                          const struct plan_cluster *c) {
   if (s->cp < 2) return 0;
-  double kv = 2.0 * (double)(m->arch.kv_heads * m->arch.head_dim / s->tp) * vf_precision_bytes(compute_dtype(s));
+  double kv = 2.0 * (double)(m->arch.kv_heads * m->arch.head_dim / s->tp) * precision_bytes(compute_dtype(s));
   double bytes = 3 * (double)(s->cp - 1) * kv;
   return (double)s->tp * (double)m->arch.layers * bytes / link_bytes_per_s(g, c, s->tp * s->cp);
 }
@@ -111,7 +111,7 @@ static double ep_seconds(const struct vf_model *m, const struct vf_setup *s, con
                          const struct plan_cluster *c) {
   if (s->ep < 2) return 0;
   double bytes = 4.0 * (double)m->arch.experts_per_token * (double)m->arch.hidden *
-                 vf_precision_bytes(compute_dtype(s)) * (double)(s->ep - 1) / (double)s->ep;
+                 precision_bytes(compute_dtype(s)) * (double)(s->ep - 1) / (double)s->ep;
   return (double)m->arch.layers * bytes / link_bytes_per_s(g, c, s->tp * s->ep);
 }
 
@@ -119,7 +119,7 @@ static double ep_seconds(const struct vf_model *m, const struct vf_setup *s, con
 static double pp_seconds(const struct vf_model *m, const struct vf_setup *s, const struct vf_gpu_spec *g,
                          const struct plan_cluster *c) {
   if (s->pp < 2) return 0;
-  double bytes = 2.0 * (double)m->arch.hidden * vf_precision_bytes(compute_dtype(s));
+  double bytes = 2.0 * (double)m->arch.hidden * precision_bytes(compute_dtype(s));
   return (double)(s->pp - 1) * bytes / link_bytes_per_s(g, c, s->tp * s->cp * s->pp);
 }
 
@@ -144,7 +144,7 @@ static double dp_seconds(const struct vf_setup *s, double params, double trainab
   double grad_bytes = s->weights == VF_PREC_FP32 ? 4 : 2;
   double bytes = share * trainable / (double)model_parallel * grad_bytes;
   if (s->shard == VF_SHARD_ZERO3 || s->shard == VF_SHARD_FSDP || s->shard == VF_SHARD_HSDP)
-    bytes += (s->pp > 1 ? 1 : micro) * share * params / (double)model_parallel * vf_precision_bytes(compute_dtype(s));
+    bytes += (s->pp > 1 ? 1 : micro) * share * params / (double)model_parallel * precision_bytes(compute_dtype(s));
   double step_tokens = (double)(s->batch * s->seq) * micro;
   return (double)(model_parallel * s->cp) * bytes / link_bytes_per_s(g, c, s->gpus) / step_tokens;
 }
@@ -166,7 +166,7 @@ double plan_rate(const struct vf_model *m, const struct vf_setup *s, uint64_t pa
 struct plan_cluster plan_cluster_of(const struct vf_plan_request *r) {
   struct plan_cluster c = {r->gpus_per_node ? r->gpus_per_node : PLAN_NODE_GPUS,
                            r->network_gbps > 0 ? r->network_gbps : PLAN_NETWORK_GBPS,
-                           r->profile ? vf_pp_chunks(VF_PP_INTERLEAVED, r->profile) : 1};
+                           r->profile ? pipeline_chunks(VF_PP_INTERLEAVED, r->profile) : 1};
   return c;
 }
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/plan_internal.h"
+#include "core/plan/internal.h"
 
 enum move { M_SEQ, M_METHOD, M_PRECISION, M_OPTIMIZER, M_CKPT, M_SHARD, M_LAYOUT, M_OFFLOAD, M_COUNT };
 

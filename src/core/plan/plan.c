@@ -21,7 +21,7 @@
 #include "base/diag.h"
 #include "core/bisect.h"
 #include "core/estimate/estimate.h"
-#include "core/plan_internal.h"
+#include "core/plan/internal.h"
 #include "core/profile.h"
 
 #define DEFAULT_SAFETY 0.90
@@ -369,7 +369,7 @@ static bool divisor_fits(uint64_t i, void *arg) {
 static long largest_fitting(struct search *S, struct config *c, enum vf_tier t) {
   if (!fits(S, c, 0, t)) return -1;
   struct fit_arg f = {S, c, t};
-  return (long)vf_last_fitting(0, S->n_div - 1, divisor_fits, &f);
+  return (long)last_fitting(0, S->n_div - 1, divisor_fits, &f);
 }
 
 static void consider(struct search *S, enum vf_tier t, struct config *c, size_t i) {

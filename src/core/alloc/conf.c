@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/diag.h"
-#include "core/alloc_internal.h"
+#include "core/alloc/internal.h"
 #include "vramfit/alloc.h"
 
 void vf_alloc_conf_default(struct vf_alloc_conf *c) {
@@ -46,14 +46,14 @@ uint64_t vf_alloc_round_size(const struct vf_alloc_conf *c, uint64_t request) {
   /* cudaMallocAsync ignores roundup_power2_divisions. */
   uint32_t div = c->backend_async ? 0 : divisions_for(c, request);
   if (div > 1 && request > VF_ALLOC_MIN_BLOCK * div) return next_division(request, div);
-  return vf_alloc_round_up(request, VF_ALLOC_MIN_BLOCK);
+  return alloc_round_up(request, VF_ALLOC_MIN_BLOCK);
 }
 
 uint64_t vf_alloc_segment_size(const struct vf_alloc_conf *c, uint64_t rounded) {
   if (rounded > VF_ALLOC_MAX_REQUEST) return UINT64_MAX;
   if (rounded <= VF_ALLOC_SMALL_SIZE) return VF_ALLOC_SMALL_BUFFER;
   if (rounded < VF_ALLOC_MIN_LARGE_ALLOC) return c->large_segment_size;
-  return vf_alloc_round_up(rounded, VF_ALLOC_ROUND_LARGE);
+  return alloc_round_up(rounded, VF_ALLOC_ROUND_LARGE);
 }
 
 /* ---- lexer ---- */

@@ -1,11 +1,31 @@
-/* The simulator's state, shared by alloc_sim.c and the invariant checker alloc_check.c. */
-#ifndef VF_CORE_ALLOC_STATE_H
-#define VF_CORE_ALLOC_STATE_H
+/* The allocator model's room: what its files share. First the constants of PyTorch's CUDA
+ * caching allocator that the configuration parser (conf.c) and the simulator (sim.c) both use
+ * (c10/cuda/CUDACachingAllocator.cpp, c10/core/AllocatorConfig.h); then the simulator's
+ * state, which the invariant checker (check.c) recomputes from scratch. trace_replay.c runs
+ * a traced event stream through the public allocator API. */
+#ifndef VF_CORE_ALLOC_INTERNAL_H
+#define VF_CORE_ALLOC_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "vramfit/alloc.h"
+
+#define VF_MIB (UINT64_C(1) << 20)
+#define VF_ALLOC_MIN_BLOCK UINT64_C(512)         /* kMinBlockSize */
+#define VF_ALLOC_SMALL_SIZE VF_MIB               /* kSmallSize: largest small block */
+#define VF_ALLOC_SMALL_BUFFER (2 * VF_MIB)       /* kSmallBuffer: small segment, page */
+#define VF_ALLOC_LARGE_BUFFER (20 * VF_MIB)      /* kLargeBuffer: default large segment */
+#define VF_ALLOC_MIN_LARGE_ALLOC (10 * VF_MIB)   /* kMinLargeAlloc */
+#define VF_ALLOC_ROUND_LARGE (2 * VF_MIB)        /* kRoundLarge */
+/* Requests above 1 PiB are refused: no device has that, and no rounding can overflow. */
+#define VF_ALLOC_MAX_REQUEST (UINT64_C(1) << 50)
+
+static inline uint64_t alloc_round_up(uint64_t v, uint64_t step) {
+  return (v + step - 1) / step * step;
+}
+
+/* ---- the simulator's state (sim.c; check.c recomputes it) ---- */
 
 #define NIL UINT32_MAX
 #define NPOOLS 2
