@@ -14,17 +14,17 @@
 #include "accuracy.h"
 #include "core/spread.h"
 
-static int source_of(const char *kind, enum vf_spread_source *out) {
-  static const struct { const char *kind; enum vf_spread_source source; } map[] = {
-      {"allocated", VF_SOURCE_ALLOCATED}, {"active", VF_SOURCE_ALLOCATED}, {"replayed", VF_SOURCE_REPLAYED},
-      {"reserved", VF_SOURCE_RESERVED},   {"device", VF_SOURCE_DEVICE}};
+static int source_of(const char *kind, enum spread_source *out) {
+  static const struct { const char *kind; enum spread_source source; } map[] = {
+      {"allocated", SOURCE_ALLOCATED}, {"active", SOURCE_ALLOCATED}, {"replayed", SOURCE_REPLAYED},
+      {"reserved", SOURCE_RESERVED},   {"device", SOURCE_DEVICE}};
   for (size_t i = 0; i < sizeof map / sizeof *map; i++)
     if (strcmp(kind, map[i].kind) == 0) return *out = map[i].source, 0;
   return -1;
 }
 
 /* The case's framework (no release) and method class, from its estimate options. */
-static int group_of(const struct acc_case *c, struct vf_spread_case *out) {
+static int group_of(const struct acc_case *c, struct spread_case *out) {
   char word[64];
   struct vf_setup s;
   vf_setup_default(&s);
@@ -44,7 +44,7 @@ static int group_of(const struct acc_case *c, struct vf_spread_case *out) {
 }
 
 /* Every estimated case of the sets as a spread case; returns how many, or -1. */
-static long to_cases(struct acc_set *const *sets, size_t nsets, struct vf_spread_case *out) {
+static long to_cases(struct acc_set *const *sets, size_t nsets, struct spread_case *out) {
   long n = 0;
   for (size_t k = 0; k < nsets; k++)
     for (size_t i = 0; i < sets[k]->n; i++) {
@@ -62,7 +62,7 @@ static long to_cases(struct acc_set *const *sets, size_t nsets, struct vf_spread
   return n;
 }
 
-static void print_groups(const struct vf_spread_group *g, size_t n) {
+static void print_groups(const struct spread_group *g, size_t n) {
   printf("%-16s %-18s %-18s %-18s  %s\n", "group", "allocated", "reserved", "device",
          "sources: cases (the group they come from)");
   for (size_t i = 0; i < n; i++) {
@@ -70,16 +70,16 @@ static void print_groups(const struct vf_spread_group *g, size_t n) {
     for (int k = 0; k < VF_PEAK_COUNT; k++)
       printf(" %+6.1f%% .. %+6.1f%%", 100 * g[i].u.kind[k].low, 100 * g[i].u.kind[k].high);
     printf(" ");
-    for (int s = 0; s < VF_SOURCE_COUNT; s++) {
-      const struct vf_spread_part *p = &g[i].part[s];
-      printf(" %s %zu", spread_source_name((enum vf_spread_source)s), p->cases);
+    for (int s = 0; s < SOURCE_COUNT; s++) {
+      const struct spread_part *p = &g[i].part[s];
+      printf(" %s %zu", spread_source_name((enum spread_source)s), p->cases);
       if (p->cases && strcmp(p->from, g[i].u.group) != 0) printf(" (%s)", p->from);
     }
     printf("\n");
   }
 }
 
-static int write_file(const char *path, const struct vf_spread_group *g, size_t n) {
+static int write_file(const char *path, const struct spread_group *g, size_t n) {
   FILE *f = fopen(path, "w");
   int rc = f ? uncertainty_write(f, g, n) : VF_EIO;
   if (f && fclose(f)) rc = VF_EIO;
@@ -102,9 +102,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   for (size_t k = 0; k < nsets; k++) acc_estimate(argv[1], sets[k]), total += sets[k]->n;
-  struct vf_spread_case *cases = malloc((total ? total : 1) * sizeof *cases);
+  struct spread_case *cases = malloc((total ? total : 1) * sizeof *cases);
   long n = cases ? to_cases(sets, nsets, cases) : -1;
-  struct vf_spread_group *groups = NULL;
+  struct spread_group *groups = NULL;
   size_t ngroups = 0;
   int rc = n < 0 ? 2 : spread_groups(cases, (size_t)n, &groups, &ngroups) ? 4 : 0;
   if (!rc) {

@@ -12,10 +12,10 @@
 #include "vramfit.h"
 
 /* A value per model type (config.json's model_type), "*" standing for every other type. */
-#define VF_TYPE_VALUES_MAX 8
-struct vf_type_values {
-  char type[VF_TYPE_VALUES_MAX][16];
-  uint32_t value[VF_TYPE_VALUES_MAX];
+#define TYPE_VALUES_MAX 8
+struct type_values {
+  char type[TYPE_VALUES_MAX][16];
+  uint32_t value[TYPE_VALUES_MAX];
   uint32_t n;
 };
 
@@ -138,7 +138,7 @@ struct vf_profile {
   /* The RoPE table of cosines and sines a model keeps on the GPU, in bytes per position and
    * rotated dimension (0: none, they are computed each forward), and whether a LoRA model
    * keeps one per layer (1) rather than one (0). */
-  struct vf_type_values rope_table_bytes, lora_rope_table_per_layer;
+  struct type_values rope_table_bytes, lora_rope_table_per_layer;
   /* Pipeline parallelism: the schedules the framework runs (bit 1 << VF_PP_x each; 0: none)
    * and its default, the first listed; the model chunks per rank of the interleaved
    * schedule; whether every stage must get as many layers; whether the pipeline runs on

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const source_names[VF_SOURCE_COUNT] = {"allocated", "replayed", "reserved", "device"};
+static const char *const source_names[SOURCE_COUNT] = {"allocated", "replayed", "reserved", "device"};
 
-const char *spread_source_name(enum vf_spread_source s) { return s < VF_SOURCE_COUNT ? source_names[s] : "unknown"; }
+const char *spread_source_name(enum spread_source s) { return s < SOURCE_COUNT ? source_names[s] : "unknown"; }
 
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -24,7 +24,7 @@ struct vf_spread spread_of(double *errors, size_t n) {
   return (struct vf_spread){errors[rank - 1], errors[n - rank]};
 }
 
-static bool in_group(const struct vf_spread_case *c, const char *framework, int cls) {
+static bool in_group(const struct spread_case *c, const char *framework, int cls) {
   return (strcmp(framework, VF_SPREAD_ALL) == 0 || strcmp(c->framework, framework) == 0) &&
          (cls == VF_SPREAD_ALL_CLASSES || (int)c->cls == cls);
 }
@@ -35,8 +35,8 @@ static void group_name(const char *framework, int cls, char *buf, size_t size) {
 }
 
 /* The errors of one source in a group, into buf; returns how many. */
-static size_t collect(const struct vf_spread_case *cases, size_t n, const char *framework, int cls,
-                      enum vf_spread_source source, double *buf) {
+static size_t collect(const struct spread_case *cases, size_t n, const char *framework, int cls,
+                      enum spread_source source, double *buf) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (cases[i].source == source && in_group(&cases[i], framework, cls)) buf[k++] = cases[i].error;
@@ -45,8 +45,8 @@ static size_t collect(const struct vf_spread_case *cases, size_t n, const char *
 
 /* One source's part in a group: its own cases when there are enough, else the framework's,
  * else every setup's (however few). */
-static void part_of(const struct vf_spread_case *cases, size_t n, const struct vf_spread_group *g,
-                    enum vf_spread_source source, double *buf, struct vf_spread_part *out) {
+static void part_of(const struct spread_case *cases, size_t n, const struct spread_group *g,
+                    enum spread_source source, double *buf, struct spread_part *out) {
   const struct { const char *framework; int cls; } levels[] = {
       {g->framework, g->cls}, {g->framework, VF_SPREAD_ALL_CLASSES}, {VF_SPREAD_ALL, VF_SPREAD_ALL_CLASSES}};
   size_t count = sizeof levels / sizeof *levels;
@@ -72,25 +72,25 @@ static struct vf_spread compound(struct vf_spread a, struct vf_spread b) {
 }
 
 /* Fills g, the group of framework's cls, from the cases. */
-static void fill_group(const struct vf_spread_case *cases, size_t n, double *buf, const char *framework, int cls,
-                       struct vf_spread_group *g) {
+static void fill_group(const struct spread_case *cases, size_t n, double *buf, const char *framework, int cls,
+                       struct spread_group *g) {
   memset(g, 0, sizeof *g);
   snprintf(g->framework, sizeof g->framework, "%s", framework);
   g->cls = cls;
-  for (int s = 0; s < VF_SOURCE_COUNT; s++) part_of(cases, n, g, (enum vf_spread_source)s, buf, &g->part[s]);
+  for (int s = 0; s < SOURCE_COUNT; s++) part_of(cases, n, g, (enum spread_source)s, buf, &g->part[s]);
   struct vf_spread *k = g->u.kind;
-  const struct vf_spread_part *p = g->part;
-  k[VF_PEAK_ALLOCATED] = p[VF_SOURCE_ALLOCATED].spread;
-  k[VF_PEAK_RESERVED] = compound(envelope(p[VF_SOURCE_ALLOCATED].spread, p[VF_SOURCE_REPLAYED].spread),
-                                 p[VF_SOURCE_RESERVED].spread);
-  k[VF_PEAK_DEVICE] = envelope(k[VF_PEAK_RESERVED], p[VF_SOURCE_DEVICE].spread);
+  const struct spread_part *p = g->part;
+  k[VF_PEAK_ALLOCATED] = p[SOURCE_ALLOCATED].spread;
+  k[VF_PEAK_RESERVED] = compound(envelope(p[SOURCE_ALLOCATED].spread, p[SOURCE_REPLAYED].spread),
+                                 p[SOURCE_RESERVED].spread);
+  k[VF_PEAK_DEVICE] = envelope(k[VF_PEAK_RESERVED], p[SOURCE_DEVICE].spread);
   group_name(framework, cls, g->u.group, sizeof g->u.group);
 }
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The distinct framework names of the cases, sorted; returns how many. */
-static size_t frameworks(const struct vf_spread_case *cases, size_t n, const char **out) {
+static size_t frameworks(const struct spread_case *cases, size_t n, const char **out) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     size_t j = 0;
@@ -101,16 +101,16 @@ static size_t frameworks(const struct vf_spread_case *cases, size_t n, const cha
   return k;
 }
 
-static bool has_class(const struct vf_spread_case *cases, size_t n, const char *framework, int cls) {
+static bool has_class(const struct spread_case *cases, size_t n, const char *framework, int cls) {
   for (size_t i = 0; i < n; i++)
     if (in_group(&cases[i], framework, cls)) return true;
   return false;
 }
 
-int spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out) {
+int spread_groups(const struct spread_case *cases, size_t n, struct spread_group **out, size_t *n_out) {
   const char **names = malloc((n ? n : 1) * sizeof *names);
   double *buf = malloc((n ? n : 1) * sizeof *buf);
-  struct vf_spread_group *g = malloc((1 + n * (1 + VF_CLASS_COUNT)) * sizeof *g);
+  struct spread_group *g = malloc((1 + n * (1 + VF_CLASS_COUNT)) * sizeof *g);
   if (!names || !buf || !g) {
     free(names), free(buf), free(g);
     return VF_ENOMEM;

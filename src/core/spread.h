@@ -27,10 +27,10 @@
 
 #include "vramfit/uncertainty.h"
 
-enum vf_spread_source { VF_SOURCE_ALLOCATED, VF_SOURCE_REPLAYED, VF_SOURCE_RESERVED, VF_SOURCE_DEVICE,
-                        VF_SOURCE_COUNT };
+enum spread_source { SOURCE_ALLOCATED, SOURCE_REPLAYED, SOURCE_RESERVED, SOURCE_DEVICE,
+                        SOURCE_COUNT };
 /* "allocated", "replayed", "reserved", "device". */
-const char *spread_source_name(enum vf_spread_source s);
+const char *spread_source_name(enum spread_source s);
 
 /* Percentile of the low end (the high end mirrors it) and the fewest cases a group needs. */
 enum { VF_SPREAD_PERCENTILE = 5, VF_SPREAD_MIN_CASES = 5 };
@@ -40,30 +40,30 @@ enum { VF_SPREAD_PERCENTILE = 5, VF_SPREAD_MIN_CASES = 5 };
 #define VF_SPREAD_ALL_CLASSES VF_CLASS_COUNT
 
 /* One measured case. */
-struct vf_spread_case {
+struct spread_case {
   char framework[32];
   enum vf_method_class cls;
-  enum vf_spread_source source;
+  enum spread_source source;
   double error;
 };
 
 /* One source's spread in a group: from the cases of group `from` ("" when none). */
-struct vf_spread_part {
+struct spread_part {
   struct vf_spread spread;
   size_t cases;
   char from[48];
 };
 
-struct vf_spread_group {
+struct spread_group {
   char framework[32];  /* VF_SPREAD_ALL: every framework */
   int cls;             /* enum vf_method_class, or VF_SPREAD_ALL_CLASSES */
-  struct vf_spread_part part[VF_SOURCE_COUNT];
+  struct spread_part part[SOURCE_COUNT];
   struct vf_uncertainty u; /* the three kinds, composed from the parts */
 };
 
 /* The groups the cases support: every setup's, then per framework (by name) the whole
  * framework's and each class with a case. *out is malloc'ed. 0 or VF_ENOMEM. Pure. */
-int spread_groups(const struct vf_spread_case *cases, size_t n, struct vf_spread_group **out, size_t *n_out);
+int spread_groups(const struct spread_case *cases, size_t n, struct spread_group **out, size_t *n_out);
 
 /* The spread of n errors (sorted in place): the percentiles above; (0, 0) for none. */
 struct vf_spread spread_of(double *errors, size_t n);
@@ -71,6 +71,6 @@ struct vf_spread spread_of(double *errors, size_t n);
 /* ---- Writer (src/io) ---- */
 /* Writes the groups as data/uncertainty.json, with notes saying how they were made. 0 or
  * VF_EIO. */
-int uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n);
+int uncertainty_write(FILE *f, const struct spread_group *groups, size_t n);
 
 #endif

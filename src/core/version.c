@@ -20,7 +20,7 @@ static bool number(const char *s, int max, uint32_t *out, const char **end) {
   return n > 0;
 }
 
-int version_release_parse(const char *text, struct vf_version *v) {
+int version_release_parse(const char *text, struct version *v) {
   memset(v, 0, sizeof *v);
   const char *s = text;
   for (int i = 0; i < VF_VERSION_PARTS; i++) {
@@ -31,7 +31,7 @@ int version_release_parse(const char *text, struct vf_version *v) {
   return VF_EINVAL; /* more parts than a release has, or a trailing dot */
 }
 
-int version_month_parse(const char *text, struct vf_version *v) {
+int version_month_parse(const char *text, struct version *v) {
   memset(v, 0, sizeof *v);
   v->month = true;
   const char *s = text;
@@ -40,11 +40,11 @@ int version_month_parse(const char *text, struct vf_version *v) {
   return v->part[0] >= 1900 && v->part[1] >= 1 && v->part[1] <= 12 ? 0 : VF_EINVAL;
 }
 
-int version_parse(const char *text, struct vf_version *v) {
+int version_parse(const char *text, struct version *v) {
   return strchr(text, '-') ? version_month_parse(text, v) : version_release_parse(text, v);
 }
 
-int version_compare(const struct vf_version *a, const struct vf_version *b) {
+int version_compare(const struct version *a, const struct version *b) {
   for (int i = 0; i < VF_VERSION_PARTS; i++)
     if (a->part[i] != b->part[i]) return a->part[i] < b->part[i] ? -1 : 1;
   return 0;
@@ -61,7 +61,7 @@ int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, str
   if (!named) return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "unknown framework '%.*s'", (int)n, text);
   memcpy(out->name, text, n);
   if (!at) return 0;
-  struct vf_version v;
+  struct version v;
   if (strlen(at + 1) >= sizeof out->version || version_parse(at + 1, &v))
     return diag_at(d, VF_EINVAL, NULL, UINT64_MAX,
                    "'%s': the version after '@' is a release (4.46) or a month (2023-10)", text);
@@ -70,7 +70,7 @@ int vf_framework_spec_parse(const char *text, struct vf_framework_spec *out, str
 }
 
 int vf_torch_release_check(const char *text, struct vf_diag *d) {
-  struct vf_version v;
+  struct version v;
   if (strlen(text) < sizeof ((struct vf_profile *)0)->torch && version_release_parse(text, &v) == 0) return 0;
   return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "'%s' is not a PyTorch release like 2.1", text);
 }

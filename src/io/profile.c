@@ -183,8 +183,8 @@ static bool u32_of(json_t *v, uint32_t *out) {
 }
 
 /* {"qwen2": 8, "*": 4}: a value per model type. */
-static bool set_type_values(struct vf_type_values *m, json_t *v) {
-  if (!json_is_object(v) || json_object_size(v) > VF_TYPE_VALUES_MAX) return false;
+static bool set_type_values(struct type_values *m, json_t *v) {
+  if (!json_is_object(v) || json_object_size(v) > TYPE_VALUES_MAX) return false;
   memset(m, 0, sizeof *m);
   const char *type;
   json_t *e;
@@ -205,7 +205,7 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
   case F_U32:
     return u32_of(v, (uint32_t *)(base + f->offset));
   case F_TYPE_VALUES:
-    return set_type_values((struct vf_type_values *)(base + f->offset), v);
+    return set_type_values((struct type_values *)(base + f->offset), v);
   case F_DOUBLE:
     if (!json_is_number(v)) return false;
     *(double *)(base + f->offset) = json_number_value(v);
@@ -260,7 +260,7 @@ static bool source_ok(const char *s) {
 struct chain {
   const char *file;
   bool framework;                /* a framework's file (else torch.json) */
-  const struct vf_version *want; /* the version asked for; NULL: the newest */
+  const struct version *want; /* the version asked for; NULL: the newest */
   struct vf_profile *out;        /* the fields, applied from the newest down to the chosen release */
   json_t *value[NFIELDS];        /* each field's value as of the release read last */
   bool follows_torch[NFIELDS];   /* the chosen release's value is "torch" */
@@ -289,7 +289,7 @@ static bool is_meta(const struct chain *c, const char *key) {
 
 /* Newest first: a release below another is older and not dated after it. */
 static int check_order(const struct chain *c, json_t *e, json_t *above, struct vf_diag *d) {
-  struct vf_version v, av, date, above_date;
+  struct version v, av, date, above_date;
   const char *rel = text_of(e, "release");
   version_release_parse(rel, &v);
   version_release_parse(text_of(above, "release"), &av);
@@ -304,7 +304,7 @@ static int check_order(const struct chain *c, json_t *e, json_t *above, struct v
 
 /* release, date, describes, sources (and a framework's torch): present and well formed. */
 static int check_meta(const struct chain *c, json_t *e, json_t *above, size_t i, struct vf_diag *d) {
-  struct vf_version v;
+  struct version v;
   const char *rel = text_of(e, "release"), *date = text_of(e, "date"), *torch = text_of(e, "torch"),
              *describes = text_of(e, "describes");
   if (!rel || strlen(rel) >= MEMBER_SIZE(release) || version_release_parse(rel, &v))
@@ -372,7 +372,7 @@ static int read_fields(struct chain *c, json_t *e, bool newest, bool apply, stru
 
 /* Whether a release is the newest one not after the version asked for. */
 static bool matches(const struct chain *c, json_t *e) {
-  struct vf_version v;
+  struct version v;
   if (!c->want) return true;
   if (c->want->month) version_month_parse(text_of(e, "date"), &v);
   else version_release_parse(text_of(e, "release"), &v);
@@ -420,7 +420,7 @@ static int read_root(struct chain *c, json_t *root, const char *name, struct vf_
 /* The fields that say "torch" take their values from the run's PyTorch release. */
 static int apply_torch(const struct chain *fw, json_t *torch_root, const char *file, struct vf_profile *p,
                        struct vf_diag *d) {
-  struct vf_version want;
+  struct version want;
   version_release_parse(p->torch, &want);
   struct vf_profile tp;
   memset(&tp, 0, sizeof tp);
@@ -440,7 +440,7 @@ static int apply_torch(const struct chain *fw, json_t *torch_root, const char *f
 
 static int parse_roots(const struct vf_framework_spec *spec, const char *torch, json_t *fw_root, json_t *torch_root,
                        const struct profile_texts *t, struct vf_profile *p, struct vf_diag *d) {
-  struct vf_version want;
+  struct version want;
   bool versioned = spec->version[0] != '\0';
   if (versioned) version_parse(spec->version, &want);
   struct chain fw = {.file = t->framework_file, .framework = true, .want = versioned ? &want : NULL, .out = p};

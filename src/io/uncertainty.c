@@ -127,19 +127,19 @@ static json_t *spread_json(const struct vf_spread *s) {
   return json_pack("{s:o, s:o}", "low", fraction(s->low), "high", fraction(s->high));
 }
 
-static json_t *group_json(const struct vf_spread_group *g) {
+static json_t *group_json(const struct spread_group *g) {
   json_t *o = json_pack("{s:s, s:s}", "framework", g->framework, "method",
                         g->cls == VF_SPREAD_ALL_CLASSES ? VF_SPREAD_ALL
                                                         : vf_method_class_name((enum vf_method_class)g->cls));
   for (int k = 0; k < VF_PEAK_COUNT; k++)
     json_object_set_new(o, vf_peak_kind_name((enum vf_peak_kind)k), spread_json(&g->u.kind[k]));
   json_t *sources = json_object();
-  for (int s = 0; s < VF_SOURCE_COUNT; s++) {
-    const struct vf_spread_part *p = &g->part[s];
+  for (int s = 0; s < SOURCE_COUNT; s++) {
+    const struct spread_part *p = &g->part[s];
     json_t *part = spread_json(&p->spread);
     json_object_set_new(part, "cases", json_integer((json_int_t)p->cases));
     json_object_set_new(part, "from", json_string(p->from));
-    json_object_set_new(sources, spread_source_name((enum vf_spread_source)s), part);
+    json_object_set_new(sources, spread_source_name((enum spread_source)s), part);
   }
   json_object_set_new(o, "sources", sources);
   return o;
@@ -166,7 +166,7 @@ static const char *const notes[] = {
     "LoRA on quantized weights; adapter = LLaMA-Adapter), else FRAMEWORK/all, else all/all.",
 };
 
-int uncertainty_write(FILE *f, const struct vf_spread_group *groups, size_t n) {
+int uncertainty_write(FILE *f, const struct spread_group *groups, size_t n) {
   json_t *list = json_array(), *notes_json = json_array();
   for (size_t i = 0; i < sizeof notes / sizeof *notes; i++) json_array_append_new(notes_json, json_string(notes[i]));
   for (size_t i = 0; i < n; i++) json_array_append_new(list, group_json(&groups[i]));

@@ -37,8 +37,8 @@ static void quantiles_are_nearest_rank(void **state) {
   assert_float_equal(s.high, 0, EPS);
 }
 
-static void add(struct vf_spread_case *c, size_t *n, const char *fw, enum vf_method_class cls,
-                enum vf_spread_source src, double error) {
+static void add(struct spread_case *c, size_t *n, const char *fw, enum vf_method_class cls,
+                enum spread_source src, double error) {
   snprintf(c[*n].framework, sizeof c[*n].framework, "%s", fw);
   c[*n].cls = cls;
   c[*n].source = src;
@@ -46,7 +46,7 @@ static void add(struct vf_spread_case *c, size_t *n, const char *fw, enum vf_met
   (*n)++;
 }
 
-static const struct vf_spread_group *find(const struct vf_spread_group *g, size_t n, const char *name) {
+static const struct spread_group *find(const struct spread_group *g, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++)
     if (strcmp(g[i].u.group, name) == 0) return &g[i];
   fail_msg("no group %s", name);
@@ -55,35 +55,35 @@ static const struct vf_spread_group *find(const struct vf_spread_group *g, size_
 
 static void groups_fall_back_when_they_have_few_cases(void **state) {
   (void)state;
-  struct vf_spread_case c[64];
+  struct spread_case c[64];
   size_t n = 0;
-  for (int i = 0; i < 6; i++) add(c, &n, "hf", VF_CLASS_FULL, VF_SOURCE_ALLOCATED, 0.01 * i); /* 0 .. 0.05 */
-  for (int i = 0; i < 3; i++) add(c, &n, "hf", VF_CLASS_LORA, VF_SOURCE_ALLOCATED, -0.10);
-  add(c, &n, "litgpt", VF_CLASS_QLORA, VF_SOURCE_ALLOCATED, 0.50);
-  struct vf_spread_group *g;
+  for (int i = 0; i < 6; i++) add(c, &n, "hf", VF_CLASS_FULL, SOURCE_ALLOCATED, 0.01 * i); /* 0 .. 0.05 */
+  for (int i = 0; i < 3; i++) add(c, &n, "hf", VF_CLASS_LORA, SOURCE_ALLOCATED, -0.10);
+  add(c, &n, "litgpt", VF_CLASS_QLORA, SOURCE_ALLOCATED, 0.50);
+  struct spread_group *g;
   size_t ng;
   assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   /* all/all, hf/all, hf/full, hf/lora, litgpt/all, litgpt/qlora: in that order */
   assert_int_equal(ng, 6);
   const char *order[] = {"all/all", "hf/all", "hf/full", "hf/lora", "litgpt/all", "litgpt/qlora"};
   for (size_t i = 0; i < ng; i++) assert_string_equal(g[i].u.group, order[i]);
-  const struct vf_spread_part *own = &find(g, ng, "hf/full")->part[VF_SOURCE_ALLOCATED];
+  const struct spread_part *own = &find(g, ng, "hf/full")->part[SOURCE_ALLOCATED];
   assert_string_equal(own->from, "hf/full");
   assert_int_equal(own->cases, 6);
   assert_float_equal(own->spread.low, 0, EPS);
   assert_float_equal(own->spread.high, 0.05, EPS);
   /* 3 LoRA cases are too few: the framework's 9 */
-  const struct vf_spread_part *lora = &find(g, ng, "hf/lora")->part[VF_SOURCE_ALLOCATED];
+  const struct spread_part *lora = &find(g, ng, "hf/lora")->part[SOURCE_ALLOCATED];
   assert_string_equal(lora->from, "hf/all");
   assert_float_equal(lora->spread.low, -0.10, EPS);
   assert_float_equal(lora->spread.high, 0.05, EPS);
   /* litgpt has 1 case: every setup's 10 */
-  const struct vf_spread_part *q = &find(g, ng, "litgpt/qlora")->part[VF_SOURCE_ALLOCATED];
+  const struct spread_part *q = &find(g, ng, "litgpt/qlora")->part[SOURCE_ALLOCATED];
   assert_string_equal(q->from, "all/all");
   assert_int_equal(q->cases, 10);
   assert_float_equal(q->spread.high, 0.50, EPS);
   /* no device case anywhere: no error from that source */
-  const struct vf_spread_part *dev = &find(g, ng, "hf/full")->part[VF_SOURCE_DEVICE];
+  const struct spread_part *dev = &find(g, ng, "hf/full")->part[SOURCE_DEVICE];
   assert_string_equal(dev->from, "");
   assert_int_equal(dev->cases, 0);
   free(g);
@@ -91,17 +91,17 @@ static void groups_fall_back_when_they_have_few_cases(void **state) {
 
 static void kinds_combine_the_sources(void **state) {
   (void)state;
-  struct vf_spread_case c[32];
+  struct spread_case c[32];
   size_t n = 0;
   double alloc[] = {-0.02, 0, 0.01, 0.02, 0.03}, replay[] = {-0.05, 0, 0, 0, 0.10},
          reserved[] = {-0.10, 0, 0, 0, 0.20}, device[] = {-0.30, 0, 0, 0, 0.05};
   for (int i = 0; i < 5; i++) {
-    add(c, &n, "hf", VF_CLASS_FULL, VF_SOURCE_ALLOCATED, alloc[i]);
-    add(c, &n, "hf", VF_CLASS_FULL, VF_SOURCE_REPLAYED, replay[i]);
-    add(c, &n, "hf", VF_CLASS_FULL, VF_SOURCE_RESERVED, reserved[i]);
-    add(c, &n, "hf", VF_CLASS_FULL, VF_SOURCE_DEVICE, device[i]);
+    add(c, &n, "hf", VF_CLASS_FULL, SOURCE_ALLOCATED, alloc[i]);
+    add(c, &n, "hf", VF_CLASS_FULL, SOURCE_REPLAYED, replay[i]);
+    add(c, &n, "hf", VF_CLASS_FULL, SOURCE_RESERVED, reserved[i]);
+    add(c, &n, "hf", VF_CLASS_FULL, SOURCE_DEVICE, device[i]);
   }
-  struct vf_spread_group *g;
+  struct spread_group *g;
   size_t ng;
   assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   const struct vf_uncertainty *u = &find(g, ng, "hf/full")->u;
@@ -272,10 +272,10 @@ static void loader_reads_the_data_folder(void **state) {
 
 static void writer_output_reads_back(void **state) {
   (void)state;
-  struct vf_spread_case c[16];
+  struct spread_case c[16];
   size_t n = 0;
-  for (int i = 0; i < 5; i++) add(c, &n, "litgpt", VF_CLASS_QLORA, VF_SOURCE_ALLOCATED, -0.123456 + 0.05 * i);
-  struct vf_spread_group *g;
+  for (int i = 0; i < 5; i++) add(c, &n, "litgpt", VF_CLASS_QLORA, SOURCE_ALLOCATED, -0.123456 + 0.05 * i);
+  struct spread_group *g;
   size_t ng;
   assert_int_equal(spread_groups(c, n, &g, &ng), 0);
   char *text = NULL;

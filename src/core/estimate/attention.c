@@ -267,7 +267,7 @@ uint64_t attention_backward_bytes(const struct ctx *x) {
   return T * ((d->q + 2 * d->kv) * c + d->q * 4);
 }
 
-static uint32_t type_value(const struct vf_type_values *v, const char *type) {
+static uint32_t type_value(const struct type_values *v, const char *type) {
   uint32_t others = 0;
   for (uint32_t i = 0; i < v->n; i++) {
     if (strcmp(v->type[i], type) == 0) return v->value[i];

@@ -2,7 +2,7 @@
  * model chunks, its part of the model outside the blocks, the micro batches in flight), its
  * FSDP units left gathered and unreduced until its last backward, and the outputs, input
  * gradients and receive buffers it keeps. Which blocks a rank holds and how many micro
- * batches it keeps at once is src/core/pipeline.c's arithmetic (vf_pp_*). Sources:
+ * batches it keeps at once is src/core/pipeline.c's arithmetic (pipeline_*). Sources:
  * torch/distributed/pipelining/stage.py (backward_maybe_with_nosync, forward_one_chunk,
  * clear_runtime_states, _prepare_forward_infra, _prepare_backward_infra), schedules.py
  * (PipelineScheduleMulti._step_microbatches, _add_reduce_grad, _merge_outputs),

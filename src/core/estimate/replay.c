@@ -1,6 +1,6 @@
 /* A replay: the tape schedule.c writes, run through the caching-allocator model
- * (src/core/alloc/sim.c), its highest points kept per stretch; and the extension of replays of
- * REPLAY_A and REPLAY_B layers to all of a model's, with the allocator's slack capped as
+ * (src/core/alloc/sim.c), its highest points kept per stretch; and the extension of replays
+ * of REPLAY_A and REPLAY_B layers to all of a model's, with the allocator's slack capped as
  * static-shape training shows it (shared/research/allocator.md §11). */
 #include <stdlib.h>
 #include <string.h>
