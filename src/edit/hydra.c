@@ -14,6 +14,8 @@
 #include "edit/internal.h"
 #include "io/hydra.h"
 
+enum { MAX_CONFIGS = 32 };
+
 /* The configs listed after _self_, in order. */
 static size_t after_self(const struct ynode *root, const char *dir, struct hydra_entry *out, size_t max) {
   size_t n = hydra_defaults(root, dir, out, max), self = 0;
@@ -100,11 +102,37 @@ static int check_edit(struct astate *s, struct afile *f, size_t k, const struct 
   return 0;
 }
 
+/* The files of the call that f's composition holds get f's map at their package. */
+static int adopt_group_files(struct astate *s, const struct afile *f) {
+  struct hydra_config *c = calloc(MAX_CONFIGS, sizeof *c);
+  if (!c) return VF_ENOMEM;
+  size_t n = hydra_compose(f->pub->target, &f->doc.t, c, MAX_CONFIGS);
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct afile *g = c[i].self || c[i].missing ? NULL : file_in_call(s, c[i].file);
+    if (!g || g == f || (g->fmt && g->fmt != f->fmt)) continue;
+    g->fmt = f->fmt;
+    snprintf(g->package, sizeof g->package, "%s", c[i].package);
+    free(g->pub->format);
+    if (!(g->pub->format = strdup(f->fmt->name))) rc = VF_ENOMEM;
+  }
+  free(c);
+  return rc;
+}
+
+int hydra_packages(struct astate *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    const struct afile *f = &s->f[i];
+    int rc = f->fmt && strcmp(f->fmt->name, "hydra") == 0 && !f->package[0] ? adopt_group_files(s, f) : 0;
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d) {
   if (!f->n_edits) return 0;
   char dir[PATH_MAX];
-  const char *slash = strrchr(f->pub->target, '/');
-  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - f->pub->target) : 1, slash ? f->pub->target : ".");
+  path_folder(f->pub->target, dir, sizeof dir);
   struct hydra_entry l[32];
   size_t n = after_self(f->doc.t.root, dir, l, 32);
   for (size_t k = 0; k < f->n_edits;) {

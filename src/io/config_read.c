@@ -160,16 +160,11 @@ static int open_given(struct creader *r, const char *path, const struct format *
   return rc;
 }
 
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
 /* A file the caller gave with that name (the same path, or the same base name: the config
  * may name it from another folder). */
 static bool given(const struct creader *r, const char *name) {
   for (size_t i = 0; i < r->n_files; i++)
-    if (strcmp(base_name(r->files[i]->path), base_name(name)) == 0) return true;
+    if (strcmp(path_base(r->files[i]->path), path_base(name)) == 0) return true;
   return false;
 }
 

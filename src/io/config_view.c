@@ -10,9 +10,7 @@
 #include "io/config_internal.h"
 #include "io/hydra.h"
 
-/* Nested defaults lists deeper than this are not followed (Hydra itself has no limit, but
- * configs that deep are not seen in training repositories). */
-enum { MAX_DEPTH = 4, MAX_ENTRIES = 32 };
+enum { MAX_CONFIGS = 32 };
 
 static int add_layer(struct cfile *f, const struct ytree *t, const struct ynode *root, const char *package) {
   struct layer *grown = realloc(f->layers, (f->n_layers + 1) * sizeof *grown);
@@ -45,76 +43,40 @@ static int load_source(struct cfile *f, const char *path, struct source **out, s
   return rc;
 }
 
-static void folder_of(const char *path, char *dir, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (slash) snprintf(dir, size, "%.*s", (int)(slash - path), path);
-  else snprintf(dir, size, ".");
-}
-
-/* false when the package is too long to hold (no key could lie under it anyway). */
-static bool join_package(const char *parent, const char *child, char *out, size_t size) {
-  int n = snprintf(out, size, "%s%s%s", parent, parent[0] && child[0] ? "." : "", child);
-  return n >= 0 && (size_t)n < size;
-}
-
-static int compose(struct cfile *f, struct source *s, const char *package, int depth, struct vf_diag *d);
-
-static int note_missing(struct cfile *f, const struct source *parent, const struct hydra_entry *e) {
+static int note_missing(struct cfile *f, const struct hydra_config *h) {
   struct missing *grown = realloc(f->missing, (f->n_missing + 1) * sizeof *grown);
   if (!grown) return VF_ENOMEM;
   f->missing = grown;
   struct missing *m = &grown[f->n_missing++];
-  struct yfind at;
-  int col;
-  ytree_find(&parent->doc.t, "defaults", &at, NULL);
-  ytree_linecol(&parent->doc.t, at.node ? at.node->start : 0, &m->line, &col);
-  snprintf(m->file, sizeof m->file, "%s", parent->doc.file);
-  snprintf(m->entry, sizeof m->entry, "%s (%s)", e->entry, e->file);
+  snprintf(m->file, sizeof m->file, "%s", h->listed_in);
+  m->line = h->line;
+  snprintf(m->entry, sizeof m->entry, "%s (%s)", h->entry, h->file);
   return 0;
 }
 
-/* The config an entry names, composed at its package; optional ones may be missing. */
-static int compose_entry(struct cfile *f, const struct source *parent, const struct hydra_entry *e,
-                         const char *package, int depth, struct vf_diag *d) {
-  struct source *s = NULL;
-  struct vf_diag sub;
-  vf_diag_clear(&sub);
-  int rc = load_source(f, e->file, &s, &sub);
-  if (rc == VF_ENOTFOUND && strncmp(e->entry, "optional ", 9) == 0) return 0;
-  if (rc == VF_ENOTFOUND) return note_missing(f, parent, e);
-  if (rc) {
-    if (d) *d = sub;
-    return rc;
+/* The layers of s's composition in its order: each config at its package, s itself where
+ * its _self_ is. */
+static int compose(struct cfile *f, struct source *s, struct vf_diag *d) {
+  struct hydra_config *c = calloc(MAX_CONFIGS, sizeof *c);
+  if (!c) return VF_ENOMEM;
+  size_t n = hydra_compose(s->doc.file, &s->doc.t, c, MAX_CONFIGS);
+  int rc = n ? 0 : add_layer(f, &s->doc.t, s->doc.t.root, "");
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct source *g = s;
+    if (c[i].missing) rc = note_missing(f, &c[i]);
+    else if (!c[i].self) rc = load_source(f, c[i].file, &g, d);
+    if (!rc && !c[i].missing) rc = add_layer(f, &g->doc.t, g->doc.t.root, c[i].package);
   }
-  char own[256], full[256];
-  snprintf(own, sizeof own, "%s", e->package);
-  hydra_package_header(s->text, strlen(s->text), own, sizeof own);
-  /* A header names the package from the root; an entry's package is below its parent's. */
-  if (strcmp(own, e->package) != 0) snprintf(full, sizeof full, "%s", own);
-  else if (!join_package(package, own, full, sizeof full)) return 0;
-  return compose(f, s, full, depth + 1, d);
-}
-
-/* Adds s's layers in composition order: its defaults entries, itself where _self_ is. */
-static int compose(struct cfile *f, struct source *s, const char *package, int depth, struct vf_diag *d) {
-  struct hydra_entry *e = calloc(MAX_ENTRIES, sizeof *e);
-  if (!e) return VF_ENOMEM;
-  char dir[PATH_MAX];
-  folder_of(s->doc.file, dir, sizeof dir);
-  size_t n = depth < MAX_DEPTH ? hydra_defaults(s->doc.t.root, dir, e, MAX_ENTRIES) : 0;
-  int rc = n ? 0 : add_layer(f, &s->doc.t, s->doc.t.root, package);
-  for (size_t i = 0; i < n && !rc; i++)
-    rc = e[i].self ? add_layer(f, &s->doc.t, s->doc.t.root, package) : compose_entry(f, s, &e[i], package, depth, d);
-  free(e);
+  free(c);
   return rc;
 }
 
 int view_open(struct cfile *f, const char *path, struct vf_diag *d) {
-  folder_of(path, f->dir, sizeof f->dir);
+  path_folder(path, f->dir, sizeof f->dir);
   struct source *s = NULL;
   int rc = load_source(f, path, &s, d);
   if (rc == VF_ENOTFOUND) return diag_at(d, rc, path, UINT64_MAX, "no such file");
-  if (!rc) rc = compose(f, s, "", 0, d);
+  if (!rc) rc = compose(f, s, d);
   /* Composed last wins: the highest precedence first. */
   for (size_t i = 0; !rc && i < f->n_layers / 2; i++) {
     struct layer t = f->layers[i];

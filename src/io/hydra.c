@@ -2,9 +2,15 @@
  * plain "name" beside the primary config) and composed in list order, `_self_` placing the
  * primary config's own values; without `_self_` they come last (Hydra >= 1.1). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "io/hydra.h"
+
+/* Nested defaults lists deeper than this are not followed (configs that deep are not seen
+ * in training repositories). */
+enum { MAX_DEPTH = 4, MAX_ENTRIES = 32 };
 
 static const struct ynode *root_get(const struct ynode *root, const char *key) {
   for (size_t i = 0; root && root->kind == YN_MAP && i + 1 < root->nkid; i += 2)
@@ -99,4 +105,75 @@ const char *hydra_inside(const char *package, const char *path) {
   size_t n = strlen(package);
   if (!n) return path;
   return strncmp(path, package, n) == 0 && path[n] == '.' ? path + n + 1 : NULL;
+}
+
+struct composer {
+  struct hydra_config *out;
+  size_t n, max;
+};
+
+static struct hydra_config *add_config(struct composer *c, const char *file, const char *package) {
+  if (c->n == c->max) return NULL;
+  struct hydra_config *h = &c->out[c->n++];
+  memset(h, 0, sizeof *h);
+  snprintf(h->file, sizeof h->file, "%s", file);
+  snprintf(h->package, sizeof h->package, "%s", package);
+  return h;
+}
+
+/* A config listed but not there: where it is listed, for the warning. */
+static void add_missing(struct composer *c, const char *parent, const struct ytree *pt, const struct hydra_entry *e) {
+  struct hydra_config *h = strncmp(e->entry, "optional ", 9) == 0 ? NULL : add_config(c, e->file, "");
+  struct yfind at;
+  int col;
+  if (!h) return;
+  h->missing = true;
+  snprintf(h->entry, sizeof h->entry, "%s", e->entry);
+  snprintf(h->listed_in, sizeof h->listed_in, "%s", parent);
+  ytree_find(pt, "defaults", &at, NULL);
+  ytree_linecol(pt, at.node ? at.node->start : 0, &h->line, &col);
+}
+
+static void compose(struct composer *c, const char *path, const struct ytree *t, const char *package, int depth);
+
+/* A listed config, composed at its package: its header's, else its entry's below its
+ * parent's. One that does not parse is listed as it is, for its reader to say why. */
+static void compose_entry(struct composer *c, const char *parent, const struct ytree *pt, const struct hydra_entry *e,
+                          const char *package, int depth) {
+  char *text = NULL, own[256], full[256];
+  size_t len;
+  struct doc doc;
+  if (!path_is_file(e->file) || file_read(e->file, DOC_MAX_BYTES, &text, &len, NULL) != 0) {
+    add_missing(c, parent, pt, e);
+    return;
+  }
+  snprintf(own, sizeof own, "%s", e->package);
+  hydra_package_header(text, len, own, sizeof own);
+  int n = strcmp(own, e->package) != 0 ? snprintf(full, sizeof full, "%s", own)
+                                        : snprintf(full, sizeof full, "%s%s%s", package, package[0] && own[0] ? "." : "", own);
+  bool parsed = n >= 0 && (size_t)n < sizeof full && doc_open(&doc, e->file, text, len, NULL) == 0;
+  if (parsed) compose(c, e->file, &doc.t, full, depth + 1);
+  else add_config(c, e->file, full);
+  if (parsed) doc_close(&doc);
+  free(text);
+}
+
+static void compose(struct composer *c, const char *path, const struct ytree *t, const char *package, int depth) {
+  struct hydra_entry *e = calloc(MAX_ENTRIES, sizeof *e);
+  char dir[PATH_MAX];
+  path_folder(path, dir, sizeof dir);
+  size_t n = e && depth < MAX_DEPTH ? hydra_defaults(t->root, dir, e, MAX_ENTRIES) : 0;
+  for (size_t i = 0; i < n; i++) {
+    struct hydra_config *h = e[i].self ? add_config(c, path, package) : NULL;
+    if (h) h->self = depth == 0;
+    else if (!e[i].self) compose_entry(c, path, t, &e[i], package, depth);
+  }
+  if (!n && depth) add_config(c, path, package); /* a listed config without a list of its own */
+  free(e);
+}
+
+size_t hydra_compose(const char *path, const struct ytree *primary, struct hydra_config *out, size_t max) {
+  struct composer c = {out, 0, max};
+  compose(&c, path, primary, "", 0);
+  return c.n;
 }

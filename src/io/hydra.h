@@ -31,4 +31,21 @@ void hydra_package_header(const char *text, size_t len, char *package, size_t si
  * when the path is not under the package. */
 const char *hydra_inside(const char *package, const char *path);
 
+/* One config of a composition. */
+struct hydra_config {
+  char file[PATH_MAX]; /* the primary config itself where its _self_ is */
+  char package[256];   /* where its keys land, its header applied */
+  bool self;
+  bool missing;        /* listed but not there (then entry and line say where it is listed) */
+  char entry[256];
+  char listed_in[PATH_MAX];
+  int line;
+};
+/* Every config the primary config (path, parsed as primary) composes, in composition
+ * order (later ones win), following the defaults lists of the configs it lists (relative to
+ * their own folder, at their package), at most max. Configs are read from disk for their
+ * defaults lists and headers; optional ones that are not there are left out. 0 when the
+ * primary has no defaults list. */
+size_t hydra_compose(const char *path, const struct ytree *primary, struct hydra_config *out, size_t max);
+
 #endif
