@@ -153,8 +153,9 @@ static bool fits_high(const struct shown *p, uint64_t capacity) {
   return p->ranges.kind[VF_PEAK_DEVICE].high <= capacity;
 }
 
-static json_t *estimate_json(const struct vf_model *m, const struct shown *shown, uint64_t capacity,
+static json_t *estimate_json(const struct setup_context *c, const struct shown *shown, uint64_t capacity,
                              const struct setup_request *r, const struct vf_profile_info *p) {
+  const struct vf_model *m = &c->model;
   const struct vf_estimate *e = shown->e;
   json_t *timeline = json_array();
   for (int ph = VF_PHASE_LOAD; ph < VF_PHASE_COUNT; ph++) {
@@ -170,12 +171,10 @@ static json_t *estimate_json(const struct vf_model *m, const struct shown *shown
   json_object_set_new(o, "breakdown", cli_breakdown_json(e));
   json_object_set_new(o, "timeline", timeline);
   json_object_set_new(o, "layout", layout_json(&r->setup, e));
-  json_object_set_new(o, "assumed", json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:b, s:o}", "framework", p->name,
-                                              "framework_release", p->release, "torch", p->torch, "attention",
-                                              vf_enum_name(VF_ENUM_ATTENTION, e->attention),
-                                              "accumulation", (json_int_t)e->accumulation, "lengths",
-                                              vf_enum_name(VF_ENUM_LENGTHS, e->lengths), "eval",
-                                              e->eval == VF_EVAL_YES, "notes", version_notes(r, p)));
+  json_object_set_new(o, "setup", setup_values_json(r, c));
+  json_object_set_new(o, "assumed", setup_assumed_json(r, c));
+  json_object_set_new(o, "read_from", setup_read_from_json(r));
+  json_object_set_new(o, "notes", version_notes(r, p));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
   return o;
@@ -230,8 +229,10 @@ static void verdict(const struct shown *p, const struct vf_gpu_spec *gpu) {
   }
 }
 
-static void estimate_text(const struct vf_model *m, const struct shown *shown, const struct vf_gpu_spec *gpu,
-                          const struct setup_request *r, const struct vf_profile_info *p) {
+static void estimate_text(const struct setup_context *c, const struct shown *shown, const struct setup_request *r,
+                          const struct vf_profile_info *p) {
+  const struct vf_model *m = &c->model;
+  const struct vf_gpu_spec *gpu = &c->gpu;
   const struct vf_estimate *e = shown->e;
   uint64_t cap = gpu->capacity_bytes;
   char total[32], trainable[32];
@@ -242,6 +243,7 @@ static void estimate_text(const struct vf_model *m, const struct shown *shown, c
          p->release, p->torch, vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
          e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths),
          e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
+  setup_assumed_print(r, c);
   json_t *notes = version_notes(r, p), *note;
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
@@ -253,7 +255,7 @@ static void estimate_text(const struct vf_model *m, const struct shown *shown, c
            p->fsdp_full_load && vf_shard_fsdp(r->setup.shard)
                ? " under FSDP: loading a full checkpoint gathers the whole model on every GPU" : "");
   printf("  at the peak (%s)%s\n", vf_phase_name(e->peak_phase), cap ? "        bytes   of GPU" : "");
-  for (int c = 0; c < VF_CAT_RUNTIME; c++) row(vf_category_name((enum vf_category)c), e->by_category[c], NULL, cap);
+  for (int k = 0; k < VF_CAT_RUNTIME; k++) row(vf_category_name((enum vf_category)k), e->by_category[k], NULL, cap);
   row("allocator slack", e->allocator_slack, NULL, cap);
   row("CUDA, cuBLAS, NCCL", e->by_category[VF_CAT_RUNTIME] + e->context, NULL, cap);
   printf("\n");
@@ -360,11 +362,11 @@ int cmd_estimate(int argc, char **argv) {
   vf_profile_describe(ctx.profile, &profile);
   int code = EXIT_OK;
   if (json) {
-    json_t *o = estimate_json(&ctx.model, &shown, cap, &r, &profile);
+    json_t *o = estimate_json(&ctx, &shown, cap, &r, &profile);
     history_note_json(&note, o);
     code = cli_print_json(o);
   } else {
-    estimate_text(&ctx.model, &shown, &ctx.gpu, &r, &profile);
+    estimate_text(&ctx, &shown, &r, &profile);
     history_note_print(&note);
   }
   if (code == EXIT_OK && cap && !fits_high(&shown, cap)) code = EXIT_NO;

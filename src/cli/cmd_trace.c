@@ -317,12 +317,6 @@ static int trace_loaded(const struct trace_args *a, const struct setup_context *
   struct vf_diag d;
   vf_diag_clear(&d);
   if (vf_setup_validate(&a->r.setup, &c->model, &d)) return cli_diag_error("trace", VF_EINVAL, &d);
-  /* A learned position table has one row per position: the real run would index past it
-   * (rotary positions simply extend). */
-  const struct vf_arch *arch = &c->model.arch;
-  if (arch->learned_positions && a->r.setup.seq > arch->max_positions)
-    return cli_usage_error("trace", "--seq %llu is longer than %s's %llu learned positions", (unsigned long long)a->r.setup.seq,
-                           c->model.name, (unsigned long long)arch->max_positions);
   if (!is_traced(framework))
     return cli_usage_error("trace", "--framework %s: no tracer driver (traced: hf, litgpt, torchtune, lightning)",
                            framework);

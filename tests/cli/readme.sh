@@ -194,6 +194,7 @@ for rec in "$TMP"/examples/*; do
     timeout 180 bash -c "vramfit() { \"\$VRAMFIT\" \"\$@\"; }; $cmd" >"$TMP/actual" 2>&1 </dev/null)
   sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/$where|/home/me/$where|g" "$TMP/actual"
   sed -i -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' \
+    -e 's/^\(batch [0-9]*: .*\), [0-9.]* s$/\1, TIME s/' \
     -e 's/^20[0-9][0-9]-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]  /WHEN  /' \
     -e 's/, 20[0-9][0-9]-[01][0-9]-[0-3][0-9]; this estimate/, WHEN; this estimate/' "$TMP/actual" "$TMP/expected"
   # A fresh copy of the configs for the next example that edits them.
