@@ -40,6 +40,8 @@ struct vf_config_file {
   char *path;   /* as given, or as found beside the config that named it */
   char *format; /* "hf", "trl", "axolotl", "deepspeed", ... */
   char *why;    /* "--format", "its keys (micro_batch_size, sequence_len)", "deepspeed: in train.yaml" */
+  char *writes; /* the settings `vramfit apply` can write into such a file, as its logical keys
+                 * ("batch accumulation seq grad_ckpt precision optimizer") */
 };
 
 struct vf_config {

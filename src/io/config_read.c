@@ -92,6 +92,19 @@ int config_set(struct creader *r, const char *name, const char *value, const str
 
 /* ---- files ---- */
 
+/* The logical keys the map gives the editor a place for ("paths", "set" or "derived"). */
+static char *writes(const struct format *fmt) {
+  struct sbuf b = {0};
+  const char *key;
+  json_t *entry;
+  json_object_foreach(json_object_get(fmt->map, "keys"), key, entry) {
+    if (json_object_get(entry, "paths") || json_object_get(entry, "set") || json_object_get(entry, "derived"))
+      sb_printf(&b, "%s%s", b.len ? " " : "", key);
+  }
+  sb_puts(&b, "");
+  return sb_take(&b, NULL);
+}
+
 static int add_file(struct creader *r, const char *path, const struct format *fmt, const char *why,
                     struct cfile **out) {
   struct cfile **grown = realloc(r->files, (r->n_files + 1) * sizeof *grown);
@@ -103,10 +116,10 @@ static int add_file(struct creader *r, const char *path, const struct format *fm
   r->files[r->n_files++] = f;
   f->fmt = fmt;
   f->path = strdup(path);
-  listed[r->out->n_files++] = (struct vf_config_file){strdup(path), fmt ? strdup(fmt->name) : NULL, strdup(why)};
+  listed[r->out->n_files++] = (struct vf_config_file){strdup(path), strdup(fmt->name), strdup(why), writes(fmt)};
   *out = f;
   const struct vf_config_file *l = &listed[r->out->n_files - 1];
-  return f->path && l->path && l->why && (!fmt || l->format) ? 0 : VF_ENOMEM;
+  return f->path && l->path && l->why && l->format && l->writes ? 0 : VF_ENOMEM;
 }
 
 /* "its keys (micro_batch_size, sequence_len, ...)": the detect keys of the map it has,
@@ -286,6 +299,7 @@ void vf_config_cleanup(struct vf_config *c) {
     free(c->files[i].path);
     free(c->files[i].format);
     free(c->files[i].why);
+    free(c->files[i].writes);
   }
   free(c->settings);
   free(c->warnings);
