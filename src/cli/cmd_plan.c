@@ -235,7 +235,8 @@ static void keep_plan(const char *model, const struct vf_gpu_spec *gpu, const ch
 }
 
 /* Plans a loaded setup; the plan's JSON (with where its setting was read) in *out. */
-static int plan_setup(struct plan_args *a, const struct setup_config *sc, const struct setup_context *ctx, json_t **out) {
+static int plan_setup(struct plan_args *a, const struct setup_config *sc, const struct setup_context *ctx,
+                      json_t **out) {
   struct vf_plan_request req = {&ctx->model, ctx->profile, &ctx->conf, &ctx->gpu, a->setup.setup,
                                 a->safety, a->target, a->keep | setup_config_keep(sc), 0, &ctx->uncertainty,
                                 a->gpus_per_node, a->network_gbps};

@@ -26,7 +26,9 @@ static int sort_args(struct setup_request *r, char *const *args, int n, struct s
     int rc = vf_config_detect(args[i], sc->n_files ? NULL : r->format, &d);
     if (rc < 0) return cli_diag_error(r->cmd, rc, &d);
     if (rc) sc->files[sc->n_files++] = args[i];
-    else if (*model) return cli_usage_error(r->cmd, "expects exactly one MODEL (%s, %s); the other arguments are training configs", *model, args[i]);
+    else if (*model)
+      return cli_usage_error(r->cmd, "expects exactly one MODEL (%s, %s); the other arguments are training configs",
+                             *model, args[i]);
     else *model = args[i];
   }
   if (!n) return cli_usage_error(r->cmd, "MODEL is missing; see 'vramfit %s --help'", r->cmd);
@@ -68,15 +70,16 @@ static int no_model(const struct setup_request *r, const struct setup_config *sc
       return cli_error(r->cmd, EXIT_BAD_INPUT, "%s:%d: %s: %s %s: give the model as MODEL too", w->file, w->line,
                        w->key, w->text, w->why);
   }
-  return cli_error(r->cmd, EXIT_BAD_INPUT, "%s:1: names no model (the %s keys of one): give the model as MODEL too",
-                   sc->cfg.files[0].path, sc->cfg.files[0].format);
+  return cli_error(r->cmd, EXIT_BAD_INPUT, "%s:1: names no model that a %s config keeps: give the model as MODEL "
+                   "too ('vramfit %s CONFIG MODEL')", sc->cfg.files[0].path, sc->cfg.files[0].format, r->cmd);
 }
 
 int setup_config_read(struct setup_request *r, char *const *args, int n, struct setup_config *sc) {
   memset(sc, 0, sizeof *sc);
   vf_config_init(&sc->cfg);
   const char *model_arg;
-  if (!(sc->files = calloc(n ? (size_t)n : 1, sizeof *sc->files))) return cli_error(r->cmd, EXIT_INTERNAL, "out of memory");
+  if (!(sc->files = calloc(n ? (size_t)n : 1, sizeof *sc->files)))
+    return cli_error(r->cmd, EXIT_INTERNAL, "out of memory");
   int code = sort_args(r, args, n, sc, &model_arg);
   sc->model = model_arg;
   if (code || !sc->n_files) return code;
@@ -103,8 +106,8 @@ static json_t *sentence(const struct vf_config_warning *w, const json_t *setup) 
   char used[160] = "";
   const json_t *v = w->name ? json_object_get(setup, w->name) : NULL;
   if (v) value_text(v, used, sizeof used);
-  return json_sprintf("%s:%d: %s: %s %s%s%s%s%s", w->file, w->line, w->key, w->text, w->why, v ? "; vramfit assumes " : "",
-                      v ? w->name : "", v ? " " : "", used);
+  return json_sprintf("%s:%d: %s: %s %s%s%s%s%s", w->file, w->line, w->key, w->text, w->why,
+                      v ? "; vramfit assumes " : "", v ? w->name : "", v ? " " : "", used);
 }
 
 /* A setting the command line has no option for yet (the loss). */
@@ -148,7 +151,8 @@ static bool in_effect(const struct setup_request *r, const struct setup_config *
 }
 
 /* The values the setup took from one file, as they are used. */
-static void print_file(const struct setup_request *r, const struct setup_config *sc, const char *file, const json_t *setup) {
+static void print_file(const struct setup_request *r, const struct setup_config *sc, const char *file,
+                       const json_t *setup) {
   const char *format = format_of(sc, file);
   bool first = true;
   for (size_t i = 0; i < sc->cfg.n_settings; i++) {

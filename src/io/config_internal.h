@@ -32,7 +32,7 @@ struct source {
 struct missing {
   char file[PATH_MAX]; /* the config listing it */
   int line;
-  char entry[PATH_MAX + 256]; /* "data: alpaca (conf/data/alpaca.yaml)" */
+  char entry[PATH_MAX + 260]; /* "data: alpaca (conf/data/alpaca.yaml)": an entry and a path */
 };
 
 /* A config being read: its layers, the highest precedence first. */

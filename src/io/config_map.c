@@ -206,7 +206,8 @@ static int each_word(const struct job *j, const struct place *at, const json_t *
   }
   if (n->kind != YN_SCALAR) return 0;
   if (ynode_type(n) != VF_VALUE_STRING)
-    return elements_of(j, values, at, NULL, 0, c) || quiet || ynode_type(n) == VF_VALUE_NULL ? 0 : not_modelled(j, at, NULL, NULL);
+    return elements_of(j, values, at, NULL, 0, c) || quiet || ynode_type(n) == VF_VALUE_NULL
+               ? 0 : not_modelled(j, at, NULL, NULL);
   for (const char *p = n->value + strspn(n->value, ", \t"); *p; p += strspn(p, ", \t")) {
     size_t len = strcspn(p, ", \t");
     char word[128];
@@ -264,7 +265,8 @@ static int count_devices(const struct job *j, const struct place *at, long long 
     *out = atoll(n->value);
   }
   if (*out > 0) return 0;
-  return config_warn(j->r, j->l->name, at, NULL, "means every GPU of the machine it runs on, which vramfit cannot know");
+  return config_warn(j->r, j->l->name, at, NULL,
+                     "means every GPU of the machine it runs on, which vramfit cannot know");
 }
 
 /* A default's place: f's own document, the key it would be at. */
@@ -309,8 +311,9 @@ static int text_from_node(const struct job *j, const json_t *entry, const struct
   const struct ynode *n = at->node;
   if (n->kind != YN_SCALAR) return 0;
   if (ynode_type(n) == VF_VALUE_NULL)
-    return j->l->kind == K_INT ? config_warn(j->r, j->l->name, at, "null", "sets no %s: the data decides it, which vramfit "
-                                             "cannot know", j->l->noun) : 0;
+    return j->l->kind != K_INT ? 0
+           : config_warn(j->r, j->l->name, at, "null", "sets no %s: the data decides it, which vramfit cannot know",
+                         j->l->noun);
   if (j->l->kind != K_MODEL) return found(c, at, n->value), 0;
   char *name;
   int rc = map_model_value(j->f, n->value, json_string_value(json_object_get(entry, "strip")), &name);
@@ -322,7 +325,8 @@ static int text_from_node(const struct job *j, const json_t *entry, const struct
 static int from_node(const struct job *j, const json_t *entry, const struct place *at, struct cand *c) {
   const struct ynode *n = at->node;
   const json_t *values = json_object_get(entry, "values");
-  if (n->kind == YN_ALIAS) return config_warn(j->r, j->l->name, at, n->value, "is an alias, which vramfit does not follow");
+  if (n->kind == YN_ALIAS)
+    return config_warn(j->r, j->l->name, at, n->value, "is an alias, which vramfit does not follow");
   if (n->kind == YN_SCALAR && strstr(n->value, "${"))
     return config_warn(j->r, j->l->name, at, NULL, "is an interpolation, which vramfit does not resolve");
   if (is_auto(j, n)) return 0; /* the HF Trainer fills it from its own arguments */
@@ -344,7 +348,9 @@ static int from_default(const struct job *j, const json_t *entry, const char *pa
   if (values && j->l->kind == K_LIST) {
     const char *name;
     json_t *spelling;
-    json_object_foreach((json_t *)values, name, spelling) if (json_matches(spelling, def)) found_element(j, c, &at, name);
+    json_object_foreach((json_t *)values, name, spelling) {
+      if (json_matches(spelling, def)) found_element(j, c, &at, name);
+    }
     return 0;
   }
   if (values) {
@@ -471,7 +477,8 @@ static int read_derived(const struct job *j, const json_t *entry, struct cand *c
   long long micro = atoll(batch), world = gpus ? atoll(gpus) : 1;
   long long accumulation = micro > 0 && world > 0 ? global / world / micro : 0;
   if (accumulation < 1)
-    return config_warn(j->r, j->l->name, &at, NULL, "is below micro batch %lld x %lld GPUs: litgpt stops on it", micro, world);
+    return config_warn(j->r, j->l->name, &at, NULL, "is below micro batch %lld x %lld GPUs: litgpt stops on it", micro,
+                       world);
   char text[32];
   snprintf(text, sizeof text, "%lld", accumulation);
   return found(c, &at, text), 0;
@@ -516,7 +523,8 @@ static int read_entry(const struct job *j, const json_t *entry, struct cand *bes
  * for every linear layer. */
 static void join_elements(const struct logical *l, unsigned bits, char *out, size_t size) {
   unsigned none_or_all = 1u; /* the first element of both lists */
-  if (bits & none_or_all) bits = bits == none_or_all || element(l, "all-linear") == 0 ? none_or_all : bits & ~none_or_all;
+  if (bits & none_or_all)
+    bits = bits == none_or_all || element(l, "all-linear") == 0 ? none_or_all : bits & ~none_or_all;
   out[0] = '\0';
   int i = 0;
   for (const char *p = l->elements; *p; i++) {
@@ -541,7 +549,8 @@ static int emit_precision(const struct job *j, const struct cand *c) {
 static int read_logical(struct creader *r, struct cfile *f, const struct logical *l) {
   struct job j = {r, f, l};
   struct cand best = {0};
-  const json_t *entries[] = {format_key(f->fmt, l->name), json_object_get(json_object_get(f->fmt->map, "read"), l->name)};
+  const json_t *entries[] = {format_key(f->fmt, l->name),
+                             json_object_get(json_object_get(f->fmt->map, "read"), l->name)};
   for (size_t i = 0; i < 2; i++) {
     int rc = entries[i] ? read_entry(&j, entries[i], &best) : 0;
     if (rc) return rc;
@@ -562,10 +571,11 @@ static int read_files(struct creader *r, struct cfile *f) {
   const char *name;
   json_t *e, *p;
   size_t i;
-  json_object_foreach(json_object_get(f->fmt->map, "files"), name, e) json_array_foreach(json_object_get(e, "paths"), i, p) {
-    struct place at;
-    int rc = view_find(f, json_string_value(p), &at, r->d);
-    if (rc || at.node) {
+  json_object_foreach(json_object_get(f->fmt->map, "files"), name, e) {
+    json_array_foreach(json_object_get(e, "paths"), i, p) {
+      struct place at;
+      int rc = view_find(f, json_string_value(p), &at, r->d);
+      if (!rc && !at.node) continue;
       rc = rc ? rc : config_add_named(r, f, &at, json_string_value(json_object_get(e, "format")));
       if (rc) return rc;
       break;

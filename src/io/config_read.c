@@ -31,7 +31,8 @@ static int warn_line(struct creader *r, const char *name, const char *file, int 
   if (!grown) return VF_ENOMEM;
   c->warnings = grown;
   struct vf_config_warning *w = &grown[c->n_warnings++];
-  *w = (struct vf_config_warning){name ? strdup(name) : NULL, strdup(file), line, strdup(key), strdup(text), strdup(why)};
+  *w = (struct vf_config_warning){name ? strdup(name) : NULL, strdup(file), line, strdup(key), strdup(text),
+                                  strdup(why)};
   return w->file && w->key && w->text && w->why && (!name || w->name) ? 0 : VF_ENOMEM;
 }
 
@@ -227,7 +228,8 @@ static int framework(struct creader *r, const struct cfile *f) {
 static int missing(struct creader *r, const struct cfile *f) {
   for (size_t i = 0; i < f->n_missing; i++) {
     const struct missing *m = &f->missing[i];
-    int rc = warn_line(r, NULL, m->file, m->line, "defaults", m->entry, "names a config that is not there; its values are not read");
+    int rc = warn_line(r, NULL, m->file, m->line, "defaults", m->entry,
+                       "names a config that is not there; its values are not read");
     if (rc) return rc;
   }
   return 0;

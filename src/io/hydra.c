@@ -149,8 +149,9 @@ static void compose_entry(struct composer *c, const char *parent, const struct y
   }
   snprintf(own, sizeof own, "%s", e->package);
   hydra_package_header(text, len, own, sizeof own);
+  const char *dot = package[0] && own[0] ? "." : "";
   int n = strcmp(own, e->package) != 0 ? snprintf(full, sizeof full, "%s", own)
-                                        : snprintf(full, sizeof full, "%s%s%s", package, package[0] && own[0] ? "." : "", own);
+                                        : snprintf(full, sizeof full, "%s%s%s", package, dot, own);
   bool parsed = n >= 0 && (size_t)n < sizeof full && doc_open(&doc, e->file, text, len, NULL) == 0;
   if (parsed) compose(c, e->file, &doc.t, full, depth + 1);
   else add_config(c, e->file, full);

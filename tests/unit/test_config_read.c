@@ -189,7 +189,8 @@ static void torchtune_recipes(void **state) {
          "method=lora@1B_lora_single_device.yaml:11 model=llama-3.2-1b@1B_lora_single_device.yaml:11 "
          "! seq@1B_lora_single_device.yaml:22 tokenizer.max_seq_len=null",
          NULL, 1, "torchtune/1B_lora_single_device.yaml");
-  expect("framework=torchtune@8B_qlora_packed.yaml:4 amp=none@8B_qlora_packed.yaml:35 weights=bf16@8B_qlora_packed.yaml:35 "
+  expect("framework=torchtune@8B_qlora_packed.yaml:4 amp=none@8B_qlora_packed.yaml:35 "
+         "weights=bf16@8B_qlora_packed.yaml:35 "
          "lora_r=8@8B_qlora_packed.yaml:11 lora_targets=q,k,v,o,gate,up,down@8B_qlora_packed.yaml:8 "
          "batch=2@8B_qlora_packed.yaml:23 accumulation=1@8B_qlora_packed.yaml:24 seq=8192@8B_qlora_packed.yaml:18 "
          "lengths=fixed@8B_qlora_packed.yaml:22 grad_ckpt=full@8B_qlora_packed.yaml:36 "
@@ -366,7 +367,9 @@ static void maps_read_into_options(void **state) {
     for (size_t p = 0; p < 2; p++) {
       const char *logical;
       json_t *entry;
-      json_object_foreach(json_object_get(fs.v[i].map, parts[p]), logical, entry) entry_ok(fs.v[i].name, logical, entry);
+      json_object_foreach(json_object_get(fs.v[i].map, parts[p]), logical, entry) {
+        entry_ok(fs.v[i].name, logical, entry);
+      }
     }
     const char *builder;
     json_t *model;
