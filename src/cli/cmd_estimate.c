@@ -82,8 +82,10 @@ static const struct option opts[] = {SETUP_OPTIONS, CONFIG_OPTIONS, {"json", no_
                                      {"help", no_argument, NULL, O_HELP},
                                      {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
-/* What stood in for a version older than every release described. */
-static json_t *version_notes(const struct setup_request *r, const struct vf_profile_info *p) {
+/* What stood in for a version older than every release described, and a value given that the
+ * framework changes (accelerate upcasts FSDP's trainable 16-bit weights under mixed precision). */
+static json_t *setup_notes(const struct setup_request *r, const struct setup_context *c,
+                           const struct vf_profile_info *p) {
   json_t *notes = json_array();
   char line[256];
   if (p->release_predates) {
@@ -93,6 +95,14 @@ static json_t *version_notes(const struct setup_request *r, const struct vf_prof
   }
   if (p->torch_predates) {
     snprintf(line, sizeof line, "torch %s predates the PyTorch releases described: the oldest stands in", p->torch);
+    json_array_append_new(notes, json_string(line));
+  }
+  struct vf_setup used = r->setup;
+  vf_setup_resolve(&used, &c->model, c->profile);
+  if (r->setup.weights != VF_PREC_NONE && used.weights != r->setup.weights) {
+    snprintf(line, sizeof line, "--weights %s: %s %s keeps the trainable weights in %s under FSDP with mixed precision",
+             vf_enum_name(VF_ENUM_PRECISION, r->setup.weights), p->name, p->release,
+             vf_enum_name(VF_ENUM_PRECISION, used.weights));
     json_array_append_new(notes, json_string(line));
   }
   return notes;
@@ -182,7 +192,7 @@ static json_t *estimate_json(const struct setup_context *c, const struct shown *
   json_object_set_new(o, "setup", setup_values_json(r, c));
   json_object_set_new(o, "assumed", setup_assumed_json(r, c));
   json_object_set_new(o, "read_from", setup_read_from_json(r));
-  json_object_set_new(o, "notes", version_notes(r, p));
+  json_object_set_new(o, "notes", setup_notes(r, c, p));
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
   return o;
@@ -253,7 +263,7 @@ static void estimate_text(const struct setup_context *c, const struct setup_conf
          e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
   setup_config_print(r, c, sc);
   setup_assumed_print(r, c);
-  json_t *notes = version_notes(r, p), *note;
+  json_t *notes = setup_notes(r, c, p), *note;
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
   json_decref(notes);

@@ -90,6 +90,10 @@ static enum vf_precision default_weights(const struct vf_model *m, const struct 
 
 void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p) {
   if (s->weights == VF_PREC_NONE) s->weights = default_weights(m, p);
+  /* Full fine-tuning trains every weight, so all of them are upcast; adapters train apart
+   * from their frozen 16-bit base, which stays as loaded. */
+  if (p->fsdp_upcast_trainable && vf_shard_fsdp(s->shard) && s->amp != VF_PREC_NONE && s->method == VF_METHOD_FULL)
+    s->weights = VF_PREC_FP32;
   if (s->task == VF_TASK_AUTO)
     s->task = m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
   if (s->attention == VF_ATTN_DEFAULT) s->attention = p->default_attention;

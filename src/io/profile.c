@@ -95,6 +95,7 @@ static const struct field fields[] = {
     FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),
     FIELD("fsdp_autocast", F_BOOL, fsdp_autocast),
     FIELD("checkpoint_dtype_weights", F_BOOL, checkpoint_dtype_weights),
+    FIELD("fsdp_upcast_trainable", F_BOOL, fsdp_upcast_trainable),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
