@@ -79,13 +79,13 @@ static void refuse(const char *rel, int code, int line, const char *needle) {
 
 static void hf_trainer_with_deepspeed(void **state) {
   (void)state;
-  expect("framework=hf@train.yaml:3 model=qwen2.5-7b@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
+  expect("framework=hf@train.yaml:3 model=Qwen/Qwen2.5-7B@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
          "batch=2@train.yaml:11 accumulation=16@train.yaml:13 seq=4096@train.yaml:8 eval=yes@train.yaml:19 "
          "grad_ckpt=full@train.yaml:14 attention=sdpa@train.yaml:5 optimizer=adamw@train.yaml:0 "
          "shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
          NULL, 1, "hf/train.yaml");
   /* Given on the command line too, the JSON is the same file, read once. */
-  expect("framework=hf@train.yaml:3 model=qwen2.5-7b@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
+  expect("framework=hf@train.yaml:3 model=Qwen/Qwen2.5-7B@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
          "batch=2@train.yaml:11 accumulation=16@train.yaml:13 seq=4096@train.yaml:8 eval=yes@train.yaml:19 "
          "grad_ckpt=full@train.yaml:14 attention=sdpa@train.yaml:5 optimizer=adamw@train.yaml:0 "
          "shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
@@ -104,7 +104,7 @@ static void hf_trainer_json_with_fsdp(void **state) {
 
 static void trl_qlora_and_accelerate(void **state) {
   (void)state;
-  expect("framework=hf@sft_qlora.yaml:2 model=mistral-7b@sft_qlora.yaml:2 weights=bf16@sft_qlora.yaml:4 "
+  expect("framework=hf@sft_qlora.yaml:2 model=mistralai/Mistral-7B-v0.1@sft_qlora.yaml:2 weights=bf16@sft_qlora.yaml:4 "
          "amp=bf16@sft_qlora.yaml:26 method=qlora@sft_qlora.yaml:10 lora_r=16@sft_qlora.yaml:11 "
          "lora_targets=q,k,v,o@sft_qlora.yaml:15 quant=nf4-dq@sft_qlora.yaml:8 batch=4@sft_qlora.yaml:42 "
          "accumulation=2@sft_qlora.yaml:29 seq=2048@sft_qlora.yaml:37 lengths=varied@sft_qlora.yaml:23 "
@@ -218,7 +218,7 @@ static void litgpt_configs(void **state) {
          "batch=1@lora.yaml:42 gpus=1@lora.yaml:14 accumulation=8@lora.yaml:40 seq=512@lora.yaml:47 "
          "optimizer=adamw@lora.yaml:63",
          NULL, 1, "litgpt/lora.yaml");
-  expect("framework=litgpt@qlora.yaml:2 model=mistral-7b@qlora.yaml:2 amp=none@qlora.yaml:8 weights=bf16@qlora.yaml:8 "
+  expect("framework=litgpt@qlora.yaml:2 model=mistralai/Mistral-7B-v0.1@qlora.yaml:2 amp=none@qlora.yaml:8 weights=bf16@qlora.yaml:8 "
          "method=lora@qlora.yaml:20 lora_r=32@qlora.yaml:20 lora_targets=q,k,v,o,gate,up,down@qlora.yaml:23 "
          "quant=nf4@qlora.yaml:11 batch=2@qlora.yaml:35 gpus=2@qlora.yaml:14 accumulation=4@qlora.yaml:32 "
          "seq=2048@qlora.yaml:38",
