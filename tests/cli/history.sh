@@ -138,17 +138,42 @@ assert plain['measured']['batch'] == 30 and j['calibration']['measured_batch'] =
 assert j['given']['peak_device_bytes'] < plain['given']['peak_device_bytes'], (j['given'], plain['given'])
 print('ok')"
 
-# ---- doctor checks the last plan made here ----------------------------------------------------
+# ---- doctor checks the last plan made for this project ----------------------------------------
 under "$TMP/l4.nvml" doctor
 expect 0 "doctor with the last plan"
-has "the last plan made here: gpt2 on 24GiB, " "doctor names the plan"
+has "the last plan made for this project: gpt2 on 24GiB, " "doctor names the plan"
 grep -Eq "^  ok    plan       the plan needs [0-9.]+ GiB on GPU 0; 24.00 GiB is free of 24.00 GiB$" "$TMP/out" && ok ||
   bad "doctor plan line: $(cat "$TMP/out")"
 # --plan still wins.
 printf '{"recommended": {"peak_device_bytes": 30000000000}}' >"$TMP/big.json"
 under "$TMP/l4.nvml" doctor --plan "$TMP/big.json"
 expect 1 "doctor --plan"
-hasnt "the last plan made here" "--plan over the kept plan"
+hasnt "the last plan made" "--plan over the kept plan"
+
+# Plans belong to their project (the git work tree they were made in, and the config's): a
+# plan made in one never reaches doctor in another.
+mkdir -p "$TMP/proj-a/.git" "$TMP/proj-b/.git" "$TMP/proj-b/conf" "$TMP/proj-c/.git"
+cp "$SRC/tests/data/configs/trl/sft_qlora.yaml" "$TMP/proj-b/conf/"
+in_project() { # in_project DIR ARGS...: vramfit in DIR, with the fake L4
+  local dir=$1
+  shift
+  (cd "$dir" && FAKE_NVML_SCRIPT=$TMP/l4.nvml timeout 20 "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null)
+  rc=$?
+}
+in_project "$TMP/proj-a" plan "${SETUP[@]}" --gpu 24GiB --batch 2
+expect 0 "plan in project a"
+in_project "$TMP/proj-c" doctor
+expect 0 "doctor in a project without plans"
+hasnt "the last plan" "another project's plan is not this one's"
+in_project "$TMP/proj-a" doctor
+has "the last plan made for this project: gpt2 on 24GiB, " "the project's own plan"
+# Made in project a of a config in project b: both have it.
+in_project "$TMP/proj-a" plan "$TMP/proj-b/conf/sft_qlora.yaml" --gpu 24GiB
+expect 0 "plan of another project's config"
+in_project "$TMP/proj-b/conf" doctor
+has "the last plan made for this project: mistralai/Mistral-7B-v0.1 on 24GiB, " "the config's project"
+in_project "$TMP/proj-a" doctor
+has "the last plan made for this project: mistralai/Mistral-7B-v0.1 on 24GiB, " "the project it was made in"
 
 # ---- watch -- CMD is kept too -------------------------------------------------------------------
 under "$TMP/l4.nvml" watch --interval 0.1 -- "$TMP/train.sh" 10
