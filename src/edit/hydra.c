@@ -41,7 +41,7 @@ static void shown(const struct afile *f, const char *file, char *out, size_t siz
   else snprintf(out, size, "%s/%s", given, file + n + 1);
 }
 
-static struct afile *file_in_call(struct astate *s, const char *path) {
+static struct afile *file_in_call(const struct astate *s, const char *path) {
   char real[PATH_MAX];
   if (!realpath(path, real)) return NULL;
   for (size_t i = 0; i < s->n; i++)
@@ -160,23 +160,6 @@ static bool yaml_name(const struct dirent *e) {
   return str_ends_with(e->d_name, ".yaml") || str_ends_with(e->d_name, ".yml");
 }
 
-/* The stage configs of folder that set path: how many; the first by name goes into first
- * unless it already names one. */
-static size_t stages_setting(const char *folder, const char *path, char *first, size_t size) {
-  struct dirent **names;
-  int n = scandir(folder, &names, NULL, alphasort);
-  size_t count = 0;
-  for (int i = 0; i < n; i++) {
-    char file[PATH_MAX];
-    bool sets = yaml_name(names[i]) && join(file, sizeof file, folder, names[i]->d_name) && sets_at_root(file, path);
-    count += sets;
-    if (sets && !first[0] && !join(first, size, folder, names[i]->d_name)) first[0] = '\0';
-    free(names[i]);
-  }
-  free(names);
-  return count;
-}
-
 static bool composed_in(const struct hydra_config *c, size_t n, const char *folder) {
   for (size_t i = 0; i < n; i++) {
     char dir[PATH_MAX];
@@ -186,37 +169,87 @@ static bool composed_in(const struct hydra_config *c, size_t n, const char *fold
   return false;
 }
 
-/* Configs in the folders beside f that its composition does not hold (the project loads
- * them itself, a stage at a time) which set path at their root: how many, the first in
- * first (empty on entry). */
-static size_t stage_configs(const struct afile *f, const char *path, char *first, size_t size) {
+typedef void stage_visit(const char *file, void *ctx);
+
+static void visit_folder(const char *folder, stage_visit *visit, void *ctx) {
+  struct dirent **names;
+  int n = scandir(folder, &names, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    char file[PATH_MAX];
+    if (yaml_name(names[i]) && join(file, sizeof file, folder, names[i]->d_name)) visit(file, ctx);
+    free(names[i]);
+  }
+  if (n >= 0) free(names);
+}
+
+/* Visits, by name, the configs in the folders beside f that its composition does not hold:
+ * the project loads them itself, a stage at a time (conf/text_curriculum/). */
+static int each_stage_config(const struct afile *f, stage_visit *visit, void *ctx) {
   struct hydra_config *c = calloc(MAX_CONFIGS, sizeof *c);
+  if (!c) return VF_ENOMEM;
   struct dirent **names;
   char dir[PATH_MAX];
   path_folder(f->pub->target, dir, sizeof dir);
-  int n = c ? scandir(dir, &names, NULL, alphasort) : -1;
-  size_t composed = n > 0 ? hydra_compose(f->pub->target, &f->doc.t, c, MAX_CONFIGS) : 0, count = 0;
+  int n = scandir(dir, &names, NULL, alphasort);
+  size_t composed = n > 0 ? hydra_compose(f->pub->target, &f->doc.t, c, MAX_CONFIGS) : 0;
   for (int i = 0; i < n; i++) {
     char sub[PATH_MAX];
-    bool stage = names[i]->d_name[0] != '.' && join(sub, sizeof sub, dir, names[i]->d_name) && path_is_dir(sub) &&
-                 !composed_in(c, composed, sub);
-    count += stage ? stages_setting(sub, path, first, size) : 0;
+    if (names[i]->d_name[0] != '.' && join(sub, sizeof sub, dir, names[i]->d_name) && path_is_dir(sub) &&
+        !composed_in(c, composed, sub))
+      visit_folder(sub, visit, ctx);
     free(names[i]);
   }
   if (n >= 0) free(names);
   free(c);
-  return count;
+  return 0;
 }
 
-enum hydra_owner hydra_owner_of(const struct afile *f, const char *path, char *file, size_t size, size_t *count) {
+struct unreached {
+  const struct astate *s;
+  const char *path;
+  char first[PATH_MAX];
+  size_t count;
+};
+
+/* A stage config that sets the path at its root and is not one of the call's files. */
+static void count_unreached(const char *file, void *ctx) {
+  struct unreached *u = ctx;
+  if (file_in_call(u->s, file) || !sets_at_root(file, u->path)) return;
+  if (!u->count++) snprintf(u->first, sizeof u->first, "%s", file);
+}
+
+static bool primary(const struct afile *f) {
+  return f->fmt && strcmp(f->fmt->name, "hydra") == 0 && !f->package[0] && !f->stage && f->doc.t.root;
+}
+
+enum hydra_owner hydra_owner_of(const struct astate *s, const struct afile *f, const char *path, char *file,
+                                size_t size, size_t *count) {
   *count = 0;
-  if (!f->fmt || strcmp(f->fmt->name, "hydra") != 0 || f->package[0] || !f->doc.t.root) return HYDRA_NONE;
-  if (set_later(f, path)) return HYDRA_LATER;
-  char first[PATH_MAX] = "";
-  *count = stage_configs(f, path, first, sizeof first);
-  if (!*count) return HYDRA_NONE;
-  shown(f, first, file, size);
-  return HYDRA_STAGES;
+  if (!primary(f)) return HYDRA_NONE;
+  struct unreached u = {s, path, "", 0};
+  if (each_stage_config(f, count_unreached, &u) == 0 && u.count) { /* the stages load last */
+    *count = u.count;
+    shown(f, u.first, file, size);
+    return HYDRA_STAGES;
+  }
+  return set_later(f, path) ? HYDRA_LATER : HYDRA_NONE;
+}
+
+struct adoption {
+  const struct astate *s;
+  const struct afile *f;
+  int rc;
+};
+
+/* A stage config of the call that no tool claims takes the primary config's map, its keys
+ * at the root as the project merges them, so that a value lands where the stage reads it. */
+static void adopt_stage(const char *file, void *ctx) {
+  struct adoption *a = ctx;
+  struct afile *g = file_in_call(a->s, file);
+  if (!g || g->fmt || a->rc) return;
+  g->fmt = a->f->fmt;
+  g->stage = true;
+  if (!(g->pub->format = strdup(g->fmt->name))) a->rc = VF_ENOMEM;
 }
 
 /* The files of the call that f's composition holds get f's map at their package. */
@@ -240,8 +273,10 @@ static int adopt_group_files(struct astate *s, const struct afile *f) {
 int hydra_packages(struct astate *s) {
   for (size_t i = 0; i < s->n; i++) {
     const struct afile *f = &s->f[i];
-    int rc = f->fmt && strcmp(f->fmt->name, "hydra") == 0 && !f->package[0] ? adopt_group_files(s, f) : 0;
-    if (rc) return rc;
+    struct adoption a = {s, f, 0};
+    int rc = primary(f) ? adopt_group_files(s, f) : 0;
+    if (!rc && primary(f)) rc = each_stage_config(f, adopt_stage, &a);
+    if (rc || a.rc) return rc ? rc : a.rc;
   }
   return 0;
 }

@@ -83,6 +83,8 @@ struct afile {
   long long accumulation; /* a derived accumulation asked for (litgpt); 0: not asked */
   char package[256];      /* a config another one's Hydra defaults list composes: where its
                            * keys land ("data"); "" otherwise */
+  bool stage;             /* a config a Hydra project loads over its primary one, a stage at a
+                           * time: the primary config's map, keys at the root */
 };
 
 struct astate {
@@ -117,7 +119,8 @@ int queue_get(const struct afile *f, const char *path, struct vf_value *v, size_
 
 /* ---- what goes in the queue (hydra.c, check.c, resolve.c) ---- */
 /* Configs of the call that another one's Hydra defaults list composes take its map, at
- * their package, so that a value lands in the config it is read from (hydra.c). */
+ * their package, and its stage configs of the call take it at their root, so that a value
+ * lands in the config it is read from (hydra.c). */
 int hydra_packages(struct astate *s);
 /* Hydra: a primary config's edits that a defaults entry after _self_ would override move to
  * that entry's config when the call holds it, else are refused (hydra.c). */
@@ -128,9 +131,11 @@ enum hydra_owner {
   HYDRA_LATER,  /* a config listed after _self_: an edit queued in f is moved there (or refused)
                  * by check_hydra_defaults */
   HYDRA_STAGES, /* configs the project loads itself, a stage at a time, from a folder beside f
-                 * that its composition does not hold; *count of them, the first in file */
+                 * that its composition does not hold, and that the call does not hold (those
+                 * take the value themselves); *count of them, the first in file */
 };
-enum hydra_owner hydra_owner_of(const struct afile *f, const char *path, char *file, size_t size, size_t *count);
+enum hydra_owner hydra_owner_of(const struct astate *s, const struct afile *f, const char *path, char *file,
+                                size_t size, size_t *count);
 /* Cross-file rules: adds the edits they imply, refuses what they forbid (check.c). */
 int check_consistency(struct astate *s, struct vf_diag *d);
 /* Turns every file's settings into queued edits (resolve.c). */

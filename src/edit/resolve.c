@@ -238,14 +238,25 @@ static const char *in_file(const struct afile *f, const char *path) {
   return hydra_inside(f->package, path);
 }
 
-/* A Hydra primary config that lacks every candidate: where a config listed after _self_ sets
- * one, the edit is queued here for check_hydra_defaults to move there (or refuse), --create
- * or not; where the project's stage configs set one, it does not land here. 0 when so
- * decided, 1 when no other config sets any. */
-static int owned_elsewhere(const struct afile *f, const struct slot *sl, struct sres *r) {
+/* A Hydra primary config's path that stage configs outside the call set: a value here
+ * would not reach the stages, whether the path is here (at) or not. */
+static bool stages_own(const struct astate *s, const struct afile *f, const char *path, size_t at, struct sres *r) {
+  if (hydra_owner_of(s, f, path, r->owners.first, sizeof r->owners.first, &r->owners.count) != HYDRA_STAGES)
+    return false;
+  r->path = path;
+  r->at = at;
+  r->o = O_ELSEWHERE;
+  return true;
+}
+
+/* A Hydra primary config that lacks every candidate: where the project's stage configs set
+ * one, it does not land here; where a config listed after _self_ sets one, the edit is
+ * queued here for check_hydra_defaults to move there (or refuse), --create or not. 0 when
+ * so decided, 1 when no other config sets any. */
+static int owned_elsewhere(const struct astate *s, const struct afile *f, const struct slot *sl, struct sres *r) {
   for (size_t i = 0; i < sl->ncand; i++) {
     const char *path = in_file(f, sl->cands[i]);
-    enum hydra_owner o = path ? hydra_owner_of(f, path, r->owners.first, sizeof r->owners.first, &r->owners.count)
+    enum hydra_owner o = path ? hydra_owner_of(s, f, path, r->owners.first, sizeof r->owners.first, &r->owners.count)
                               : HYDRA_NONE;
     if (o == HYDRA_NONE) continue;
     r->path = path;
@@ -256,8 +267,8 @@ static int owned_elsewhere(const struct afile *f, const struct slot *sl, struct 
   return 1;
 }
 
-static int resolve_slot(const struct afile *f, const struct slot *sl, struct sres *r, bool create,
-                        struct vf_diag *d) {
+static int resolve_slot(const struct astate *s, const struct afile *f, const struct slot *sl, struct sres *r,
+                        bool create, struct vf_diag *d) {
   memset(r, 0, sizeof *r);
   const char *best = NULL;
   size_t best_depth = SIZE_MAX, best_at = 0;
@@ -267,7 +278,7 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
     int rc = path ? ytree_find(&f->doc.t, path, &fd, d) : VF_ENOTFOUND;
     if (rc == VF_ENOTFOUND) continue;
     if (rc) return rc;
-    if (fd.node) return found_node(f, sl, fd.node, path, r, d);
+    if (fd.node) return stages_own(s, f, path, fd.node->start, r) ? 0 : found_node(f, sl, fd.node, path, r, d);
     if (missing_depth(&fd) < best_depth && !beside_class_path(&fd)) {
       best = path;
       best_depth = missing_depth(&fd);
@@ -278,7 +289,7 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
   r->path = best ? best : sl->cands[0];
   r->at = best_at;
   if (r->def && wanted_equals_json(sl, r->def)) return 0;
-  int rc = owned_elsewhere(f, sl, r);
+  int rc = owned_elsewhere(s, f, sl, r);
   if (rc <= 0) return rc;
   if (create && best) {
     r->edit = r->create = true;
@@ -310,7 +321,7 @@ static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *wh
   size_t autos = 0, worst_at = 0;
   if (n > 16) n = 16;
   for (size_t i = 0; i < n; i++) {
-    int rc = resolve_slot(j->f, &slots[i], &r[i], j->s->o->create, j->d);
+    int rc = resolve_slot(j->s, j->f, &slots[i], &r[i], j->s->o->create, j->d);
     if (rc) return rc;
     autos += r[i].o == O_AUTO;
     if (r[i].o > worst && r[i].o != O_AUTO) worst = r[i].o, worst_at = i;
@@ -535,9 +546,9 @@ static int elsewhere(struct astate *s, const struct afile *f, const struct vf_se
   if (strcmp(r->path, path_of(set->key)) == 0) snprintf(what, sizeof what, "%s", r->path);
   else snprintf(what, sizeof what, "%s (for %s=%s)", r->path, set->key, val);
   if (set->from_plan)
-    return queue_note(s->a, "%s: %s is set by %s%s, not here; not written", f->pub->path, what, r->owners.first, more);
-  return ytree_diag(&f->doc.t, d, VF_EINVAL, r->at, "%s is not in this file but in %s%s, which the run loads over "
-                    "it a stage at a time, so a value here would not reach the stages: give %s", what,
+    return queue_note(s->a, "%s: %s is set by %s%s, which the run loads over this file a stage at a time: not written", f->pub->path, what, r->owners.first, more);
+  return ytree_diag(&f->doc.t, d, VF_EINVAL, r->at, "%s is set by %s%s, which the run loads over this file a "
+                    "stage at a time, so a value here would not reach the stages: give %s", what,
                     r->owners.first, more, r->owners.count > 1 ? "those files" : "that file");
 }
 
@@ -595,6 +606,14 @@ static size_t explain(const size_t *members, size_t nm, struct result **res, siz
   return pick;
 }
 
+/* The file whose stage configs, outside the call, set what an element sets (even where the
+ * call's own stage configs took it, those would run with the old value), or SIZE_MAX. */
+static size_t unreached_stages(const size_t *members, size_t nm, struct result **res, size_t k, size_t e) {
+  for (size_t m = 0; m < nm; m++)
+    if (res[members[m]][k].o[e] == O_ELSEWHERE) return members[m];
+  return SIZE_MAX;
+}
+
 static size_t elements_of(const struct vf_setting *set) {
   const struct logical *l = logical_of(set->key);
   struct lvalue v;
@@ -617,8 +636,9 @@ static int settle_group(struct astate *s, size_t first, struct result **res, str
                               s->f[members[m]].pub->path, r->path);
         if (rc) return rc;
       }
-      if (landed) continue;
-      size_t who = explain(members, nm, res, k, e);
+      size_t away = unreached_stages(members, nm, res, k, e);
+      if (landed && away == SIZE_MAX) continue;
+      size_t who = away != SIZE_MAX ? away : explain(members, nm, res, k, e);
       int rc = not_landed(s, set, e, &s->f[who], &res[who][k], nm > 1, d);
       if (rc) return rc;
     }

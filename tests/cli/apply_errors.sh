@@ -162,6 +162,24 @@ grep -v '^  - _self_$' conf/config.yaml | sed 's/^  - trainer: default$/  - trai
 "$VRAMFIT" apply conf/last.yaml --set batch=4 --create >out.txt 2>err.txt
 expect "_self_ last: written in the primary config" grep -q '^  batch_size: 4$' conf/last.yaml
 expect "_self_ last: the group config untouched" grep -q '^batch_size: 16$' conf/data/alpaca.yaml
+# Without --create too: the value goes where it takes effect, never to a top-level key.
+refused "missing key a later defaults entry sets" "conf/config\.yaml:[0-9]+:[0-9]+: data\.batch_size: the defaults entry 'data: alpaca' comes after _self_ and sets it too \(conf/data/alpaca\.yaml\)" conf/config.yaml conf/config.yaml --set batch=4
+"$VRAMFIT" apply conf/config.yaml conf/data/alpaca.yaml --set batch=4 >out.txt 2>err.txt
+expect "missing key moved to the later config" grep -q '^batch_size: 4$' conf/data/alpaca.yaml
+expect "the primary config untouched" test "$(grep -c batch_size conf/config.yaml)" -eq 0
+# Stage configs the project loads over the primary one (a folder its defaults do not compose).
+mkdir -p stages && cp -r "$CASES/hydra_curriculum/conf" stages/ && cd stages || exit 1
+printf '\ndata_loader:\n  batch_size: 8\n' >>conf/text_curriculum/02_text.yaml
+printf '\ndata_loader:\n  batch_size: 4\n' >>conf/text_curriculum/03_text.yaml
+refused "key the stage configs set" 'conf/config\.yaml:11:15: data_loader\.batch_size \(for batch=6\) is set by conf/text_curriculum/02_text\.yaml and 1 more, which the run loads over this file a stage at a time.*give those files$' conf/config.yaml conf/config.yaml --set batch=6
+refused "stage config left out" 'conf/config\.yaml:11:15: .*is set by conf/text_curriculum/03_text\.yaml, which .*give that file$' conf/text_curriculum/02_text.yaml conf/config.yaml conf/text_curriculum/02_text.yaml --set batch=6
+sed -i '/^  batch_size: 12$/d' conf/config.yaml
+refused "key only the stage configs set, --create" 'conf/config\.yaml:[0-9]+:[0-9]+: data_loader\.batch_size \(for batch=6\) is set by conf/text_curriculum/02_text\.yaml and 1 more' conf/config.yaml conf/config.yaml --set batch=6 --create
+"$VRAMFIT" apply conf/config.yaml conf/text_curriculum/02_text.yaml conf/text_curriculum/03_text.yaml --set batch=6 >out.txt 2>err.txt
+expect "stage configs given: exit 0" test $? -eq 0
+expect "written in every stage" test "$(grep -h '^  batch_size: 6$' conf/text_curriculum/0[23]_text.yaml | wc -l)" -eq 2
+expect "the primary config left alone" test "$(grep -c batch_size conf/config.yaml)" -eq 0
+cd .. || exit 1
 # A primary config with a defaults list is Hydra's, even with a Lightning trainer block inline.
 cat >conf/inline.yaml <<'EOF'
 defaults:
@@ -175,6 +193,17 @@ trainer:
   max_epochs: 3
 EOF
 refused "Hydra file named hydra" 'conf/inline\.yaml:1:1: zero_stage=2 has no place in a hydra config' conf/inline.yaml conf/inline.yaml --set zero_stage=2
+
+# ---- which tool a file is for ----
+cp "$SRC/tests/data/readme/pretrain_512m.yaml" own.yaml
+refused "no tool's keys: not guessed" "own\.yaml:1:1: cannot tell which tool reads this file for seq=1536 \(its keys .* are not enough to take it for [a-z]+\): use --format F" own.yaml own.yaml --set seq=1536
+"$VRAMFIT" apply own.yaml --set max_seq_len=1536 >out.txt 2>err.txt
+expect "the project's own key written" grep -q '^max_seq_len: 1536 ' own.yaml
+printf 'per_device_train_batch_size: 4\noutput_dir: out\n' >told.yaml
+"$VRAMFIT" apply told.yaml --set batch=2 >out.txt 2>err.txt
+expect "the tool taken is said, with its keys" grep -qx 'note: told.yaml: taken for hf by its keys per_device_train_batch_size, output_dir (--format names another tool)' err.txt
+printf 'BATCH_SIZE = 8\nSEQ_LEN = 1024\n' >config.py
+refused ".py config" 'config\.py:1:1: a Python file, not a YAML or JSON config: its settings are code' config.py config.py --set batch=4
 
 # ---- what must work ----
 mkdir -p ok && cp ds_m.json ok/ && cd ok || exit 1
