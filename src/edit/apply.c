@@ -42,8 +42,11 @@ static int edit_file(struct afile *f, struct vf_diag *d) {
       if (strcmp(f->edits[i].path, ed.changes[c].path) != 0) continue;
       free(ed.changes[c].key);
       ed.changes[c].key = strdup(f->edits[i].key);
-      ed.changes[c].note = f->edits[i].note ? strdup(f->edits[i].note) : NULL;
-      if (!ed.changes[c].key) rc = VF_ENOMEM;
+      if (f->edits[i].note) { /* why apply added it, else what the engine said */
+        free(ed.changes[c].note);
+        ed.changes[c].note = strdup(f->edits[i].note);
+      }
+      if (!ed.changes[c].key || (f->edits[i].note && !ed.changes[c].note)) rc = VF_ENOMEM;
     }
   }
   if (!rc) rc = finish(f->pub, &ed);

@@ -74,7 +74,7 @@ refused "missing key" 'hf\.yaml:2:1: no gradient_checkpointing for grad_ckpt=ful
 refused "missing dotted key" 'hf\.yaml:2:1: no key no_such.key' hf.yaml hf.yaml --set no_such.key=3
 refused "key maps to a list" 'hf\.yaml:7:1: lora_target_modules holds a list' hf.yaml hf.yaml --set lora_target_modules=all
 refused "key maps to a mapping" 'hf\.yaml:9:7: base holds a mapping' hf.yaml hf.yaml --set base=1
-refused "alias" 'hf\.yaml:11:13: alias_here is the alias \*base' hf.yaml hf.yaml --set alias_here=1
+refused "alias of a mapping" 'hf\.yaml:11:13: alias_here is an alias of a mapping, not a single value' hf.yaml hf.yaml --set alias_here=1
 refused "path through alias" 'hf\.yaml:11:13: the path goes through the alias \*base' hf.yaml hf.yaml --set alias_here.warmup_ratio=0.2
 refused "block scalar" 'hf\.yaml:12:8: notes is a block scalar' hf.yaml hf.yaml --set notes=x
 refused "interpolation" 'hf\.yaml:14:11: data_dir is the interpolation \$\{oc\.env:DATA\}' hf.yaml hf.yaml --map seq=data_dir --set seq=128
@@ -193,6 +193,15 @@ trainer:
   max_epochs: 3
 EOF
 refused "Hydra file named hydra" 'conf/inline\.yaml:1:1: zero_stage=2 has no place in a hydra config' conf/inline.yaml conf/inline.yaml --set zero_stage=2
+
+# ---- YAML anchors: one key set, not every key that uses its anchor ----
+printf 'per_device_train_batch_size: 4\nlearning_rate: &lr 1.0e-4\nwarmup:\n  start_lr: *lr\nfinal_lr: *lr\n' >anchors.yaml
+refused "value other keys use through its anchor" 'anchors\.yaml:2:16: learning_rate carries the anchor &lr, which line 4 and 1 more use as \*lr: a new value here would change them too: --set those keys too' anchors.yaml anchors.yaml --set learning_rate=2.0e-4
+"$VRAMFIT" apply anchors.yaml --set warmup.start_lr=1.0e-5 >out.txt 2>err.txt
+expect "an alias set: exit 0" test $? -eq 0
+expect "the alias replaced by the value" grep -qx '  start_lr: 1.0e-05' anchors.yaml
+expect "the anchor and its other use kept" test "$(grep -c '&lr 1.0e-4$\|^final_lr: \*lr$' anchors.yaml)" -eq 2
+expect "the replacement is said" grep -q 'anchors.yaml:4: warmup.start_lr: warmup.start_lr \*lr -> 1.0e-05 (written in place of the alias \*lr; &lr keeps its value for the keys that still use it)' err.txt
 
 # ---- which tool a file is for ----
 cp "$SRC/tests/data/readme/pretrain_512m.yaml" own.yaml
