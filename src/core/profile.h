@@ -81,6 +81,10 @@ struct vf_profile {
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   bool quantize_head;      /* the output head is quantized along with the blocks */
+  /* A quantized model whose weights are not sharded has the parameters it leaves in 16 bits
+   * (embeddings, norms, head) up-cast to fp32 before training: the QLoRA recipes' PEFT
+   * prepare_model_for_kbit_training, which they skip for sharded QLoRA. */
+  bool quant_rest_fp32;
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool zero_grad_before_backward; /* zero_grad() runs after the next forward, not the step */

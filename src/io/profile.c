@@ -82,6 +82,7 @@ static const struct field fields[] = {
     FIELD("dequant_forward_extra_bytes", F_U32, dequant_forward_extra_bytes),
     FIELD("stable_embedding", F_BOOL, stable_embedding),
     FIELD("quantize_head", F_BOOL, quantize_head),
+    FIELD("quant_rest_fp32", F_BOOL, quant_rest_fp32),
     FIELD("default_accumulation", F_U32, default_accumulation),
     FIELD("zero_grad_frees", F_BOOL, zero_grad_frees),
     FIELD("zero_grad_before_backward", F_BOOL, zero_grad_before_backward),

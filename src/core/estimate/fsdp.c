@@ -12,9 +12,30 @@
 
 #include "core/estimate/internal.h"
 
+/* Bytes of one parameter gathered: its elements in the compute dtype (FSDP's param_dtype,
+ * ZeRO-3's 16-bit partitions); a 4-bit weight in the form it is stored and sharded in
+ * (bitsandbytes' packed data in a 16-bit quant_storage FSDP1 flattens; torchao's
+ * NF4Tensor all-gathers its packed data and scalers, nf4tensor.py fsdp_pre_all_gather). */
+static uint64_t gathered_bytes(const struct ctx *x, const struct param *p) {
+  return p->quantized ? p->bytes : p->numel * x->d.c;
+}
+
+/* Bytes gathered of a layer's weights (-1: the root's), or of the root's embedding weights
+ * or its others (part 1 or 0; -1: all). */
+static uint64_t gather_sum(const struct ctx *x, int32_t layer, int part) {
+  uint64_t n = 0;
+  size_t begin, end;
+  params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct param *p = &x->ps->v[i];
+    if (!zero3_persists(x, p) && (part < 0 || p->embedding == (part == 1))) n += gathered_bytes(x, p);
+  }
+  return n;
+}
+
 /* Sharded training gathers a layer's full weights for its forward and backward. */
 uint64_t fsdp_gather_bytes(const struct ctx *x, int32_t layer) {
-  return vf_shard_weights(x->s->shard) ? zero3_gathered_elems(x, layer, false) * x->d.c : 0;
+  return vf_shard_weights(x->s->shard) ? gather_sum(x, layer, -1) : 0;
 }
 
 /* Accelerate's FSDP2 units outside the layers (profile field fsdp_embedding_unit): an
@@ -27,14 +48,7 @@ bool fsdp_embedding_unit(const struct ctx *x) {
 }
 
 /* Bytes gathered of the root's embedding weights, or of its others. */
-static uint64_t root_part_bytes(const struct ctx *x, bool embedding) {
-  uint64_t n = 0;
-  size_t begin, end;
-  params_layer(x->ps, -1, &begin, &end);
-  for (size_t i = begin; i < end; i++)
-    if (x->ps->v[i].embedding == embedding && !zero3_persists(x, &x->ps->v[i])) n += x->ps->v[i].numel;
-  return n * x->d.c;
-}
+static uint64_t root_part_bytes(const struct ctx *x, bool embedding) { return gather_sum(x, -1, embedding); }
 
 /* FSDP2 all-gathers a unit into one buffer and copies each parameter out of it (torch 2.13
  * _fsdp_collectives.py foreach_all_gather_copy_out): both exist until the copy-out ends. In

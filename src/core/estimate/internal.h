@@ -424,7 +424,8 @@ void autocast_region_ends(struct ctx *x);
 bool quant_model(const struct vf_setup *s);
 bool quant_weight(const struct ctx *x, bool head);
 uint64_t dequant_bytes(const struct ctx *x, bool forward);
-void quant_input(struct ctx *x, struct saved *sv, uint64_t in, bool head);
+uint32_t quant_output_bytes(const struct ctx *x);
+void quant_input(struct ctx *x, struct saved *sv, uint64_t in, uint32_t readers, bool head);
 void quant_load_weight(struct ctx *x, const struct param *p);
 void quant_backward(struct ctx *x, int32_t layer);
 

@@ -25,8 +25,8 @@ void parallel_dims(struct ctx *x) {
   d->heads = a->heads / s->tp;
   d->vocab = a->vocab / s->tp;
   d->labels = a->num_labels;
-  d->c = precision_bytes(s->amp != VF_PREC_NONE ? s->amp : s->weights);
-  d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? precision_bytes(s->weights) : 4;
+  d->c = s->amp != VF_PREC_NONE ? precision_bytes(s->amp) : params_rest_bytes(s, x->p);
+  d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? params_rest_bytes(s, x->p) : 4;
   d->g = d->w;
   /* FSDP and ZeRO shard over the data-parallel and context-parallel GPUs (torchtitan's
    * dp_shard_cp mesh, Megatron's data-parallel group with context parallelism); HSDP over
