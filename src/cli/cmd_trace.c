@@ -19,9 +19,10 @@ static const char usage[] =
     "through the caching-allocator model. No GPU and no weights are needed: the model is\n"
     "built from its config with random values. Where CUDA kernels keep other tensors than\n"
     "the fake device shows (the SDPA backends, cuBLAS workspaces), the tracer follows CUDA.\n\n"
-    "MODEL is a catalogue name, a config.json, or a folder holding one. The options are\n"
-    "estimate's (see 'vramfit estimate --help'); traced frameworks: hf (transformers, PEFT,\n"
-    "the Trainer), litgpt, torchtune, lightning. Many GPUs: torchtune and litgpt with --gpus N\n"
+    "MODEL is a catalogue name, Hub id or alias, a Hub id in the local Hugging Face Hub\n"
+    "cache, a config.json, or a folder holding one. The options are estimate's (see\n"
+    "'vramfit estimate --help'); traced frameworks: hf (transformers, PEFT, the Trainer),\n"
+    "litgpt, torchtune, lightning. Many GPUs: torchtune and litgpt with --gpus N\n"
     "--shard fsdp, and hf and lightning with --gpus N (DDP) or --gpus N --shard fsdp, trace\n"
     "rank 0 on a fake process group (its collectives move nothing, their buffers are allocated\n"
     "as on a GPU); --tp, --pp, --cp, --offload and ZeRO are not traced.\n\n"
@@ -81,7 +82,7 @@ static void scratch_remove(const struct scratch *s) {
 }
 
 /* The config.json the tracer builds the model from: the catalogue's copy, the file given,
- * or the one in the folder given. */
+ * or the one in the folder given or (a Hub id) in the Hub cache's snapshot. */
 static int config_path(const struct vf_model *m, const char *arg, const struct scratch *s,
                        char *out, size_t size) {
   if (strcmp(m->source, "catalogue") == 0) {
@@ -93,8 +94,9 @@ static int config_path(const struct vf_model *m, const char *arg, const struct s
     snprintf(out, size, "%s", s->config);
     return rc;
   }
-  if (path_is_dir(arg)) snprintf(out, size, "%s/config.json", arg);
-  else snprintf(out, size, "%s", arg);
+  const char *from = path_is_dir(arg) || path_is_file(arg) ? arg : m->source;
+  if (path_is_dir(from)) snprintf(out, size, "%s/config.json", from);
+  else snprintf(out, size, "%s", from);
   return str_ends_with(out, ".json") && !str_ends_with(out, ".index.json") && path_is_file(out)
              ? 0 : VF_EUNSUPPORTED;
 }
@@ -284,7 +286,7 @@ static int trace_setup(const struct trace_args *a, const struct setup_context *c
   char config[PATH_MAX];
   if (config_path(&c->model, a->model, s, config, sizeof config))
     return cli_usage_error("trace", "%s: the tracer builds models from a Hugging Face config.json: give a "
-                           "catalogue name, a config.json or a folder holding one", a->model);
+                           "catalogue name, a Hub id, a config.json or a folder holding one", a->model);
   json_t *setup = setup_json(a, c, config, framework, version);
   int rc = json_dump_file(setup, s->setup, 0);
   json_decref(setup);

@@ -37,6 +37,14 @@ run trace "$TINY/tiny-llama" --method lora --batch 1 --seq 64
 grep -q "max_memory_allocated" "$TMP/out" && grep -q "<- peak" "$TMP/out" && [ "$rc" -eq 0 ] && ok ||
   bad "trace text: exit $rc: $(head -c 300 "$TMP/out")"
 
+# A Hub id of the local Hub cache: the tracer builds the model from the snapshot's config.
+hub=$HF_HUB_CACHE/models--org--tiny-llama
+mkdir -p "$hub/refs" "$hub/snapshots/0123abcd"
+printf 0123abcd >"$hub/refs/main"
+cp "$TINY/tiny-llama/config.json" "$hub/snapshots/0123abcd/"
+run trace Org/Tiny-Llama --method lora --batch 1 --seq 64
+grep -q "<- peak" "$TMP/out" && [ "$rc" -eq 0 ] && ok || bad "trace of a Hub id: exit $rc: $(head -c 300 "$TMP/err")"
+
 # refusals, each one line and its exit code
 fails 2 "unknown model 'no-such-model'" trace no-such-model
 fails 2 "hybrid_shard is FSDP1's" trace "$TINY/tiny-llama" --gpus 4 --shard hsdp --dp-replicate 2
