@@ -17,7 +17,7 @@ RUN=$TMP/run
 
 # setup: the folder every example runs in.
 mkdir -p "$RUN/configs" "$RUN/my-llama"
-cp "$DATA/broken.json" "$RUN/"
+cp "$DATA/broken.json" "$DATA/bad_batch.yaml" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/train.yaml" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/configs/ds_zero2.json" "$RUN/configs/"
 cp "$SRC/tests/data/apply/litgpt_lora/lora.yaml" "$RUN/"
@@ -30,7 +30,7 @@ mkdir -p "$hub/refs" "$hub/blobs" "$hub/snapshots/0123abcd"
 printf 0123abcd >"$hub/refs/main"
 cp "$SRC/data/models/llama-3.2-1b.json" "$hub/blobs/c0ffee"
 ln -s ../../blobs/c0ffee "$hub/snapshots/0123abcd/config.json"
-mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$RUN/examples/"
+mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$SRC/examples/configs" "$RUN/examples/"
 rm -f "$RUN"/examples/contrastive-embedder/*.trace.json # as checked out: planned from its parts
 
 # scenario COMMAND: the fake machine an example runs on.
