@@ -26,7 +26,8 @@ golden inspect-bert-large-uncased-tensors.json inspect bert-large-uncased --json
 golden inspect-bert-large-uncased-tensors.json inspect --tensors bert-large-uncased --json
 
 # ---- the catalogue agrees with the calibration table ------------------------------------
-# models --json lists every model of models.tsv with its total_params, and nothing else.
+# models --json lists every model of models.tsv with its total_params; the models added since
+# are held to their own published counts by unit/test_model.
 TSV=$SRC/../shared/calibration/models.tsv
 if [ -f "$TSV" ]; then
   run models --json
@@ -36,7 +37,8 @@ if [ -f "$TSV" ]; then
   unknown=$(awk -F'\t' 'NR > 1 && $14 !~ /^[0-9]+$/ { print $1 }' "$TSV")
   got=$(echo "$got" | grep -vxF -f <(for u in $unknown; do echo "$u"; done; echo '#none'))
   want=$(awk -F'\t' 'NR > 1 && $14 ~ /^[0-9]+$/ { print $1, $14 }' "$TSV" | sort)
-  if [ "$got" = "$want" ]; then ok; else
+  listed=$(echo "$want" | grep -xF -f <(echo "$got"))
+  if [ "$listed" = "$want" ]; then ok; else
     bad "models --json differs from models.tsv:"
     diff <(echo "$want") <(echo "$got") >&2
   fi
