@@ -63,6 +63,8 @@ struct vf_profile_info {
   /* Loading a full checkpoint under FSDP unshards every unit at once (the whole model on
    * every GPU while loading). */
   bool fsdp_full_load;
+  /* Without a dtype asked for, the weights load in the checkpoint's dtype (else float32). */
+  bool checkpoint_dtype_weights;
 };
 /* The strings borrow from p. */
 VF_API void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out);

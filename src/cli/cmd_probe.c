@@ -229,9 +229,9 @@ static int estimate_hint(struct request *r, struct start *st) {
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
   if (st->hint) estimate_curve(&ctx, &r->setup.setup, st);
+  st->setup = rc ? NULL : history_setup_json(&r->setup, r->model, &ctx);
   setup_context_cleanup(&ctx);
   if (rc) return cli_diag_error(NAME, rc, &d);
-  st->setup = history_setup_json(&r->setup, r->model);
   return st->setup ? EXIT_OK : EXIT_INTERNAL;
 }
 

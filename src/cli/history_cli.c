@@ -77,42 +77,32 @@ void history_add(struct vf_history *h, const char *cmd, const struct vf_run *r) 
 
 /* ---- the setup ---- */
 
-/* A path that exists, made absolute; else a catalogue name in lower case. */
-static json_t *model_key(const char *model) {
+/* A path that exists, made absolute; else the model it resolved to (a catalogue name, whichever
+ * alias or Hub id named it, or the Hub id of a cached model), in lower case. */
+static json_t *model_key(const char *model, const struct vf_model *resolved) {
   char path[PATH_MAX];
   if ((path_is_file(model) || path_is_dir(model)) && realpath(model, path)) return json_string(path);
-  char *lower = strdup(model);
+  char *lower = strdup(resolved->name ? resolved->name : model);
   for (char *p = lower; p && *p; p++) *p = (char)tolower((unsigned char)*p);
   json_t *v = lower ? json_string(lower) : NULL;
   free(lower);
   return v;
 }
 
-static void targets_text(uint32_t bits, char *buf, size_t size) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (int k = 0; k < VF_KIND_PUBLIC_COUNT && n < size; k++)
-    if (bits & (1u << k)) n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? "," : "", vf_kind_name((enum vf_kind)k));
-}
-
-/* The allocator configuration the run used: --alloc-conf, else what PyTorch reads. */
-static const char *alloc_conf_text(const struct setup_request *r) {
-  const char *v = r->alloc_conf;
-  if (!v) v = getenv("PYTORCH_ALLOC_CONF");
-  if (!v) v = getenv("PYTORCH_CUDA_ALLOC_CONF");
-  return v ? v : "";
-}
-
 static json_t *enum_value(enum vf_enum_kind kind, int value) { return json_string(vf_enum_name(kind, value)); }
 
-char *history_setup_json(const struct setup_request *r, const char *model) {
-  const struct vf_setup *s = &r->setup;
+char *history_setup_json(const struct setup_request *r, const char *model, const struct setup_context *c) {
+  /* The weights the run loads: the framework's default ones when no --weights was given. */
+  struct vf_setup resolved = r->setup, keyed = r->setup;
+  vf_setup_resolve(&resolved, &c->model, c->profile);
+  keyed.weights = resolved.weights;
+  const struct vf_setup *s = &keyed;
   char targets[128], offload[64];
-  targets_text(s->lora_targets, targets, sizeof targets);
+  setup_targets_text(s->lora_targets, targets, sizeof targets);
   vf_offload_format(s->offload, offload, sizeof offload);
   json_t *o = json_pack("{s:o, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o,"
                         " s:I, s:I, s:I, s:I, s:o, s:s, s:s}",
-                        "model", model_key(model), "framework", r->framework, "seq", (json_int_t)s->seq,
+                        "model", model_key(model, &c->model), "framework", r->framework, "seq", (json_int_t)s->seq,
                         "accumulation", (json_int_t)s->accumulation, "task", enum_value(VF_ENUM_TASK, s->task),
                         "weights", enum_value(VF_ENUM_PRECISION, s->weights), "amp",
                         enum_value(VF_ENUM_PRECISION, s->amp), "optimizer",
@@ -124,7 +114,7 @@ char *history_setup_json(const struct setup_request *r, const char *model) {
                         enum_value(VF_ENUM_LENGTHS, s->lengths), "gpus", (json_int_t)s->gpus, "tp",
                         (json_int_t)s->tp, "pp", (json_int_t)s->pp, "cp", (json_int_t)s->cp, "shard",
                         enum_value(VF_ENUM_SHARD, s->shard), "offload", offload, "alloc_conf",
-                        alloc_conf_text(r));
+                        setup_alloc_conf_text(r));
   char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(o);
   return text;
@@ -161,7 +151,7 @@ void history_stamp(double when, const char *format, bool utc, char *buf, size_t 
 void history_note_find(const struct setup_request *r, const char *model, const struct setup_context *ctx,
                        struct history_note *n) {
   memset(n, 0, sizeof *n);
-  char *setup = history_setup_json(r, model);
+  char *setup = history_setup_json(r, model, ctx);
   struct vf_history *h = setup ? open_for_reading(r->cmd) : NULL;
   struct vf_diag d;
   vf_diag_clear(&d);

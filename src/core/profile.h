@@ -106,6 +106,12 @@ struct vf_profile {
   /* Under FSDP with mixed precision the framework runs the forward under autocast too, not
    * only on the weights FSDP gathers in the compute dtype (autocast's fp32 ops then up-cast). */
   bool fsdp_autocast;
+  /* Without a dtype asked for, the weights are loaded in the checkpoint's dtype (config.json's
+   * torch_dtype: transformers 5's from_pretrained dtype "auto"), not in float32. */
+  bool checkpoint_dtype_weights;
+  /* Under FSDP with mixed precision, trainable 16-bit weights are made fp32 before sharding
+   * (accelerate's upcast): fp32 shards, gradients and optimizer states. */
+  bool fsdp_upcast_trainable;
   /* Data parallelism without sharding wraps the model in torch's DistributedDataParallel,
    * whose constructor broadcasts every parameter from rank 0 through flat buckets. */
   bool ddp_init_broadcast;

@@ -64,7 +64,7 @@ void vf_setup_default(struct vf_setup *s) {
   s->seq = 2048;
   s->accumulation = 0;
   s->task = VF_TASK_AUTO;
-  s->weights = VF_PREC_FP32;
+  s->weights = VF_PREC_NONE; /* the framework's: vf_setup_resolve() */
   s->amp = VF_PREC_NONE;
   s->optimizer = VF_OPT_ADAMW;
   s->method = VF_METHOD_FULL;
@@ -81,7 +81,19 @@ void vf_setup_default(struct vf_setup *s) {
 bool vf_shard_fsdp(enum vf_shard shard) { return shard == VF_SHARD_FSDP || shard == VF_SHARD_HSDP; }
 bool vf_shard_weights(enum vf_shard shard) { return shard == VF_SHARD_ZERO3 || vf_shard_fsdp(shard); }
 
+/* The weights' dtype when none is asked for: the checkpoint's where the framework loads it so,
+ * float32 otherwise (and for a checkpoint stored in float32 or a dtype training cannot keep). */
+static enum vf_precision default_weights(const struct vf_model *m, const struct vf_profile *p) {
+  if (!p->checkpoint_dtype_weights) return VF_PREC_FP32;
+  return m->arch.dtype == VF_DTYPE_BF16 ? VF_PREC_BF16 : m->arch.dtype == VF_DTYPE_F16 ? VF_PREC_FP16 : VF_PREC_FP32;
+}
+
 void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p) {
+  if (s->weights == VF_PREC_NONE) s->weights = default_weights(m, p);
+  /* Full fine-tuning trains every weight, so all of them are upcast; adapters train apart
+   * from their frozen 16-bit base, which stays as loaded. */
+  if (p->fsdp_upcast_trainable && vf_shard_fsdp(s->shard) && s->amp != VF_PREC_NONE && s->method == VF_METHOD_FULL)
+    s->weights = VF_PREC_FP32;
   if (s->task == VF_TASK_AUTO)
     s->task = m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
   if (s->attention == VF_ATTN_DEFAULT) s->attention = p->default_attention;
@@ -205,7 +217,11 @@ int vf_setup_validate(const struct vf_setup *s, const struct vf_model *m, struct
     return bad(d, "--batch x --seq is implausibly large (over 2^31 tokens per micro batch)");
   if (s->gpus > (1u << 20) || s->lora_r > (1u << 16) || s->accumulation > (1u << 20))
     return bad(d, "--gpus, --lora-r or --accumulation is implausibly large");
-  if (s->weights == VF_PREC_NONE) return bad(d, "--weights must be fp32, bf16 or fp16");
+  /* A learned position table has one row per position: the run would index past it (rotary
+   * positions simply extend). */
+  if (m->arch.learned_positions && s->seq > m->arch.max_positions)
+    return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "--seq %llu is longer than the model's %llu learned positions",
+                   (unsigned long long)s->seq, (unsigned long long)m->arch.max_positions);
   bool adapters = s->method != VF_METHOD_FULL;
   if (s->method == VF_METHOD_QLORA && s->quant == VF_QUANT_NONE)
     return bad(d, "--method qlora quantizes the base weights: it contradicts --quant none");

@@ -95,6 +95,8 @@ static const struct field fields[] = {
     FIELD("loss_in_forward", F_BOOL, loss_in_forward),
     FIELD("fsdp_grads_in_compute_dtype", F_BOOL, fsdp_grads_in_compute_dtype),
     FIELD("fsdp_autocast", F_BOOL, fsdp_autocast),
+    FIELD("checkpoint_dtype_weights", F_BOOL, checkpoint_dtype_weights),
+    FIELD("fsdp_upcast_trainable", F_BOOL, fsdp_upcast_trainable),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
@@ -507,7 +509,8 @@ void vf_profile_free(struct vf_profile *p) { free(p); }
 void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out) {
   *out = (struct vf_profile_info){.name = p->name, .release = p->release, .date = p->date, .torch = p->torch,
                                   .release_predates = p->release_predates, .torch_predates = p->torch_predates,
-                                  .fsdp_full_load = p->fsdp_full_load};
+                                  .fsdp_full_load = p->fsdp_full_load,
+                                  .checkpoint_dtype_weights = p->checkpoint_dtype_weights};
 }
 
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {

@@ -88,6 +88,32 @@ fixed=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]
 [ "$varied" -gt "$fixed" ] && ok || bad "varied lengths ($varied) not above fixed ($fixed)"
 succeeds '^torchtune 0.6 \(torch 2.13\): sdpa attention, 8 micro batches per optimizer step, varied lengths' estimate gpt2 --framework torchtune
 
+# ---- nothing hidden: every value used, and those that came from a default ------------------
+# field JSON_FILE EXPR: a Python expression over j (the JSON), printed.
+field() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>&1; }
+# transformers 5 loads a checkpoint in its own dtype (qwen2.5-7b: bf16); 4.x in float32; the
+# user's --weights is not among the values assumed.
+run estimate qwen2.5-7b --method lora --json
+[ "$(field "$TMP/out" 'j["setup"]["weights"], j["assumed"]["weights"], "method" in j["assumed"]')" = "bf16 bf16 False" ] &&
+  ok || bad "hf 5.23 default weights: $(field "$TMP/out" 'j["setup"]["weights"]')"
+run estimate qwen2.5-7b --method lora --framework hf@4.46 --json
+[ "$(field "$TMP/out" 'j["setup"]["weights"], j["assumed"]["weights"]')" = "fp32 fp32" ] && ok ||
+  bad "hf 4.46 default weights: $(field "$TMP/out" 'j["setup"]["weights"]')"
+run estimate qwen2.5-7b --weights fp32 --json
+[ "$(field "$TMP/out" 'j["setup"]["weights"], "weights" in j["assumed"], j["read_from"]')" = "fp32 False {}" ] && ok ||
+  bad "--weights given: $(field "$TMP/out" 'j["assumed"]')"
+run estimate qwen2.5-7b --json
+[ "$(field "$TMP/out" 'sorted(set(j["setup"]) - set(j["assumed"]))')" = "['model']" ] && ok ||
+  bad "with no option, all but the model should be assumed: $(field "$TMP/out" 'sorted(j["assumed"])')"
+succeeds '^assumed \(no option or config gave them\): .*weights bf16 \(the checkpoint.s dtype\), .*batch 1, .*seq 2048' \
+  estimate qwen2.5-7b --method lora
+succeeds 'weights fp32' estimate qwen2.5-7b --framework litgpt
+# A learned position table ends the default length, and refuses a longer one.
+run estimate gpt2 --json
+[ "$(field "$TMP/out" 'j["assumed"]["seq"]')" = 1024 ] && ok || bad "gpt2's default seq: $(field "$TMP/out" 'j["setup"]["seq"]')"
+fails 2 "--seq 100000 is longer than the model's 1024 learned positions" estimate gpt2 --seq 100000
+fails 2 "--seq 513 is longer than the model's 512 learned positions" plan bert-base-uncased --seq 513 --gpu 24GiB
+
 # ---- impossible or contradictory setups: exit 2 with the reason ---------------------------
 fails 2 'contradicts --quant none' estimate llama-2-7b --method qlora --quant none
 fails 2 '--tp 3 does not divide the 32 attention heads' estimate llama-2-7b --tp 3 --gpus 3

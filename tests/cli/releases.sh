@@ -10,7 +10,8 @@ succeeds '^hf 5\.23 \(torch 2\.13\): sdpa attention' estimate gpt2
 succeeds '^hf 5\.23 \(torch 2\.13\)' estimate gpt2 --framework hf@5.23.0
 succeeds '^hf 4\.46 \(torch 2\.5\): sdpa attention' estimate gpt2 --framework hf@4.46
 succeeds '^hf 4\.49 \(torch 2\.6\)' estimate gpt2 --framework hf@4.52.1
-succeeds '^hf 4\.54 \(torch 2\.8\)' estimate gpt2 --framework hf@5.22
+succeeds '^hf 5\.0 \(torch 2\.8\)' estimate gpt2 --framework hf@5.22
+succeeds '^hf 4\.54 \(torch 2\.8\)' estimate gpt2 --framework hf@4.57
 succeeds '^hf 4\.16 \(torch 1\.10\): eager attention' estimate gpt2 --framework hf@4.16
 succeeds '^litgpt 0\.4 \(torch 2\.2\)' estimate gpt2 --framework litgpt@2024-05
 succeeds '^litgpt 0\.4 \(torch 2\.2\)' estimate gpt2 --framework litgpt@0.4.5
@@ -28,10 +29,12 @@ succeeds '"litgpt@2023-10 predates' estimate gpt2 --framework litgpt@2023-10 --j
 succeeds '^note: torch 1\.9 predates' estimate gpt2 --torch 1.9
 succeeds '"notes": \[\]' estimate gpt2 --json
 
-# --json names the release and the PyTorch release it assumed.
+# --json names the release and the PyTorch release it used; the PyTorch release, which no
+# option gave, is among the values assumed, the framework and its release are not.
 run estimate llama-3.2-1b --weights bf16 --method lora --framework hf@4.16 --json
-assumed=$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["assumed"]; print(a["framework"], a["framework_release"], a["torch"])' "$TMP/out" 2>&1)
-[ "$rc" -eq 0 ] && [ "$assumed" = "hf 4.16 1.10" ] && ok || bad "assumed of hf@4.16: '$assumed' (exit $rc)"
+used=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); s, a = j["setup"], j["assumed"]
+print(s["framework"], s["framework_release"], s["torch"], a["torch"], "framework" in a, "framework_release" in a)' "$TMP/out" 2>&1)
+[ "$rc" -eq 0 ] && [ "$used" = "hf 4.16 1.10 1.10 False False" ] && ok || bad "setup of hf@4.16: '$used' (exit $rc)"
 
 # The Trainer's model.zero_grad() frees gradients under torch 2, zeroes them in place before:
 # LoRA gradients are at the peak only under --torch 1.13.

@@ -1568,6 +1568,10 @@ static void test_impossible_setups(void **state) {
   s.seq = 0;
   expect_invalid(&s, "gpt2", "--seq");
   vf_setup_default(&s);
+  s.seq = 1025; /* one past GPT-2's position table */
+  expect_invalid(&s, "gpt2", "longer than the model's 1024 learned positions");
+  vf_setup_default(&s);
+  s.seq = 1024;
   s.gpus = 0;
   expect_invalid(&s, "gpt2", "--gpus");
   vf_setup_default(&s);

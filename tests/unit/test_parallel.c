@@ -806,6 +806,33 @@ static void test_bad_layouts(void **state) {
   expect_refused("mixtral-8x7b", &s, "megatron", "--ep 4 does not divide the 2 data- and context-parallel GPUs");
 }
 
+/* accelerate upcasts FSDP's trainable 16-bit weights to fp32 under mixed precision (0.30 on):
+ * a bf16-loaded model trains as an fp32 one, shards, gradients and AdamW states alike; before
+ * 0.30 (hf@4.36) it stayed bf16, and LoRA's frozen base is never upcast. */
+static void test_fsdp_upcast(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 4;
+  s.shard = VF_SHARD_FSDP;
+  s.batch = 2;
+  s.seq = 256;
+  s.amp = VF_PREC_BF16;
+  s.weights = VF_PREC_BF16;
+  struct vf_estimate loaded_bf16 = run("llama-3.2-1b", &s, "hf");
+  s.weights = VF_PREC_FP32;
+  struct vf_estimate loaded_fp32 = run("llama-3.2-1b", &s, "hf");
+  assert_int_equal(loaded_bf16.allocated_peak, loaded_fp32.allocated_peak);
+  s.weights = VF_PREC_BF16;
+  struct vf_estimate before = run("llama-3.2-1b", &s, "hf@4.36");
+  s.weights = VF_PREC_FP32;
+  assert_true(before.allocated_peak < run("llama-3.2-1b", &s, "hf@4.36").allocated_peak);
+  s.method = VF_METHOD_LORA;
+  struct vf_estimate lora_fp32 = run("llama-3.2-1b", &s, "hf");
+  s.weights = VF_PREC_BF16;
+  assert_true(run("llama-3.2-1b", &s, "hf").allocated_peak < lora_fp32.allocated_peak);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_layers),
@@ -834,6 +861,7 @@ int main(void) {
       cmocka_unit_test(test_megatron_fp32_gradients),
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
+      cmocka_unit_test(test_fsdp_upcast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -318,7 +318,8 @@ static void plan_tiers_judge_the_high_end(void **state) {
                   VF_KEEP_OFFLOAD;
   struct vf_plan_request r = {&m, &p, &conf, &gpu, {0}, 0.90, 48, keep, 0, &t, 0, 0};
   vf_setup_default(&r.base);
-  r.base.capacity_bytes = 28ull << 30; /* batch 6 fits 90% at the point, 4 at the high end */
+  r.base.seq = 1024; /* GPT-2's positions */
+  r.base.capacity_bytes = 28ull << 30;
   struct vf_plan_result *judged = malloc(sizeof *judged), *point = malloc(sizeof *point);
   assert_int_equal(vf_plan_search(&r, judged, &d), 0);
   r.uncertainty = NULL;

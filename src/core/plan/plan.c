@@ -603,10 +603,17 @@ static void confirm(struct search *S) {
   }
 }
 
-int vf_plan_search(const struct vf_plan_request *r, struct vf_plan_result *out, struct vf_diag *d) {
+int vf_plan_search(const struct vf_plan_request *given, struct vf_plan_result *out, struct vf_diag *d) {
   memset(out, 0, sizeof *out);
   struct search *S = calloc(1, sizeof *S);
   if (!S) return VF_ENOMEM;
+  /* The weights the framework loads when none were asked for are the given ones: a plan that
+   * changes the precision starts from them. */
+  struct vf_plan_request request = *given;
+  struct vf_setup resolved = given->base;
+  vf_setup_resolve(&resolved, given->model, given->profile);
+  request.base.weights = resolved.weights;
+  const struct vf_plan_request *r = &request;
   /* A layout search changes the layout, the shard and the micro batch; the other knobs
    * stay as given, which keeps it to a few hundred estimates. */
   struct vf_plan_request layout_request = *r;
