@@ -21,11 +21,14 @@ enum vf_trace_kind {
   VF_TRACE_FREE,        /* storage `id` dies */
   VF_TRACE_PHASE,       /* phase `phase` begins */
   VF_TRACE_EMPTY_CACHE, /* torch.cuda.empty_cache() */
+  VF_TRACE_RECORD,      /* storage `id` is used on `stream` too (Tensor.record_stream) */
+  VF_TRACE_SYNC,        /* the work queued on `stream` is done (VF_ALLOC_ALL_STREAMS: all) */
 };
 
 struct vf_trace_event {
   uint8_t kind;  /* enum vf_trace_kind */
   uint8_t phase; /* VF_TRACE_PHASE: index into vf_trace.phases */
+  uint32_t stream; /* VF_TRACE_ALLOC: where it is made (0: the default stream) */
   uint64_t id, bytes;
 };
 
@@ -46,7 +49,9 @@ VF_API void vf_trace_init(struct vf_trace *t);
 VF_API void vf_trace_cleanup(struct vf_trace *t);
 
 /* Parses the tracer's event file (text, one event per line after the header
- * "vramfit-trace-events 1"): "a ID BYTES", "f ID", "p PHASE", "e", "c ID CATEGORY".
+ * "vramfit-trace-events 1"): "a ID BYTES [STREAM]", "f ID", "p PHASE", "e",
+ * "c ID CATEGORY", "r ID STREAM" (record_stream), "s [STREAM]" (a synchronization: of
+ * one stream, or without one of the device). Streams are small numbers, 0 the default.
  * VF_EFORMAT with d's line:col on a malformed line, VF_ERANGE beyond VF_TRACE_MAX_PHASES
  * phases, VF_ENOMEM. */
 VF_API int vf_trace_parse(const char *text, size_t len, struct vf_trace *t, struct vf_diag *d);

@@ -41,12 +41,13 @@ static uint64_t allocated_now(const struct replay *p) {
 }
 
 static int step(struct replay *p, const struct vf_trace *t, const struct vf_trace_event *e) {
-  uint8_t cat = e->kind == VF_TRACE_PHASE || e->kind == VF_TRACE_EMPTY_CACHE ? 0 : t->category[e->id];
+  bool storage = e->kind == VF_TRACE_ALLOC || e->kind == VF_TRACE_FREE || e->kind == VF_TRACE_RECORD;
+  uint8_t cat = storage ? t->category[e->id] : 0;
   switch (e->kind) {
   case VF_TRACE_ALLOC: {
     if (p->block[e->id]) return VF_EFORMAT;
     uint64_t before = allocated_now(p);
-    int rc = vf_allocator_malloc(&p->alloc, e->bytes, 0, &p->block[e->id]);
+    int rc = vf_allocator_malloc(&p->alloc, e->bytes, e->stream, &p->block[e->id]);
     if (rc) return rc;
     if (!p->block[e->id]) p->block[e->id] = NO_BLOCK;
     p->charged[e->id] = allocated_now(p) - before;
@@ -59,6 +60,10 @@ static int step(struct replay *p, const struct vf_trace *t, const struct vf_trac
     p->block[e->id] = 0;
     p->live_by_category[cat] -= p->charged[e->id];
     return 0;
+  case VF_TRACE_RECORD:
+    if (!p->block[e->id]) return VF_EFORMAT;
+    return p->block[e->id] == NO_BLOCK ? 0 : vf_allocator_record_stream(&p->alloc, p->block[e->id], e->stream);
+  case VF_TRACE_SYNC: vf_allocator_sync(&p->alloc, e->stream); return 0;
   case VF_TRACE_EMPTY_CACHE: return vf_allocator_empty_cache(&p->alloc);
   default: return 0;
   }
