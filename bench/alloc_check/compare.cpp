@@ -90,6 +90,12 @@ struct Replay {
   std::vector<uint64_t> model_blocks;
   std::vector<bool> dead;  // allocations that ran out of memory
   std::map<uint32_t, c10::cuda::CUDAStream> streams;
+  struct Event {
+    cudaEvent_t torch = nullptr;
+    uint32_t stream = 0;
+    uint64_t mark = 0;
+  };
+  std::vector<Event> events;  // the trace's CUDA events, on both sides
 };
 
 // An allocation on both sides. Where the device is full, both must say so (PyTorch
@@ -135,8 +141,21 @@ bool apply(Replay* r, const vf_trace_event& e, Outcome* o) {
     case VF_TRACE_SYNC:
       if (e.stream == VF_ALLOC_ALL_STREAMS) cudaDeviceSynchronize();
       else cudaStreamSynchronize(stream_of(&r->streams, e.stream).stream());
-      vf_allocator_sync(&r->model, e.stream);
+      vf_allocator_sync(&r->model, e.stream, VF_ALLOC_ALL_WORK);
       return true;
+    case VF_TRACE_EVENT: {
+      auto& ev = r->events[e.id];
+      if (!ev.torch) cudaEventCreateWithFlags(&ev.torch, cudaEventDisableTiming);
+      cudaEventRecord(ev.torch, stream_of(&r->streams, e.stream).stream());
+      ev.stream = e.stream;
+      return vf_allocator_record_event(&r->model, e.stream, &ev.mark) == 0;
+    }
+    case VF_TRACE_WAIT: {
+      auto& ev = r->events[e.id];
+      if (ev.torch) cudaEventSynchronize(ev.torch);
+      if (ev.mark) vf_allocator_sync(&r->model, ev.stream, ev.mark);
+      return true;
+    }
     case VF_TRACE_EMPTY_CACHE:
       cca::get()->emptyCache();
       return vf_allocator_empty_cache(&r->model) == 0;
@@ -178,6 +197,7 @@ bool compare_file(const char* path, const vf_alloc_conf& conf, uint64_t capacity
   r.torch_blocks.resize(t.max_id + 1);
   r.model_blocks.assign(t.max_id + 1, 0);
   r.dead.assign(t.max_id + 1, false);
+  r.events.resize(t.max_event + 1);
   bool ok = vf_allocator_init(&r.model, &conf, capacity) == 0;
   for (size_t i = 0; ok && i < t.n; i++) {
     ok = apply(&r, t.events[i], o);

@@ -1,6 +1,6 @@
 """Random event files for the allocator comparison (README.md): allocations of mixed sizes
 on a few streams, frees in random order, record_stream on other streams, synchronizations
-and empty_cache, in the tracer's event format. Deterministic for a seed.
+of streams, the device and CUDA events, and empty_cache, in the tracer's event format. Deterministic for a seed.
 
     python3 bench/alloc_check/random_events.py SEED EVENTS > FILE
 """
@@ -26,6 +26,7 @@ def events(seed: int, count: int, streams: int = 3) -> list[str]:
     live: list[int] = []
     out = ["vramfit-trace-events 1", "p forward"]
     next_id = 1
+    next_event = 0
     for _ in range(count):
         roll = rng.random()
         if roll < 0.5 or not live:
@@ -36,8 +37,13 @@ def events(seed: int, count: int, streams: int = 3) -> list[str]:
             out.append(f"f {live.pop(rng.randrange(len(live)))}")
         elif roll < 0.93:
             out.append(f"r {rng.choice(live)} {rng.randrange(streams)}")
-        elif roll < 0.995:
+        elif roll < 0.96:
             out.append("s" if rng.random() < 0.3 else f"s {rng.randrange(streams)}")
+        elif roll < 0.98:
+            next_event += 1
+            out.append(f"m {next_event} {rng.randrange(streams)}")
+        elif roll < 0.995 and next_event:
+            out.append(f"w {rng.randrange(1, next_event + 1)}")
         else:
             out.append("e")
     return out

@@ -118,11 +118,19 @@ VF_API int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
  * the block's own stream needs nothing). VF_EINVAL for an unknown or freed id; VF_ERANGE
  * past 1024 streams; VF_ENOMEM. */
 VF_API int vf_allocator_record_stream(struct vf_allocator *a, uint64_t block_id, uint32_t stream);
+/* A CUDA event recorded on `stream` now (torch.cuda.Event.record): *mark says how far the
+ * stream's work has got, for vf_allocator_sync. VF_ERANGE past 1024 streams. */
+VF_API int vf_allocator_record_event(struct vf_allocator *a, uint32_t stream, uint64_t *mark);
 #define VF_ALLOC_ALL_STREAMS UINT32_MAX
-/* The work queued so far on `stream` (VF_ALLOC_ALL_STREAMS: on every stream) is done: a
- * CUDA event or stream synchronize. Blocks it kept from the cache return there at the
- * next malloc, where PyTorch's process_events finds their events complete. */
-VF_API void vf_allocator_sync(struct vf_allocator *a, uint32_t stream);
+#define VF_ALLOC_ALL_WORK UINT64_MAX
+/* The work queued on `stream` up to `mark` (an event's synchronize) or all of it
+ * (VF_ALLOC_ALL_WORK: the stream's synchronize; with VF_ALLOC_ALL_STREAMS, the device's) is
+ * done. Marks are times on one clock for every stream, so a mark of one stream also says
+ * what was queued on another before it: VF_ALLOC_ALL_STREAMS with a mark completes every
+ * stream's work queued before it (a GPU taken to run all streams in the order the host
+ * queued their work). Blocks it kept from the cache return there at the next malloc, where PyTorch's
+ * process_events finds their events complete. */
+VF_API void vf_allocator_sync(struct vf_allocator *a, uint32_t stream, uint64_t mark);
 /* torch.cuda.empty_cache(): waits for every stream (synchronize_and_free_events), then
  * releases every cached segment nothing lives in, and the free pages of expandable
  * segments. VF_ENOMEM (host memory) leaves part of the cache held. */

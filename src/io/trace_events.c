@@ -109,6 +109,19 @@ static int optional_stream(const struct cursor *c, const char *p, const char *eo
   return 0;
 }
 
+/* "m EVENT STREAM" or "w EVENT", from the event on. */
+static int parse_cuda_event(const struct cursor *c, char kind, const char *p, const char *eol,
+                            struct vf_trace *t) {
+  struct vf_trace_event e = {.kind = kind == 'm' ? VF_TRACE_EVENT : VF_TRACE_WAIT};
+  const char *field = p;
+  if (number(&p, eol, &e.id) || e.id == 0 || e.id >= MAX_IDS) return bad(c, field, "event number expected");
+  if (e.id > t->max_event) t->max_event = e.id;
+  if (kind == 'w') return p == eol ? push(t, e) : bad(c, p, "end of line expected");
+  if (p == eol) return bad(c, p, "a stream number expected");
+  int rc = optional_stream(c, p, eol, &e.stream);
+  return rc ? rc : push(t, e);
+}
+
 /* "s" or "s STREAM", from after the 's'. */
 static int parse_sync(const struct cursor *c, const char *p, const char *eol, struct vf_trace *t) {
   struct vf_trace_event e = {.kind = VF_TRACE_SYNC, .stream = VF_ALLOC_ALL_STREAMS};
@@ -148,8 +161,9 @@ static int parse_line(const struct cursor *c, const char *p, const char *eol, st
     return p + 1 == eol ? push(t, (struct vf_trace_event){.kind = VF_TRACE_EMPTY_CACHE})
                         : bad(c, p + 1, "end of line expected");
   if (kind == 's') return parse_sync(c, p + 1, eol, t);
-  if (!strchr("afpcr", kind) || eol - p < 2 || p[1] != ' ')
-    return bad(c, p, "an event ('a', 'f', 'p', 'e', 'c', 'r' or 's') and a space expected");
+  if (!strchr("afpcrmw", kind) || eol - p < 2 || p[1] != ' ')
+    return bad(c, p, "an event ('a', 'f', 'p', 'e', 'c', 'r', 's', 'm' or 'w') and a space expected");
+  if (kind == 'm' || kind == 'w') return parse_cuda_event(c, kind, p + 2, eol, t);
   return kind == 'p' ? parse_phase(c, p + 2, eol, t) : parse_storage(c, kind, p + 2, eol, t);
 }
 

@@ -471,12 +471,25 @@ static void recorded_stream_holds_a_freed_block(void **state) {
   assert_int_equal(vf_allocator_free(&a, y), 0);
 
   /* Once stream 0 is synchronized, the next malloc finds it cached. */
-  vf_allocator_sync(&a, 0);
+  vf_allocator_sync(&a, 0, VF_ALLOC_ALL_WORK);
   assert_int_equal(vf_allocator_check(&a), 0);
   uint64_t z = must_malloc(&a, 12 * MiB, 1);
   uint64_t w = must_malloc(&a, 12 * MiB, 1);
   assert_int_equal(stats_of(&a).reserved, 24 * MiB);
   assert_int_equal(vf_allocator_check(&a), 0);
+
+  /* An event's synchronize completes the stream's work up to the event, not after it. */
+  uint64_t mark, v = must_malloc(&a, 12 * MiB, 1);
+  assert_int_equal(vf_allocator_record_stream(&a, v, 0), 0);
+  assert_int_equal(vf_allocator_free(&a, v), 0);
+  assert_int_equal(vf_allocator_record_event(&a, 0, &mark), 0);
+  v = must_malloc(&a, 12 * MiB, 1);
+  assert_int_equal(vf_allocator_record_stream(&a, v, 0), 0);
+  assert_int_equal(vf_allocator_free(&a, v), 0);
+  vf_allocator_sync(&a, 0, mark);
+  v = must_malloc(&a, 12 * MiB, 1);
+  assert_int_equal(stats_of(&a).reserved, 48 * MiB); /* the second block is still held */
+  assert_int_equal(vf_allocator_free(&a, v), 0);
 
   /* empty_cache waits for every stream first. */
   assert_int_equal(vf_allocator_record_stream(&a, z, 5), 0);
@@ -609,7 +622,8 @@ static void many_events_stay_consistent(void **state) {
       /* Some blocks are used on the other stream too, and now and then a stream is done. */
       if (live[slot] && (seed >> 8) % 5 == 0)
         assert_int_equal(vf_allocator_record_stream(&a, live[slot], (uint32_t)(seed >> 40) & 1), 0);
-      if (step % 31 == 0) vf_allocator_sync(&a, step % 93 == 0 ? VF_ALLOC_ALL_STREAMS : (uint32_t)(seed >> 50) & 1);
+      if (step % 31 == 0)
+        vf_allocator_sync(&a, step % 93 == 0 ? VF_ALLOC_ALL_STREAMS : (uint32_t)(seed >> 50) & 1, VF_ALLOC_ALL_WORK);
       if (step % 97 == 0) assert_int_equal(vf_allocator_empty_cache(&a), 0);
       assert_int_equal(vf_allocator_check(&a), 0);
       assert_true(stats_of(&a).reserved <= 3 * GiB);

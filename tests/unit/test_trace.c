@@ -84,6 +84,9 @@ static void malformed_lines_are_refused_with_their_position(void **state) {
       {"vramfit-trace-events 1\nr 1\n", 2, 4},
       {"vramfit-trace-events 1\ns 2 3\n", 2, 2},
       {"vramfit-trace-events 1\nsx\n", 2, 2},
+      {"vramfit-trace-events 1\nm 1\n", 2, 4},
+      {"vramfit-trace-events 1\nm 0 1\n", 2, 3},
+      {"vramfit-trace-events 1\nw 1 2\n", 2, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     struct vf_trace t;
@@ -106,6 +109,12 @@ static void recorded_streams_hold_blocks_until_a_sync(void **state) {
   replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\ns\na 2 12582912 1\n", &r);
   assert_int_equal(r.reserved_peak, 12 * MiB);
   replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 24 * MiB);
+  /* A wait on an event recorded after the free returns the block; one recorded before
+   * it does not (FSDP1's rate limiter waits on its reshards' events). */
+  replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\nm 1 0\nw 1\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 12 * MiB);
+  replay("vramfit-trace-events 1\np forward\nm 1 0\na 1 12582912 1\nr 1 0\nf 1\nw 1\na 2 12582912 1\n", &r);
   assert_int_equal(r.reserved_peak, 24 * MiB);
 }
 

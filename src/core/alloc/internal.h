@@ -59,7 +59,9 @@ struct use {
   uint64_t seq;
 };
 
-/* What each stream has been asked to run and what is known done, in events. */
+/* What each stream has been asked to run and what is known done: the times (one clock
+ * for every stream, ticking at each event recorded) of its last event and of the last one
+ * known complete. */
 struct stream_work {
   uint64_t recorded, completed;
 };
@@ -96,6 +98,7 @@ struct vf_alloc_state {
   uint32_t streams[MAX_STREAMS]; /* stream ids by dense index */
   uint32_t nstreams, last_sid;
   struct stream_work work[MAX_STREAMS];
+  uint64_t clock;                /* events recorded on any stream */
   struct use *uses;              /* record_stream uses and pending events, unordered */
   size_t nuses, capuses;
   struct vf_alloc_stats st;

@@ -693,17 +693,28 @@ int vf_allocator_record_stream(struct vf_allocator *a, uint64_t id, uint32_t str
   return 0;
 }
 
-void vf_allocator_sync(struct vf_allocator *a, uint32_t stream) {
+int vf_allocator_record_event(struct vf_allocator *a, uint32_t stream, uint64_t *mark) {
   struct vf_alloc_state *s = a->state;
-  for (uint32_t i = 0; i < s->nstreams; i++)
-    if (stream == VF_ALLOC_ALL_STREAMS || s->streams[i] == stream) s->work[i].completed = s->work[i].recorded;
+  uint32_t sid;
+  int rc = stream_index(s, stream, &sid);
+  if (!rc) *mark = s->work[sid].recorded = ++s->clock;
+  return rc;
+}
+
+void vf_allocator_sync(struct vf_allocator *a, uint32_t stream, uint64_t mark) {
+  struct vf_alloc_state *s = a->state;
+  for (uint32_t i = 0; i < s->nstreams; i++) {
+    struct stream_work *w = &s->work[i];
+    uint64_t upto = mark < w->recorded ? mark : w->recorded;
+    if ((stream == VF_ALLOC_ALL_STREAMS || s->streams[i] == stream) && upto > w->completed) w->completed = upto;
+  }
 }
 
 /* insert_events: an event on each stream that used the block, recorded as it is freed. */
 static bool insert_events(struct vf_alloc_state *s, uint32_t i) {
   for (size_t u = 0; u < s->nuses; u++)
     if (s->uses[u].blk == i) {
-      s->uses[u].seq = ++s->work[s->uses[u].sid].recorded;
+      s->uses[u].seq = s->work[s->uses[u].sid].recorded = ++s->clock;
       s->blk[i].events++;
     }
   return s->blk[i].events > 0;
@@ -795,6 +806,7 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
   }
   s->nxseg = 0;
   memset(s->work, 0, s->nstreams * sizeof *s->work);
+  s->clock = 0;
   s->nuses = 0;
   s->nstreams = 0;
   s->last_sid = 0;

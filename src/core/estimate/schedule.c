@@ -63,7 +63,7 @@ static uint32_t forward_layers(struct ctx *x, uint32_t input) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = fsdp_gather(x, (int32_t)l);
     layer_forward(x, &sv[l], (int32_t)l);
-    tape_give(x, gathered);
+    fsdp_reshard(x, gathered);
     layer_offload(x, &sv[l]);
     uint32_t out = tape_take(x, stream, VF_CAT_ACTIVATIONS);
     tape_give(x, input);
