@@ -172,3 +172,11 @@ printf '%s\t%s\t%s\n' h2-lt-01 phi-2 '--framework lightning --weights bf16 --bat
 printf '%s\t%s\t%s\n' h2-lt-02 llama-3.2-1b '--framework lightning --weights fp32 --amp bf16 --batch 8 --seq 1024 --grad-ckpt full --gpus 1'
 printf '%s\t%s\t%s\n' h2-lg-01 llama-3.1-8b '--framework litgpt --weights bf16 --method lora --lora-r 16 --lora-targets q,v --batch 2 --seq 1024 --gpus 1'
 printf '%s\t%s\t%s\n' h2-lg-03 gemma-2-2b '--framework litgpt --weights bf16 --method qlora --quant nf4 --lora-r 8 --lora-targets q,k,v,o --batch 4 --seq 1024 --gpus 1'
+# Batches padded to lengths drawn from a distribution of sample lengths (--lengths
+# varied:MEAN,MAX), 8 steps as the estimate replays them: added 2026-12-01.
+printf '%s\t%s\t%s\n' ld-hf-01 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:150,256'
+printf '%s\t%s\t%s\n' ld-hf-02 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:100,256'
+printf '%s\t%s\t%s\n' ld-hf-03 qwen2.5-0.5b '--framework hf --weights bf16 --batch 8 --seq 512 --lengths varied:200,512'
+printf '%s\t%s\t%s\n' ld-hf-04 gpt2 '--framework hf --weights bf16 --method lora --batch 16 --seq 512 --lengths varied:120,512'
+printf '%s\t%s\t%s\n' ld-tt-01 llama-3.2-1b '--framework torchtune --weights bf16 --method lora --batch 16 --seq 128 --lengths varied:60,128 --accumulation 2'
+printf '%s\t%s\t%s\n' ld-lg-01 llama-3.2-1b '--framework litgpt --weights bf16 --method lora --batch 16 --seq 256 --lengths varied:100,256 --accumulation 1'

@@ -218,6 +218,7 @@ struct pipe_state {
 struct sched_state {
   struct saved *sv; /* per replayed layer, plus the head */
   int micro;        /* index of the micro batch replayed, from 0 */
+  bool lengths_reversed; /* a distribution's lengths drawn in the other order */
   bool last_micro;  /* this micro batch ends an accumulation cycle */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
 };
@@ -513,6 +514,7 @@ void pipe_micro_begins(struct ctx *x);
 
 /* parallel.c */
 void parallel_dims(struct ctx *x);
+void parallel_length(struct ctx *x, uint64_t seq);
 void parallel_row_output(struct ctx *x);
 uint64_t parallel_sequence_bytes(const struct ctx *x);
 void parallel_ring_exchange(struct ctx *x, bool backward);
