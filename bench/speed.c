@@ -69,19 +69,22 @@ int main(int argc, char **argv) {
   printf("CLI, plan of the layout of llama-3.1-405b on 512 GPUs: %.1f ms per process (median of 5)\n",
          bench_process_ms(layout, 5));
 
-  size_t n = vf_catalog_count();
+  struct vf_catalog c;
+  struct vf_diag d;
+  vf_catalog_init(&c);
+  if (vf_catalog_load(&c, &d)) return fprintf(stderr, "%s: %s\n", d.file, d.msg), 1;
   double worst = 0;
   char worst_name[64] = "";
-  for (size_t i = 0; i < n; i++) {
-    char name[64];
-    if (vf_catalog_name(i, name, sizeof name)) continue;
-    char *one[] = {argv[1], "estimate", name, "--json", NULL};
+  for (size_t i = 0; i < c.n; i++) {
+    char *one[] = {argv[1], "estimate", c.entries[i].name, "--json", NULL};
     double ms = bench_process_ms(one, 5);
     if (ms > worst) {
       worst = ms;
-      snprintf(worst_name, sizeof worst_name, "%s", name);
+      snprintf(worst_name, sizeof worst_name, "%s", c.entries[i].name);
     }
   }
+  size_t n = c.n;
+  vf_catalog_cleanup(&c);
   printf("CLI, every catalogue model (%zu): slowest %.1f ms (%s), median of 5 each\n", n, worst, worst_name);
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "vramfit/alloc.h"
 #include "vramfit/command.h"
+#include "vramfit/config.h"
 #include "vramfit/edit.h"
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"

@@ -140,7 +140,9 @@ VF_API void vf_apply_cleanup(struct vf_apply *a);
  * file; for curriculum files, "stages": [{"name" | "file", same fields}] applies to the
  * FILE it names by path, base name, or base name without extension. Fields: batch,
  * accumulation, seq, grad_ckpt, optimizer, precision, offload, zero_stage, shard (zero1..3
- * becomes zero_stage), "set": {"dotted.path": value}; others are ignored. extra (--set)
+ * becomes zero_stage), "set": {"dotted.path": value}; others are ignored. A plan of the
+ * user's own configs ("read_from": where its setting was read) writes only the fields
+ * that differ from its "given" setting: what it changes, nothing it read. extra (--set)
  * is added to every list and wins over the plan. */
 struct vf_plan {
   struct vf_apply_input *inputs; /* one per file, in the order given */
@@ -152,6 +154,10 @@ struct vf_plan {
 VF_API void vf_plan_init(struct vf_plan *p);
 VF_API int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const char *const *files,
                         size_t n_files, const struct vf_setting *extra, size_t n_extra, struct vf_diag *d);
+/* The same from a plan's text in memory; file names it in messages. */
+VF_API int vf_plan_parse(struct vf_plan *p, const char *file, const char *text, size_t len, const char *tier,
+                         const char *const *files, size_t n_files, const struct vf_setting *extra, size_t n_extra,
+                         struct vf_diag *d);
 VF_API void vf_plan_cleanup(struct vf_plan *p);
 
 #endif

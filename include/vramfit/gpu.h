@@ -29,7 +29,7 @@ struct vf_gpu_spec {
   uint64_t free_bytes; /* free memory when detected */
 };
 
-/* A catalogue entry by name or alias, ignoring case and '-', '_', ' ' ("RTX 4090").
+/* A catalogue entry by name or alias, ignoring case and '-', '_', '.', ' ' ("RTX 4090").
  * VF_ENOTFOUND when none matches. */
 VF_API int vf_gpu_lookup(const char *name, struct vf_gpu_spec *out);
 

@@ -148,8 +148,9 @@ VF_API enum vf_dtype vf_model_main_dtype(const struct vf_model *m);
 
 /* ---- Readers (src/io). Each fills a vf_model; on failure d names file and position. ---- */
 
-/* MODEL as the contract defines it: catalogue name, config.json, model folder,
- * .safetensors, model.safetensors.index.json, .gguf, or a spec .yaml. */
+/* MODEL as the contract defines it: a config.json, model folder, .safetensors,
+ * model.safetensors.index.json or .gguf; a Hugging Face Hub id found in the local Hub cache;
+ * a catalogue name, Hub id or alias. Never the network. */
 VF_API int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d);
 
 /* A Hugging Face config.json held in memory; file is used in messages only. */
@@ -174,10 +175,32 @@ VF_API int vf_gguf_read(struct vf_model *m, const char *path, struct vf_diag *d)
 VF_API int vf_gguf_parse(struct vf_model *m, const uint8_t *buf, size_t len, const char *file,
                          struct vf_diag *d);
 
-/* The built-in model catalogue. */
-VF_API size_t vf_catalog_count(void);
-/* Copies the i-th catalogue name (in name order) into buf; VF_ENOTFOUND past the end. */
-VF_API int vf_catalog_name(size_t i, char *buf, size_t size);
+/* One entry of the built-in model catalogue (data/models/<name>.json): the name it is listed
+ * under, the Hugging Face Hub id its config.json was taken from, and its aliases: the Hub
+ * ids and plain names of the variants with the same architecture (instruct, chat, base,
+ * dated releases). */
+struct vf_catalog_entry {
+  char *name;     /* owned */
+  char *hub_id;   /* owned */
+  char **aliases; /* owned */
+  size_t n_aliases;
+};
+
+/* The catalogue, in name order. Caller-allocated; vf_catalog_init() before use,
+ * vf_catalog_cleanup() after. */
+struct vf_catalog {
+  struct vf_catalog_entry *entries; /* owned */
+  size_t n;
+};
+
+VF_API void vf_catalog_init(struct vf_catalog *c);
+VF_API void vf_catalog_cleanup(struct vf_catalog *c);
+/* Reads every entry. VF_EFORMAT, with d naming the file, when an entry lacks its Hub id or
+ * its list of aliases, or when two entries (or one, twice) claim one name, Hub id or alias,
+ * ignoring case. */
+VF_API int vf_catalog_load(struct vf_catalog *c, struct vf_diag *d);
+/* Whether the entry's name, Hub id or one of its aliases contains word, ignoring case. */
+VF_API bool vf_catalog_entry_matches(const struct vf_catalog_entry *e, const char *word);
 /* The config.json of catalogue model name (lower case), NUL-terminated, freed with
  * vf_free(). VF_ENOTFOUND, VF_ENOMEM. */
 VF_API int vf_catalog_config(const char *name, char **json, size_t *len);

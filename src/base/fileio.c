@@ -49,6 +49,17 @@ int path_is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+const char *path_base(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+void path_folder(const char *path, char *out, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(out, size, ".");
+  else snprintf(out, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+}
+
 int str_ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcasecmp(s + n - k, suffix) == 0;

@@ -18,6 +18,11 @@ int file_write(const char *path, const char *bytes, size_t len);
 int path_is_dir(const char *path);
 int path_is_file(const char *path);
 
+/* The last component of a path ("c.yaml" of "conf/c.yaml"). */
+const char *path_base(const char *path);
+/* The folder of a path into out: "." for a bare name, "/" for one at the root. */
+void path_folder(const char *path, char *out, size_t size);
+
 /* Whether s ends with suffix, ignoring case. */
 int str_ends_with(const char *s, const char *suffix);
 

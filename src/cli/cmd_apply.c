@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/apply_view.h"
 
 static const char usage[] =
     "usage: vramfit apply FILE... (--plan PLAN.json [--tier T] | --set KEY=VALUE ...)\n"
@@ -138,48 +138,6 @@ static int parse_args(int argc, char **argv, struct args *a) {
   return 0;
 }
 
-static json_t *change_json(const struct vf_change *c) {
-  return json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:b, s:s?}", "key", c->key, "path", c->path,
-                   "line", c->line, "col", c->col, "old", c->old_text, "new", c->new_text,
-                   "created", c->created, "note", c->note);
-}
-
-static json_t *result_json(const struct vf_apply *r, bool dry_run) {
-  json_t *files = json_array(), *notes = json_array();
-  for (size_t i = 0; i < r->n_files; i++) {
-    const struct vf_apply_file *f = &r->files[i];
-    json_t *changes = json_array();
-    for (size_t k = 0; k < f->n_changes; k++) json_array_append_new(changes, change_json(&f->changes[k]));
-    json_array_append_new(files, json_pack("{s:s, s:s, s:s?, s:s?, s:o, s:s}", "file", f->path,
-                                           "target", f->target, "format", f->format, "backup",
-                                           f->backup, "changes", changes, "diff", f->diff));
-  }
-  for (size_t i = 0; i < r->n_notes; i++) json_array_append_new(notes, json_string(r->notes[i]));
-  return json_pack("{s:b, s:o, s:o}", "dry_run", dry_run, "files", files, "notes", notes);
-}
-
-static void print_diffs(const struct vf_apply *r) {
-  for (size_t i = 0; i < r->n_files; i++) fputs(r->files[i].diff, stdout);
-  fflush(stdout);
-  for (size_t i = 0; i < r->n_notes; i++) fprintf(stderr, "note: %s\n", r->notes[i]);
-}
-
-/* What was written, one line per value, on stderr (a dry run prints the diff only). */
-static void print_summary(const struct vf_apply *r) {
-  for (size_t i = 0; i < r->n_files; i++) {
-    const struct vf_apply_file *f = &r->files[i];
-    for (size_t k = 0; k < f->n_changes; k++) {
-      const struct vf_change *c = &f->changes[k];
-      fprintf(stderr, "%s:%d: %s: %s %s -> %s%s%s%s\n", f->path, c->line, c->key, c->path,
-              c->created ? "(new)" : c->old_text, c->new_text, c->note ? " (" : "",
-              c->note ? c->note : "", c->note ? ")" : "");
-    }
-    if (!f->n_changes && !f->created) fprintf(stderr, "%s: already set, nothing to change\n", f->path);
-    else if (f->backup) fprintf(stderr, "%s: written (backup %s)\n", f->path, f->backup);
-    else fprintf(stderr, "%s: written\n", f->path);
-  }
-}
-
 static int run(struct args *a, struct vf_apply *r, struct vf_diag *d) {
   struct vf_plan plan;
   vf_plan_init(&plan);
@@ -196,7 +154,7 @@ static int run(struct args *a, struct vf_apply *r, struct vf_diag *d) {
   if (!rc && a->n_files) rc = vf_apply_prepare(r, in, a->n_files, &a->o, d);
   const char *conf = a->alloc_conf ? a->alloc_conf : plan.alloc_conf ? plan.alloc_conf : "expandable_segments:True";
   if (!rc && a->env) rc = vf_apply_env(r, a->env, conf, &a->o, d);
-  if (!rc && !a->json) print_diffs(r);
+  if (!rc && !a->json) apply_view_diffs(r);
   if (!rc && !a->o.dry_run) rc = vf_apply_commit(r, d);
   vf_plan_cleanup(&plan);
   free(shared);
@@ -215,8 +173,8 @@ int cmd_apply(int argc, char **argv) {
     int rc = run(&a, &r, &d);
     if (rc && !d.msg[0]) d.code = rc;
     if (rc) code = cli_diag_error("apply", rc, &d);
-    else if (a.json) code = cli_print_json(result_json(&r, a.o.dry_run));
-    else if (!a.o.dry_run) print_summary(&r);
+    else if (a.json) code = cli_print_json(apply_view_json(&r, a.o.dry_run));
+    else if (!a.o.dry_run) apply_view_summary(&r);
   }
   vf_apply_cleanup(&r);
   free(a.sets);

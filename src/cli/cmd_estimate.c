@@ -3,14 +3,22 @@
 
 #include "cli/estimate_plot.h"
 #include "cli/history_cli.h"
-#include "cli/setup_opts.h"
+#include "cli/setup_config.h"
 
 static const char usage[] =
-    "usage: vramfit estimate MODEL [options]\n\n"
+    "usage: vramfit estimate MODEL [options]\n"
+    "       vramfit estimate CONFIG [more configs] [MODEL] [options]\n\n"
     "Peak GPU memory of the training run (loading the weights, two optimizer steps,\n"
     "validation where the run validates, saving the checkpoint), as\n"
     "torch.cuda.max_memory_allocated(), max_memory_reserved() and nvidia-smi see it,\n"
     "with a breakdown at the peak.\n\n"
+    "MODEL may be the training config itself (HF TrainingArguments or TRL, axolotl,\n"
+    "LLaMA-Factory, torchtune, litgpt, Lightning, Hydra; a DeepSpeed or accelerate config as\n"
+    "a further file): the model and the setup are read from it, each value with its file\n"
+    "and line, and the options below override them.\n\n"
+    "  --format F           the training config's tool, where its keys do not tell: hf, trl,\n"
+    "                       trl-grpo, axolotl, llamafactory, torchtune, litgpt, lightning,\n"
+    "                       hydra, deepspeed, accelerate\n"
     "  --batch N            micro batch per GPU (1)\n"
     "  --seq N              tokens per sample, the longest in the batch (2048)\n"
     "  --lengths L          fixed (every batch --seq long: packed or fixed-length data) |\n"
@@ -71,7 +79,7 @@ static const char usage[] =
 
 enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_CALIBRATE, O_PLOT };
 
-static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
+static const struct option opts[] = {SETUP_OPTIONS, CONFIG_OPTIONS, {"json", no_argument, NULL, O_JSON},
                                      {"events", required_argument, NULL, O_EVENTS},
                                      {"plot", required_argument, NULL, O_PLOT},
                                      {"help", no_argument, NULL, O_HELP},
@@ -242,8 +250,8 @@ static void verdict(const struct shown *p, const struct vf_gpu_spec *gpu) {
   }
 }
 
-static void estimate_text(const struct setup_context *c, const struct shown *shown, const struct setup_request *r,
-                          const struct vf_profile_info *p) {
+static void estimate_text(const struct setup_context *c, const struct setup_config *sc, const struct shown *shown,
+                          const struct setup_request *r, const struct vf_profile_info *p) {
   const struct vf_model *m = &c->model;
   const struct vf_gpu_spec *gpu = &c->gpu;
   const struct vf_estimate *e = shown->e;
@@ -258,6 +266,7 @@ static void estimate_text(const struct setup_context *c, const struct shown *sho
   printf("%s %s (torch %s): %s attention, %llu micro batch%s per optimizer step, %s lengths%s\n", p->name,
          p->release, p->torch, vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
          e->accumulation == 1 ? "" : "es", lengths, e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
+  setup_config_print(r, c, sc);
   setup_assumed_print(r, c);
   json_t *notes = setup_notes(r, c, p), *note;
   size_t i;
@@ -338,54 +347,67 @@ static int estimate_run(const struct setup_request *r, const struct setup_contex
   return code;
 }
 
+/* What the command line asks for beyond the setup. */
+struct flags {
+  bool json, calibrate;
+  const char *events, *plot;
+};
+
+/* The estimate of a loaded setup, shown. */
+static int estimate_show(const struct setup_request *r, const struct setup_config *sc, const struct setup_context *ctx,
+                         const struct flags *f) {
+  struct vf_estimate e;
+  int rc = estimate_run(r, ctx, f->events, f->plot, &e);
+  if (rc) return rc;
+  setup_config_warn(r, ctx, sc);
+  /* What a run of this setup measured here, and --calibrate to it. */
+  struct history_note note;
+  history_note_find(r, sc->model, ctx, &note);
+  if (f->calibrate && history_note_ratio(&note, "estimate") > 0) vf_estimate_calibrate(&e, note.ratio);
+  const struct vf_uncertainty *u = vf_uncertainty_for(&ctx->uncertainty, &r->setup);
+  struct shown shown = {.e = &e, .group = u->group};
+  vf_estimate_ranges(&e, u, &shown.ranges);
+  uint64_t cap = ctx->gpu.capacity_bytes;
+  struct vf_profile_info profile;
+  vf_profile_describe(ctx->profile, &profile);
+  int code = EXIT_OK;
+  if (f->json) {
+    json_t *o = estimate_json(ctx, &shown, cap, r, &profile);
+    if (setup_config_any(sc)) json_object_set_new(o, "warnings", setup_config_warnings_json(r, ctx, sc));
+    history_note_json(&note, o);
+    code = cli_print_json(o);
+  } else {
+    estimate_text(ctx, sc, &shown, r, &profile);
+    history_note_print(&note);
+  }
+  if (code == EXIT_OK && cap && !fits_high(&shown, cap)) code = EXIT_NO;
+  history_note_cleanup(&note);
+  return code;
+}
+
 int cmd_estimate(int argc, char **argv) {
   struct setup_request r;
   setup_request_init(&r, "estimate");
-  bool json = false, calibrate = false;
-  const char *events = NULL, *plot = NULL;
+  struct flags f = {0};
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
   for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
     if (c == ':' || c == '?') return cli_option_error("estimate", c, argv);
-    if (c == O_JSON) json = true;
-    else if (c == O_EVENTS) events = optarg;
-    else if (c == O_CALIBRATE) calibrate = true;
-    else if (c == O_PLOT) plot = optarg;
+    if (c == O_JSON) f.json = true;
+    else if (c == O_EVENTS) f.events = optarg;
+    else if (c == O_CALIBRATE) f.calibrate = true;
+    else if (c == O_PLOT) f.plot = optarg;
     else if (setup_option(&r, c, optarg)) return EXIT_BAD_INPUT;
   }
-  if (optind != argc - 1)
-    return cli_usage_error("estimate", optind == argc ? "MODEL is missing; see 'vramfit estimate --help'"
-                                                      : "expects exactly one MODEL");
+  struct setup_config sc;
   struct setup_context ctx;
-  int rc = setup_context_load(&r, argv[optind], &ctx);
-  if (rc) return rc;
-  struct vf_estimate e;
-  if ((rc = estimate_run(&r, &ctx, events, plot, &e))) {
+  int rc = setup_config_read(&r, argv + optind, argc - optind, &sc);
+  if (!rc) rc = setup_context_load(&r, sc.model, &ctx);
+  if (!rc) {
+    rc = estimate_show(&r, &sc, &ctx, &f);
     setup_context_cleanup(&ctx);
-    return rc;
   }
-  /* What a run of this setup measured here, and --calibrate to it. */
-  struct history_note note;
-  history_note_find(&r, argv[optind], &ctx, &note);
-  if (calibrate && history_note_ratio(&note, "estimate") > 0) vf_estimate_calibrate(&e, note.ratio);
-  const struct vf_uncertainty *u = vf_uncertainty_for(&ctx.uncertainty, &r.setup);
-  struct shown shown = {.e = &e, .group = u->group};
-  vf_estimate_ranges(&e, u, &shown.ranges);
-  uint64_t cap = ctx.gpu.capacity_bytes;
-  struct vf_profile_info profile;
-  vf_profile_describe(ctx.profile, &profile);
-  int code = EXIT_OK;
-  if (json) {
-    json_t *o = estimate_json(&ctx, &shown, cap, &r, &profile);
-    history_note_json(&note, o);
-    code = cli_print_json(o);
-  } else {
-    estimate_text(&ctx, &shown, &r, &profile);
-    history_note_print(&note);
-  }
-  if (code == EXIT_OK && cap && !fits_high(&shown, cap)) code = EXIT_NO;
-  history_note_cleanup(&note);
-  setup_context_cleanup(&ctx);
-  return code;
+  setup_config_cleanup(&sc);
+  return rc;
 }

@@ -8,10 +8,11 @@ static const char usage[] =
     "usage: vramfit inspect MODEL [--json] [--tensors]\n\n"
     "Describes a model: family, dimensions, parameter counts (total, embedding,\n"
     "non-embedding, per projection kind), stored dtype and bytes.\n\n"
-    "MODEL is a catalogue name ('vramfit models'), a config.json, a model folder,\n"
-    "a .safetensors file, a model.safetensors.index.json, or a .gguf file. When a\n"
-    "checkpoint is given its real tensors win, and disagreements with the config\n"
-    "are listed.\n\n"
+    "MODEL is a config.json, a model folder, a .safetensors file, a\n"
+    "model.safetensors.index.json, a .gguf file, a Hub id (Org/Name) of the local Hugging\n"
+    "Face Hub cache, or a catalogue name, Hub id or alias ('vramfit models'). When a\n"
+    "checkpoint is given its real tensors win, and disagreements with the config are\n"
+    "listed.\n\n"
     "  --json      machine-readable output\n"
     "  --tensors   list every tensor (name, shape, dtype)\n";
 

@@ -4,11 +4,12 @@
 #include <string.h>
 
 #include "cli/history_cli.h"
-#include "cli/setup_opts.h"
+#include "cli/setup_config.h"
 #include "cli/workload_cli.h"
 
 static const char usage[] =
     "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n"
+    "       vramfit plan CONFIG [more configs] [estimate options] --gpu G [--write] [options]\n"
     "       vramfit plan --workload FILE --gpu G [--safety F] [--target-effective-batch N] [--json]\n\n"
     "The fastest training setting that fits the GPU, within the changes allowed: micro batch\n"
     "and accumulation (keeping the effective batch), gradient checkpointing, optimizer,\n"
@@ -28,6 +29,11 @@ static const char usage[] =
     "                               lora-r, quant, grad-ckpt, shard, offload, capacity (= method,\n"
     "                               lora-r, quant and the model), none (capacity)\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
+    "  --write                      with training configs as MODEL: write the recommended\n"
+    "                               setting into the keys it was read from, as 'vramfit apply\n"
+    "                               CONFIG --plan' does (backups, the diff); a key the\n"
+    "                               configs leave to a default is added where it has one home\n"
+    "  --format F                   the training config's tool, where its keys do not tell\n"
     "  --calibrate                  scale every estimate's batch-dependent part by what a run\n"
     "                               of the given setup measured here ('vramfit history')\n"
     "  --gpus-per-node M            search the layout too: --gpus is the world size in nodes of M\n"
@@ -46,10 +52,13 @@ static const char usage[] =
     "Exit status: 0, or 1 when nothing fits within the allowed changes (the smallest peak\n"
     "found is printed).\n";
 
-enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_GPUS_PER_NODE, O_NETWORK, O_WORKLOAD };
+enum { O_SAFETY = O_SETUP_END, O_TARGET, O_KEEP, O_JSON, O_HELP, O_CALIBRATE, O_GPUS_PER_NODE, O_NETWORK, O_WORKLOAD,
+       O_WRITE };
 
 static const struct option opts[] = {
     SETUP_OPTIONS,
+    CONFIG_OPTIONS,
+    {"write", no_argument, NULL, O_WRITE},
     {"safety", required_argument, NULL, O_SAFETY},
     {"target-effective-batch", required_argument, NULL, O_TARGET},
     {"keep", required_argument, NULL, O_KEEP},
@@ -67,7 +76,7 @@ struct plan_args {
   uint64_t target, gpus_per_node;
   double network_gbps;
   uint32_t keep;
-  bool json, calibrate, safety_given;
+  bool json, calibrate, safety_given, write;
   const char *workload;
 };
 
@@ -101,6 +110,7 @@ static int plan_option(struct plan_args *a, int c, const char *arg) {
                     "quant, grad-ckpt, shard, offload, capacity, none", arg);
     return VF_EINVAL;
   case O_JSON: a->json = true; return 0;
+  case O_WRITE: a->write = true; return 0;
   case O_CALIBRATE: a->calibrate = true; return 0;
   case O_NETWORK: return parse_positive("--network-gbps", arg, 1e6, "GB/s above 0", &a->network_gbps);
   case O_GPUS_PER_NODE: return parse_count("--gpus-per-node", arg, &a->gpus_per_node);
@@ -224,6 +234,51 @@ static void keep_plan(const char *model, const struct vf_gpu_spec *gpu, const ch
   history_save_plan(label, plan);
 }
 
+/* Plans a loaded setup; the plan's JSON (with where its setting was read) in *out. */
+static int plan_setup(struct plan_args *a, const struct setup_config *sc, const struct setup_context *ctx,
+                      json_t **out) {
+  struct vf_plan_request req = {&ctx->model, ctx->profile, &ctx->conf, &ctx->gpu, a->setup.setup,
+                                a->safety, a->target, a->keep | setup_config_keep(sc), 0, &ctx->uncertainty,
+                                a->gpus_per_node, a->network_gbps};
+  bool layout = a->gpus_per_node > 0;
+  setup_config_warn(&a->setup, ctx, sc);
+  /* What a run of the given setup measured here, and --calibrate to it. */
+  struct history_note note;
+  history_note_find(&a->setup, sc->model, ctx, &note);
+  if (a->calibrate) req.batch_scale = history_note_ratio(&note, "plan");
+  struct vf_plan_result *p = malloc(sizeof *p);
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  int rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
+  json_t *o = rc ? NULL : plan_json(p, ctx->gpu.capacity_bytes, layout);
+  if (o) history_note_json(&note, o);
+  if (o && setup_config_any(sc)) {
+    json_object_set_new(o, "read_from", setup_read_from_json(&a->setup));
+    json_object_set_new(o, "warnings", setup_config_warnings_json(&a->setup, ctx, sc));
+  }
+  int code = rc ? cli_diag_error("plan", rc, &d) : p->tiers[VF_TIER_BALANCED].found ? EXIT_OK : EXIT_NO;
+  if (code == EXIT_OK) keep_plan(sc->model, &ctx->gpu, a->setup.gpu, o);
+  if (!rc && !a->json) plan_text(&ctx->model, &ctx->gpu, p, a->safety, layout), history_note_print(&note);
+  history_note_cleanup(&note);
+  free(p);
+  *out = o;
+  return code;
+}
+
+/* The plan shown, and with --write written into the configs it was read from. */
+static int plan_show(struct plan_args *a, const struct setup_config *sc, const struct setup_context *ctx) {
+  json_t *o = NULL, *written = NULL;
+  int code = plan_setup(a, sc, ctx, &o);
+  if (code == EXIT_OK && a->write) code = setup_config_write(&a->setup, sc, o, a->json, &written);
+  if (written) json_object_set_new(o, "written", written);
+  if (o && a->json && (code == EXIT_OK || code == EXIT_NO)) {
+    int printed = cli_print_json(json_incref(o));
+    if (printed) code = printed;
+  }
+  json_decref(o);
+  return code;
+}
+
 int cmd_plan(int argc, char **argv) {
   struct plan_args a = {.safety = 0.90, .keep = VF_KEEP_CAPACITY};
   setup_request_init(&a.setup, "plan");
@@ -237,35 +292,18 @@ int cmd_plan(int argc, char **argv) {
   if (a.workload && optind != argc)
     return cli_usage_error("plan", "--workload: the workload names its model; give no MODEL");
   if (a.workload) return plan_workload(&a.setup, a.workload, a.safety_given ? a.safety : 0, a.target, a.json);
-  if (optind != argc - 1)
-    return cli_usage_error("plan", optind == argc ? "MODEL is missing; see 'vramfit plan --help'"
-                                                  : "expects exactly one MODEL");
+  if (optind == argc) return cli_usage_error("plan", "MODEL is missing; see 'vramfit plan --help'");
   if (!a.setup.gpu) return cli_usage_error("plan", "--gpu is required: the GPU to plan for");
+  struct setup_config sc;
   struct setup_context ctx;
-  int rc = setup_context_load(&a.setup, argv[optind], &ctx);
-  if (rc) return rc;
-  struct vf_plan_request req = {&ctx.model, ctx.profile, &ctx.conf, &ctx.gpu, a.setup.setup,
-                                a.safety, a.target, a.keep, 0, &ctx.uncertainty, a.gpus_per_node, a.network_gbps};
-  bool layout = a.gpus_per_node > 0;
-  /* What a run of the given setup measured here, and --calibrate to it. */
-  struct history_note note;
-  history_note_find(&a.setup, argv[optind], &ctx, &note);
-  if (a.calibrate) req.batch_scale = history_note_ratio(&note, "plan");
-  struct vf_plan_result *p = malloc(sizeof *p);
-  struct vf_diag d;
-  vf_diag_clear(&d);
-  rc = p ? vf_plan_search(&req, p, &d) : VF_ENOMEM;
-  int code = EXIT_OK;
-  json_t *o = rc ? NULL : plan_json(p, ctx.gpu.capacity_bytes, layout);
-  if (o) history_note_json(&note, o);
-  if (rc) code = cli_diag_error("plan", rc, &d);
-  else if (p->tiers[VF_TIER_BALANCED].found) keep_plan(argv[optind], &ctx.gpu, a.setup.gpu, o);
-  if (!rc && a.json) code = cli_print_json(json_incref(o));
-  else if (!rc) plan_text(&ctx.model, &ctx.gpu, p, a.safety, layout), history_note_print(&note);
-  if (code == EXIT_OK && !p->tiers[VF_TIER_BALANCED].found) code = EXIT_NO;
-  json_decref(o);
-  history_note_cleanup(&note);
-  free(p);
-  setup_context_cleanup(&ctx);
-  return code;
+  int rc = setup_config_read(&a.setup, argv + optind, argc - optind, &sc);
+  if (!rc && a.write && !setup_config_any(&sc))
+    rc = cli_usage_error("plan", "--write writes the plan into the training configs given as MODEL; none was given");
+  if (!rc) rc = setup_context_load(&a.setup, sc.model, &ctx);
+  if (!rc) {
+    rc = plan_show(&a, &sc, &ctx);
+    setup_context_cleanup(&ctx);
+  }
+  setup_config_cleanup(&sc);
+  return rc;
 }

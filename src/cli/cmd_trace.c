@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
-#include "cli/setup_opts.h"
+#include "cli/setup_config.h"
 #include "cli/trace_run.h"
 #include "cli/workload_cli.h"
 
@@ -19,12 +19,15 @@ static const char usage[] =
     "through the caching-allocator model. No GPU and no weights are needed: the model is\n"
     "built from its config with random values. Where CUDA kernels keep other tensors than\n"
     "the fake device shows (the SDPA backends, cuBLAS workspaces), the tracer follows CUDA.\n\n"
-    "MODEL is a catalogue name, a config.json, or a folder holding one. The options are\n"
-    "estimate's (see 'vramfit estimate --help'); traced frameworks: hf (transformers, PEFT,\n"
-    "the Trainer), litgpt, torchtune, lightning. Many GPUs: torchtune and litgpt with --gpus N\n"
-    "--shard fsdp, and hf and lightning with --gpus N (DDP) or --gpus N --shard fsdp, trace\n"
-    "rank 0 on a fake process group (its collectives move nothing, their buffers are allocated\n"
-    "as on a GPU); --tp, --pp, --cp, --offload and ZeRO are not traced.\n\n"
+    "MODEL is a catalogue name, Hub id or alias, a Hub id in the local Hugging Face Hub\n"
+    "cache, a config.json, a folder holding one, or a training config naming one of those\n"
+    "(its validation setting aside: the tracer runs the framework's loop). The options are\n"
+    "estimate's, --format too (see 'vramfit estimate --help'); traced frameworks: hf\n"
+    "(transformers, PEFT, the Trainer), litgpt, torchtune, lightning. Many GPUs: torchtune\n"
+    "and litgpt with --gpus N --shard fsdp, and hf and lightning with --gpus N (DDP) or\n"
+    "--gpus N --shard fsdp, trace rank 0 on a fake process group (its collectives move\n"
+    "nothing, their buffers are allocated as on a GPU); --tp, --pp, --cp, --offload and ZeRO\n"
+    "are not traced.\n\n"
     "  --json         machine-readable output\n"
     "  --events FILE  keep the allocation events (one per line) in FILE\n"
     "  --timeout S    stop the tracer after S seconds (exit 4)\n"
@@ -41,7 +44,7 @@ static const char usage[] =
 
 enum { O_JSON = O_SETUP_END, O_HELP, O_EVENTS, O_TIMEOUT, O_WORKLOAD };
 
-static const struct option opts[] = {SETUP_OPTIONS, {"json", no_argument, NULL, O_JSON},
+static const struct option opts[] = {SETUP_OPTIONS, CONFIG_OPTIONS, {"json", no_argument, NULL, O_JSON},
                                      {"events", required_argument, NULL, O_EVENTS},
                                      {"timeout", required_argument, NULL, O_TIMEOUT},
                                      {"workload", required_argument, NULL, O_WORKLOAD},
@@ -81,7 +84,7 @@ static void scratch_remove(const struct scratch *s) {
 }
 
 /* The config.json the tracer builds the model from: the catalogue's copy, the file given,
- * or the one in the folder given. */
+ * or the one in the folder given or (a Hub id) in the Hub cache's snapshot. */
 static int config_path(const struct vf_model *m, const char *arg, const struct scratch *s,
                        char *out, size_t size) {
   if (strcmp(m->source, "catalogue") == 0) {
@@ -93,8 +96,9 @@ static int config_path(const struct vf_model *m, const char *arg, const struct s
     snprintf(out, size, "%s", s->config);
     return rc;
   }
-  if (path_is_dir(arg)) snprintf(out, size, "%s/config.json", arg);
-  else snprintf(out, size, "%s", arg);
+  const char *from = path_is_dir(arg) || path_is_file(arg) ? arg : m->source;
+  if (path_is_dir(from)) snprintf(out, size, "%s/config.json", from);
+  else snprintf(out, size, "%s", from);
   return str_ends_with(out, ".json") && !str_ends_with(out, ".index.json") && path_is_file(out)
              ? 0 : VF_EUNSUPPORTED;
 }
@@ -276,14 +280,14 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
                                     "--alloc-conf apply", a->setup_flag);
   if (a->workload)
     return optind == argc ? EXIT_OK : cli_usage_error("trace", "--workload: the workload names its model; give no MODEL");
-  if (optind != argc - 1)
-    return cli_usage_error("trace", optind == argc ? "MODEL is missing; see 'vramfit trace --help'"
-                                                   : "expects exactly one MODEL");
   /* The tracer runs the torch its environment pins: another one cannot be asked for. */
   if (a->r.torch)
     return cli_usage_error("trace", "--torch: the tracer runs the PyTorch release its environment pins "
                                     "('make trace-env'); --torch is estimate's");
-  a->model = argv[optind];
+  /* The traced loop validates where the framework's own does (litgpt's scripts). */
+  if (a->r.setup.eval != VF_EVAL_DEFAULT)
+    return cli_usage_error("trace", "--eval: the tracer validates as the framework's loop does (litgpt's "
+                                    "scripts do, the others do not); --eval is the estimator's");
   return EXIT_OK;
 }
 
@@ -293,7 +297,7 @@ static int trace_setup(const struct trace_args *a, const struct setup_context *c
   char config[PATH_MAX];
   if (config_path(&c->model, a->model, s, config, sizeof config))
     return cli_usage_error("trace", "%s: the tracer builds models from a Hugging Face config.json: give a "
-                           "catalogue name, a config.json or a folder holding one", a->model);
+                           "catalogue name, a Hub id, a config.json or a folder holding one", a->model);
   json_t *setup = setup_json(a, c, config, framework, version);
   int rc = json_dump_file(setup, s->setup, 0);
   json_decref(setup);
@@ -342,20 +346,31 @@ static int trace_loaded(const struct trace_args *a, const struct setup_context *
   return code;
 }
 
+/* Traces the setup the command line and the configs among args describe. */
+static int trace_model(struct trace_args *a, char *const *args, int n) {
+  struct setup_config sc;
+  struct setup_context ctx;
+  int code = setup_config_read(&a->r, args, n, &sc);
+  /* A config's validation setting is the estimator's: the tracer runs the framework's loop. */
+  a->r.setup.eval = VF_EVAL_DEFAULT;
+  a->r.read_from[K_EVAL] = a->r.by_tool[K_EVAL] = NULL;
+  a->model = sc.model;
+  if (!code) code = setup_context_load(&a->r, a->model, &ctx);
+  if (!code) {
+    setup_config_warn(&a->r, &ctx, &sc);
+    a->attention = a->r.setup.attention;
+    vf_setup_resolve(&a->r.setup, &ctx.model, ctx.profile);
+    code = trace_loaded(a, &ctx, a->r.spec.name, a->r.spec.version);
+    setup_context_cleanup(&ctx);
+  }
+  setup_config_cleanup(&sc);
+  return code;
+}
+
 int cmd_trace(int argc, char **argv) {
   struct trace_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code) return code < 0 ? EXIT_OK : code;
   if (a.workload) return trace_workload(&a.r, a.workload, a.json, (double)a.timeout_s);
-  struct setup_context ctx;
-  /* The traced loop validates where the framework's own does (litgpt's scripts). */
-  if (a.r.setup.eval != VF_EVAL_DEFAULT)
-    return cli_usage_error("trace", "--eval: the tracer validates as the framework's loop does (litgpt's "
-                                    "scripts do, the others do not); --eval is the estimator's");
-  if ((code = setup_context_load(&a.r, a.model, &ctx))) return code;
-  a.attention = a.r.setup.attention;
-  vf_setup_resolve(&a.r.setup, &ctx.model, ctx.profile);
-  code = trace_loaded(&a, &ctx, a.r.spec.name, a.r.spec.version);
-  setup_context_cleanup(&ctx);
-  return code;
+  return trace_model(&a, argv + optind, argc - optind);
 }

@@ -77,11 +77,12 @@ void history_add(struct vf_history *h, const char *cmd, const struct vf_run *r) 
 
 /* ---- the setup ---- */
 
-/* A path that exists, made absolute; else a catalogue name in lower case. */
-static json_t *model_key(const char *model) {
+/* A path that exists, made absolute; else the model it resolved to (a catalogue name, whichever
+ * alias or Hub id named it, or the Hub id of a cached model), in lower case. */
+static json_t *model_key(const char *model, const struct vf_model *resolved) {
   char path[PATH_MAX];
   if ((path_is_file(model) || path_is_dir(model)) && realpath(model, path)) return json_string(path);
-  char *lower = strdup(model);
+  char *lower = strdup(resolved->name ? resolved->name : model);
   for (char *p = lower; p && *p; p++) *p = (char)tolower((unsigned char)*p);
   json_t *v = lower ? json_string(lower) : NULL;
   free(lower);
@@ -101,7 +102,7 @@ char *history_setup_json(const struct setup_request *r, const char *model, const
   vf_offload_format(s->offload, offload, sizeof offload);
   json_t *o = json_pack("{s:o, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o,"
                         " s:I, s:I, s:I, s:I, s:o, s:s, s:s}",
-                        "model", model_key(model), "framework", r->framework, "seq", (json_int_t)s->seq,
+                        "model", model_key(model, &c->model), "framework", r->framework, "seq", (json_int_t)s->seq,
                         "accumulation", (json_int_t)s->accumulation, "task", enum_value(VF_ENUM_TASK, s->task),
                         "weights", enum_value(VF_ENUM_PRECISION, s->weights), "amp",
                         enum_value(VF_ENUM_PRECISION, s->amp), "optimizer",

@@ -36,8 +36,9 @@ void history_add(struct vf_history *h, const char *cmd, const struct vf_run *r);
 
 /* The setup the estimate options describe, as canonical JSON (sorted keys, no spaces): the key
  * that ties an estimate to the runs measured for it. Every option but --batch and --gpu, and
- * the model as given (a catalogue name in lower case, a path made absolute), with the weights
- * the framework loads when no --weights was given (c's model and profile say). Caller frees. */
+ * the model (a path made absolute, else the model it resolved to in lower case, so that an
+ * alias and its catalogue name are one key), with the weights the framework loads when no
+ * --weights was given (c's model and profile say). Caller frees. */
 char *history_setup_json(const struct setup_request *r, const char *model, const struct setup_context *c);
 
 /* What was measured for an estimate's setup, and how far the estimate was from it. */

@@ -52,6 +52,7 @@ static const struct {
     {O_SEQUENCE_PARALLEL, "--sequence-parallel", K_SEQUENCE_PARALLEL},
     {O_DP_REPLICATE, "--dp-replicate", K_DP_REPLICATE},
     {O_EP, "--ep", K_EP},
+    {O_FORMAT, "--format", K_COUNT},
 };
 #define N_OPTIONS (sizeof options / sizeof *options)
 
@@ -227,6 +228,7 @@ static int parse_option(struct setup_request *r, int c, const char *label, const
   case O_FRAMEWORK:
   case O_TORCH: return parse_version(r, c, label, arg);
   case O_GPU: r->gpu = arg; return 0;
+  case O_FORMAT: r->format = arg; return 0;
   case O_ALLOC_CONF: r->alloc_conf = arg; return 0;
   case O_LORA_TARGETS:
     if (vf_lora_targets_parse(arg, &s->lora_targets) == 0) return 0;
@@ -260,14 +262,23 @@ int setup_option(struct setup_request *r, int c, const char *arg) {
   return rc;
 }
 
-int setup_option_from(struct setup_request *r, int c, const char *arg, const char *where) {
+int setup_option_from(struct setup_request *r, int c, const char *arg, const char *where, const char *tool) {
   char label[PATH_MAX + 64];
   snprintf(label, sizeof label, "%s (%s)", where, flag_of(c));
   int rc = parse_option(r, c, label, arg);
   uint64_t keys = rc ? 0 : keys_set(r, c);
-  for (int k = 0; k < K_COUNT; k++)
-    if (keys & (1ull << k)) r->read_from[k] = where;
+  for (int k = 0; k < K_COUNT; k++) {
+    if (!(keys & (1ull << k))) continue;
+    r->read_from[k] = tool ? NULL : where;
+    r->by_tool[k] = tool;
+  }
   return rc;
+}
+
+int setup_option_code(enum setup_key k) {
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (options[i].key == k) return options[i].code;
+  return 0;
 }
 
 /* The allocator configuration: --alloc-conf, else what the environment would give PyTorch. */
@@ -328,6 +339,8 @@ int setup_context_load(struct setup_request *r, const char *model, struct setup_
   vf_diag_clear(&d);
   if ((rc = vf_model_load(&c->model, model, &d))) {
     setup_context_cleanup(c);
+    /* A model a training config names: the error names its place. */
+    if (r->read_from[K_MODEL] && !d.file[0]) snprintf(d.file, sizeof d.file, "%s", r->read_from[K_MODEL]);
     return cli_diag_error(r->cmd, rc, &d);
   }
   /* The default length stops at a learned position table's end, which a run cannot pass. */
@@ -364,6 +377,12 @@ static const char *const key_names[K_COUNT] = {
     "lora_targets", "quant", "batch", "accumulation", "seq", "lengths", "eval", "grad_ckpt", "attention",
     "optimizer", "loss", "shard", "offload", "gpus", "tp", "pp", "cp", "ep", "dp_replicate", "pp_schedule",
     "sequence_parallel", "alloc_conf"};
+
+enum setup_key setup_key_named(const char *name) {
+  int k = 0;
+  while (k < K_COUNT && strcmp(key_names[k], name) != 0) k++;
+  return (enum setup_key)k;
+}
 
 static json_t *enum_json(enum vf_enum_kind kind, int value) { return json_string(vf_enum_name(kind, value)); }
 
@@ -467,7 +486,9 @@ void setup_assumed_print(const struct setup_request *r, const struct setup_conte
     if (json_is_string(v)) printf("%s", json_string_value(v)[0] ? json_string_value(v) : "none");
     else if (json_is_boolean(v)) printf("%s", json_is_true(v) ? "yes" : "no");
     else printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    if (strcmp(key, "weights") == 0 && p.checkpoint_dtype_weights) printf(" (the checkpoint's dtype)");
+    enum setup_key k = setup_key_named(key);
+    if (k < K_COUNT && r->by_tool[k]) printf(" (%s's default)", r->by_tool[k]);
+    else if (strcmp(key, "weights") == 0 && p.checkpoint_dtype_weights) printf(" (the checkpoint's dtype)");
     if (strcmp(key, "seq") == 0 && c->model.arch.learned_positions && r->setup.seq == c->model.arch.max_positions)
       printf(" (the model's positions)");
     first = false;

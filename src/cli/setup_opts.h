@@ -12,7 +12,7 @@ enum {
   O_BATCH = 256, O_SEQ, O_ACCUMULATION, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER,
   O_METHOD, O_LORA_R, O_LORA_TARGETS, O_QUANT, O_GRAD_CKPT, O_ATTENTION, O_GPUS, O_SHARD,
   O_OFFLOAD, O_TP, O_PP, O_CP, O_GPU, O_ALLOC_CONF, O_LENGTHS, O_TORCH, O_EVAL, O_PP_SCHEDULE,
-  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP,
+  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP, O_FORMAT,
   O_SETUP_END /* a command's own options are numbered from here */
 };
 
@@ -36,6 +36,9 @@ enum {
   {"sequence-parallel", required_argument, NULL, O_SEQUENCE_PARALLEL},                        \
   {"dp-replicate", required_argument, NULL, O_DP_REPLICATE}, {"ep", required_argument, NULL, O_EP}
 
+/* --format, for the commands that read a training config as MODEL (cli/setup_config.h). */
+#define CONFIG_OPTIONS {"format", required_argument, NULL, O_FORMAT}
+
 /* The values a setup holds, as `--json` names them in "setup" (the contract's list, and the
  * few more a run's setup has), so that each can say where it came from: the command line, a
  * training config (read_from), or a default ("assumed"). */
@@ -54,8 +57,10 @@ struct setup_request {
   struct vf_framework_spec spec; /* the same, split and checked */
   const char *torch, *gpu, *alloc_conf; /* NULL when not given */
   const char *lengths_spec;             /* --lengths varied:MEAN,MAX or varied:FILE as given, else NULL */
+  const char *format;                   /* --format: the tool of the training config given */
   uint64_t given;                       /* bit (1 << K_x) per value the command line gave */
   const char *read_from[K_COUNT];       /* "FILE:LINE" of a value a training config gave, else NULL */
+  const char *by_tool[K_COUNT];         /* the tool whose default a config left a value to */
 };
 
 /* The contract's defaults. */
@@ -65,8 +70,13 @@ void setup_request_init(struct setup_request *r, const char *cmd);
  * itself. 0 or VF_EINVAL. */
 int setup_option(struct setup_request *r, int c, const char *arg);
 /* The same for a value a training config gives at where ("FILE:LINE", kept by the caller for
- * as long as r): the error names where, not the option. */
-int setup_option_from(struct setup_request *r, int c, const char *arg, const char *where);
+ * as long as r): the error names where, not the option. tool: the config lacks the key and
+ * the value is that tool's default (then it stays among the assumed values), or NULL. */
+int setup_option_from(struct setup_request *r, int c, const char *arg, const char *where, const char *tool);
+/* The value of the setup a name of "setup" is (K_COUNT: none), and the option that sets it
+ * (0: none). */
+enum setup_key setup_key_named(const char *name);
+int setup_option_code(enum setup_key k);
 
 /* Everything the setup names, resolved. */
 struct setup_context {

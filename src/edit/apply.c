@@ -53,6 +53,7 @@ static int edit_file(struct afile *f, struct vf_diag *d) {
 
 static int prepare(struct astate *s, const struct vf_apply_input *in, size_t n, struct vf_diag *d) {
   int rc = queue_open(s, in, n, d);
+  if (!rc) rc = hydra_packages(s);
   if (!rc) rc = resolve_settings(s, d);
   if (!rc) rc = check_consistency(s, d);
   for (size_t i = 0; i < s->n && !rc; i++) rc = edit_file(&s->f[i], d);

@@ -23,11 +23,6 @@ static bool hf_family(const struct afile *f) {
   return fmt_is(f, "hf") || fmt_is(f, "trl") || fmt_is(f, "axolotl") || fmt_is(f, "llamafactory");
 }
 
-static const char *base(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
 /* The file that loads ds: an HF-style "deepspeed: ds.json" or Lightning's strategy config. */
 static struct afile *owner_of(const struct astate *s, const struct afile *ds, bool *lightning) {
   for (size_t i = 0; i < s->n; i++) {
@@ -36,7 +31,7 @@ static struct afile *owner_of(const struct astate *s, const struct afile *ds, bo
     const char *key = hf_family(g) ? "deepspeed" : *lightning ? "trainer.strategy.init_args.config" : NULL;
     struct vf_value v;
     if (g == ds || !key || queue_get(g, key, &v, NULL) == 0 || v.kind != VF_VALUE_STRING) continue;
-    if (strcmp(base(v.s), base(ds->pub->path)) == 0 || strcmp(base(v.s), base(ds->pub->target)) == 0)
+    if (strcmp(path_base(v.s), path_base(ds->pub->path)) == 0 || strcmp(path_base(v.s), path_base(ds->pub->target)) == 0)
       return g;
   }
   *lightning = false;
@@ -275,7 +270,8 @@ static int check_litgpt(const struct astate *s, struct afile *f, struct vf_diag 
 
 static bool in_call(const struct astate *s, const char *name) {
   for (size_t i = 0; i < s->n; i++)
-    if (strcmp(base(name), base(s->f[i].pub->path)) == 0 || strcmp(base(name), base(s->f[i].pub->target)) == 0)
+    if (strcmp(path_base(name), path_base(s->f[i].pub->path)) == 0 ||
+        strcmp(path_base(name), path_base(s->f[i].pub->target)) == 0)
       return true;
   return false;
 }

@@ -80,6 +80,8 @@ struct afile {
   struct pedit *edits;
   size_t n_edits;
   long long accumulation; /* a derived accumulation asked for (litgpt); 0: not asked */
+  char package[256];      /* a config another one's Hydra defaults list composes: where its
+                           * keys land ("data"); "" otherwise */
 };
 
 struct astate {
@@ -110,6 +112,9 @@ int queue_add(struct afile *f, const char *key, const char *path, const struct v
 int queue_get(const struct afile *f, const char *path, struct vf_value *v, size_t *at);
 
 /* ---- what goes in the queue (hydra.c, check.c, resolve.c) ---- */
+/* Configs of the call that another one's Hydra defaults list composes take its map, at
+ * their package, so that a value lands in the config it is read from (hydra.c). */
+int hydra_packages(struct astate *s);
 /* Hydra: a primary config's edits that a defaults entry after _self_ would override move to
  * that entry's config when the call holds it, else are refused (hydra.c). */
 int check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d);

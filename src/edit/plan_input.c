@@ -73,17 +73,25 @@ static int shard_stage(const char *file, const char *shard, const char **out, st
                  "the plan asks for shard %s, which apply cannot write: set it up by hand", shard);
 }
 
+/* Whether a field is one to write: given (a plan of the user's own configs, its "given"
+ * read from them) holds the files' values, so only what the plan changes is written, into
+ * the keys it was read from, and what vramfit could not model stays as the files have it. */
+static bool to_write(const json_t *v, const json_t *given, const char *field) {
+  return v && !json_is_null(v) && !(given && json_equal((json_t *)v, json_object_get(given, field)));
+}
+
 /* set_only: the object's "set" alone (a workload plan's stage, whose batch and
  * accumulation belong to the main config). */
-static int read_fields(struct store *st, const char *file, const json_t *o, bool set_only, struct list *l,
-                       struct vf_diag *d) {
+static int read_fields(struct store *st, const char *file, const json_t *o, const json_t *given, bool set_only,
+                       struct list *l, struct vf_diag *d) {
   for (size_t i = 0; !set_only && i < sizeof direct_fields / sizeof *direct_fields; i++) {
     const json_t *v = json_object_get(o, direct_fields[i]);
-    if (!v || json_is_null(v)) continue;
+    if (!to_write(v, given, direct_fields[i])) continue;
     int rc = push(l, direct_fields[i], as_text(st, v, false), 1);
     if (rc) return rc;
   }
-  const char *shard = set_only ? NULL : json_string_value(json_object_get(o, "shard")), *stage = NULL;
+  const json_t *shard_v = json_object_get(o, "shard");
+  const char *shard = set_only || !to_write(shard_v, given, "shard") ? NULL : json_string_value(shard_v), *stage = NULL;
   if (shard) {
     int rc = shard_stage(file, shard, &stage, d);
     if (!rc) rc = push(l, "zero_stage", stage, 1);
@@ -108,16 +116,11 @@ static struct list *new_list(struct store *st) {
   return &grown[st->nlists++];
 }
 
-static const char *base_of(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
 static bool stage_matches(const json_t *stage, const char *path) {
   const char *file = json_string_value(json_object_get(stage, "file"));
   const char *name = json_string_value(json_object_get(stage, "name"));
-  const char *b = base_of(path);
-  if (file) return strcmp(file, path) == 0 || strcmp(base_of(file), b) == 0;
+  const char *b = path_base(path);
+  if (file) return strcmp(file, path) == 0 || strcmp(path_base(file), b) == 0;
   if (!name) return false;
   size_t n = strcspn(b, ".");
   return strcmp(name, b) == 0 || (strlen(name) == n && strncmp(name, b, n) == 0);
@@ -148,7 +151,7 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
     struct list *l = new_list(st);
     if (!l) return VF_ENOMEM;
     size_t hits = 0, idx = st->nlists - 1;
-    int rc = read_fields(st, file, stage, set_only, l, d);
+    int rc = read_fields(st, file, stage, NULL, set_only, l, d);
     for (size_t f = 0; f < n_files && !rc; f++) {
       if (!stage_matches(stage, files[f])) continue;
       if (li[f] != 0)
@@ -184,7 +187,9 @@ static int load(struct vf_plan *p, struct store *st, const char *file, const jso
                    "not a plan: no \"recommended\" object and no \"stages\" list");
   struct list *l0 = new_list(st);
   if (!l0) return VF_ENOMEM;
-  int rc = base ? read_fields(st, file, base, false, l0, d) : 0;
+  /* A plan of configs says where it read them ("read_from"): it writes back its changes. */
+  const json_t *given = json_object_get(root, "read_from") ? json_object_get(root, "given") : NULL;
+  int rc = base ? read_fields(st, file, base, given, false, l0, d) : 0;
   size_t *li = calloc(n_files ? n_files : 1, sizeof *li);
   if (!li) return VF_ENOMEM;
   if (!rc && stages) rc = match_stages(st, file, stages, base == shared, files, n_files, li, d);
@@ -215,18 +220,25 @@ static int read_plan(const char *file, char **text, size_t *len, struct vf_diag 
   return *text ? 0 : VF_ENOMEM;
 }
 
-int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const char *const *files,
-                 size_t n_files, const struct vf_setting *extra, size_t n_extra, struct vf_diag *d) {
-  struct store *st = calloc(1, sizeof *st);
+int vf_plan_parse(struct vf_plan *p, const char *file, const char *text, size_t len, const char *tier,
+                  const char *const *files, size_t n_files, const struct vf_setting *extra, size_t n_extra,
+                  struct vf_diag *d) {
+  struct store *st = p->priv ? p->priv : calloc(1, sizeof *st);
   if (!st) return VF_ENOMEM;
   p->priv = st;
-  char *text = NULL;
-  size_t len = 0;
   json_t *root = NULL;
-  int rc = read_plan(file, &text, &len, d);
-  if (!rc) rc = parse_json_text(text, len, file, &root, d);
+  int rc = parse_json_text(text, len, file, &root, d);
   if (!rc) rc = load(p, st, file, root, tier, files, n_files, extra, n_extra, d);
   json_decref(root);
+  return rc;
+}
+
+int vf_plan_load(struct vf_plan *p, const char *file, const char *tier, const char *const *files,
+                 size_t n_files, const struct vf_setting *extra, size_t n_extra, struct vf_diag *d) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc = read_plan(file, &text, &len, d);
+  if (!rc) rc = vf_plan_parse(p, file, text, len, tier, files, n_files, extra, n_extra, d);
   free(text);
   return rc;
 }

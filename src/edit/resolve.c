@@ -10,6 +10,7 @@
 
 #include "base/diag.h"
 #include "edit/internal.h"
+#include "io/hydra.h"
 
 enum ltype { L_INT, L_ENUM, L_LIST };
 
@@ -222,6 +223,11 @@ static size_t missing_depth(const struct yfind *fd) {
   return n;
 }
 
+/* A map's path as it is in f: below f's Hydra package, or NULL when not under it. */
+static const char *in_file(const struct afile *f, const char *path) {
+  return hydra_inside(f->package, path);
+}
+
 static int resolve_slot(const struct afile *f, const struct slot *sl, struct sres *r, bool create,
                         struct vf_diag *d) {
   memset(r, 0, sizeof *r);
@@ -229,12 +235,13 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
   size_t best_depth = SIZE_MAX, best_at = 0;
   for (size_t i = 0; i < sl->ncand; i++) {
     struct yfind fd;
-    int rc = ytree_find(&f->doc.t, sl->cands[i], &fd, d);
+    const char *path = in_file(f, sl->cands[i]);
+    int rc = path ? ytree_find(&f->doc.t, path, &fd, d) : VF_ENOTFOUND;
     if (rc == VF_ENOTFOUND) continue;
     if (rc) return rc;
-    if (fd.node) return found_node(f, sl, fd.node, sl->cands[i], r, d);
+    if (fd.node) return found_node(f, sl, fd.node, path, r, d);
     if (missing_depth(&fd) < best_depth && !beside_class_path(&fd)) {
-      best = sl->cands[i];
+      best = path;
       best_depth = missing_depth(&fd);
       best_at = fd.parent ? fd.parent->start : 0;
     }
@@ -364,7 +371,7 @@ static const struct ynode *current(const struct afile *f, const json_t *entry, c
   size_t n = over ? 1 : json_array_size(paths);
   for (size_t i = 0; i < n; i++) {
     struct yfind fd;
-    const char *p = over ? over : json_string_value(json_array_get(paths, i));
+    const char *p = in_file(f, over ? over : json_string_value(json_array_get(paths, i)));
     if (p && ytree_find(&f->doc.t, p, &fd, NULL) == 0 && fd.node) return fd.node;
   }
   return NULL;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/diag.h"
+#include "base/fileio.h"
 #include "edit/internal.h"
 
 enum { MAX_BACKUPS = 100000 };
@@ -21,11 +22,6 @@ static char *dir_of(const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash) return strdup(".");
   return bytes_dup(path, slash == path ? 1 : (size_t)(slash - path));
-}
-
-static const char *base_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
 }
 
 static int64_t mtime_ns(const struct stat *st) {
@@ -159,7 +155,7 @@ int target_load(struct target_file *f, const char *path, bool missing_ok, bool w
   char *dir = dir_of(f->target);
   if (!dir) return VF_ENOMEM;
   rc = check_writable(f, dir, d);
-  if (!rc) remove_stale_temps(dir, base_of(f->target));
+  if (!rc) remove_stale_temps(dir, path_base(f->target));
   free(dir);
   return rc;
 }
@@ -194,7 +190,7 @@ static int write_temp(const char *target, const char *bytes, size_t len, unsigne
                       const struct target_file *owner, char **tmp, struct vf_diag *d) {
   char *dir = dir_of(target);
   struct sbuf name = {0};
-  sb_printf(&name, "%s/.%s.vramfit-%ld-XXXXXX", dir ? dir : ".", base_of(target), (long)getpid());
+  sb_printf(&name, "%s/.%s.vramfit-%ld-XXXXXX", dir ? dir : ".", path_base(target), (long)getpid());
   free(dir);
   *tmp = sb_take(&name, NULL);
   if (!*tmp) return VF_ENOMEM;

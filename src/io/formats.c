@@ -1,7 +1,9 @@
 /* Ecosystem maps (data/formats/NAME.json): where each logical key lives and how its values
- * are spelled. A map holds:
+ * are spelled. The editor (src/edit/) writes settings through them and the config reader
+ * (config_map.c) reads the same keys back. A map holds:
  *   "name", "title", "priority" (lower wins a detection tie), "syntax" ("json" to claim
  *   JSON files only), "keep_auto" (leave "auto" values to the HF Trainer),
+ *   "framework" (the profile a run of this tool uses, for reading),
  *   "detect": {path: weight} (a file is claimed at a score of 3 or more),
  *   "defaults": {path: value the loader uses when the key is absent},
  *   "keys": {logical: {"paths": [candidates, first present wins],
@@ -12,8 +14,14 @@
  *     bf16 -> bf16-mixed or bf16-true, whichever family the file uses), "plain": "mixed" or
  *     "true" (the family this map's plain values are), and "notes": {value: sentence, or
  *     {"if": {path: value}, "note": sentence}} (said when the value lands),
- *   "reasons": {logical: why this tool has no place for it}.
- * A spelling is a JSON value or an array of equivalent ones (the first is written). */
+ *   "reasons": {logical: why this tool has no place for it},
+ *   "read": {logical: entry} in forms only the reader takes (config_map.c: words of a
+ *     string, "present", "times", alternatives in a "set"), so that the editor never writes
+ *     them; "files": {name: {"paths", "format"}} (configs a key names: `deepspeed:`);
+ *     "warn": {path: {"if": spelling, "why", "name"}} (values vramfit does not model);
+ *     "builders" (torchtune's model builders: catalogue names).
+ * A spelling is a JSON value or an array of equivalent ones (the first is written); the
+ * logical value "default" spells the tool's own choice (read as nothing to set). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/closest.h"
 #include "base/diag.h"
 #include "io/data.h"
 #include "vramfit/gpu.h"
@@ -85,23 +86,15 @@ static int each_gpu(int (*fn)(const struct vf_gpu_spec *g, void *arg), void *arg
   return rc;
 }
 
-/* Lower case without the separators people vary: "RTX 4090" == "rtx-4090" == "rtx4090". */
-static void fold(const char *s, size_t len, char *out, size_t size) {
-  size_t o = 0;
-  for (size_t i = 0; i < len && s[i] && o + 1 < size; i++)
-    if (s[i] != '-' && s[i] != '_' && s[i] != ' ') out[o++] = (char)tolower((unsigned char)s[i]);
-  out[o] = '\0';
-}
-
 /* Calls fn(folded name or alias, arg) for the name and each alias; stops at non-zero. */
 static int each_name(const struct vf_gpu_spec *g, int (*fn)(const char *folded, void *arg),
                      void *arg) {
   char f[64];
-  fold(g->name, strlen(g->name), f, sizeof f);
+  name_fold(g->name, strlen(g->name), f, sizeof f);
   int rc = fn(f, arg);
   for (const char *a = g->aliases; rc == 0 && *a;) {
     size_t n = strcspn(a, ",");
-    fold(a, n, f, sizeof f);
+    name_fold(a, n, f, sizeof f);
     if (f[0]) rc = fn(f, arg);
     a += n + (a[n] == ',');
   }
@@ -124,7 +117,7 @@ static int lookup_visit(const struct vf_gpu_spec *g, void *arg) {
 
 int vf_gpu_lookup(const char *name, struct vf_gpu_spec *out) {
   struct lookup l = {.out = out};
-  fold(name, strlen(name), l.want, sizeof l.want);
+  name_fold(name, strlen(name), l.want, sizeof l.want);
   if (!l.want[0]) return VF_ENOTFOUND;
   int rc = each_gpu(lookup_visit, &l);
   return rc == 1 ? 0 : rc ? rc : VF_ENOTFOUND;
@@ -154,80 +147,28 @@ int vf_gpu_catalog_get(size_t i, struct vf_gpu_spec *out) {
   return rc == 1 ? 0 : rc ? rc : VF_ENOTFOUND;
 }
 
-/* Levenshtein distance of two short strings (names are under 64 characters). */
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  size_t row[64];
-  if (lb >= sizeof row / sizeof *row) return SIZE_MAX;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t up = row[j];
-      size_t best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
-#define MAX_SUGGEST 6
-#define MAX_CANDIDATES 64
-
-struct candidate {
-  size_t score, order;
-  char name[32];
-};
-
 struct suggest {
-  char want[64];
-  size_t best; /* closeness of the current row's nearest name */
-  size_t n;
-  struct candidate c[MAX_CANDIDATES];
+  struct closest *s;
+  const char *name;
 };
 
-/* A name containing what was typed ("a100" in "a100-80gb") counts as closest. */
-static int closeness(const char *folded, void *arg) {
-  struct suggest *s = arg;
-  size_t d = strstr(folded, s->want) ? 0 : edit_distance(s->want, folded);
-  if (d < s->best) s->best = d;
+static int offer(const char *folded, void *arg) {
+  struct suggest *g = arg;
+  closest_offer(g->s, g->name, folded);
   return 0;
 }
 
-static int suggest_visit(const struct vf_gpu_spec *g, void *arg) {
-  struct suggest *s = arg;
-  s->best = SIZE_MAX;
-  each_name(g, closeness, s);
-  if (s->best > strlen(s->want) / 3 + 1 || s->n == MAX_CANDIDATES) return 0;
-  struct candidate *c = &s->c[s->n];
-  c->score = s->best;
-  c->order = s->n++;
-  snprintf(c->name, sizeof c->name, "%s", g->name);
+static int suggest_visit(const struct vf_gpu_spec *g, void *s) {
+  each_name(g, offer, &(struct suggest){.s = s, .name = g->name});
   return 0;
 }
 
-static int by_score(const void *a, const void *b) {
-  const struct candidate *x = a, *y = b;
-  if (x->score != y->score) return x->score < y->score ? -1 : 1;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* Writes the names closest to text into list, comma-separated; returns how many. When some
- * names contain what was typed, only those are listed. */
+/* Writes the names closest to text into list, comma-separated; returns how many. */
 static size_t close_names(const char *text, char *list, size_t size) {
-  struct suggest s = {.n = 0};
-  fold(text, strlen(text), s.want, sizeof s.want);
+  struct closest s;
+  closest_start(&s, text, strlen(text));
   each_gpu(suggest_visit, &s);
-  qsort(s.c, s.n, sizeof *s.c, by_score);
-  size_t n = 0;
-  list[0] = '\0';
-  for (; n < s.n && n < MAX_SUGGEST && s.c[n].score <= s.c[0].score + (s.c[0].score > 0); n++)
-    snprintf(list + strlen(list), size - strlen(list), "%s%s", n ? ", " : "", s.c[n].name);
-  return n;
+  return closest_list(&s, list, size);
 }
 
 static const struct {
@@ -267,7 +208,7 @@ int vf_gpu_parse(const char *text, struct vf_gpu_spec *out, struct vf_diag *d) {
     out->capacity_bytes = bytes;
     return 0;
   }
-  char list[MAX_SUGGEST * 34];
+  char list[CLOSEST_SHOWN * (CLOSEST_NAME + 2)];
   size_t n = close_names(text, list, sizeof list);
   if (numeric)
     return diag_at(d, rc, "--gpu", UINT64_MAX,

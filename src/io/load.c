@@ -1,14 +1,19 @@
-/* MODEL argument → model description: catalogue names, config files, folders and
- * checkpoints. A checkpoint's real tensors win over what its config implies. */
+/* MODEL argument → model description: config files, folders and checkpoints, models of the
+ * local Hugging Face Hub cache, catalogue names, Hub ids and aliases, in that order (the
+ * user's own files before what vramfit ships). A checkpoint's real tensors win over what
+ * its config implies. Never the network. */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/closest.h"
 #include "base/diag.h"
 #include "base/fileio.h"
+#include "io/catalog.h"
 #include "io/data.h"
+#include "io/hub.h"
 #include "vramfit.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -29,26 +34,6 @@ static int load_config_file(struct vf_model *m, const char *path, struct vf_diag
   rc = vf_model_from_config_json(m, text, len, path, d);
   free(text);
   return rc;
-}
-
-static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) {
-  char lower[128], path[160];
-  size_t n = strlen(arg);
-  if (n == 0 || n >= sizeof lower || strchr(arg, '/'))
-    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                   "unknown model '%s': no such file, and not in the catalogue "
-                   "('vramfit models' lists it)", arg);
-  for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)arg[i]);
-  snprintf(path, sizeof path, "models/%s.json", lower);
-  const char *text;
-  size_t len;
-  if (data_get(path, &text, &len) != 0)
-    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
-                   "unknown model '%s': no such file, and not in the catalogue "
-                   "('vramfit models' lists it)", arg);
-  int rc = vf_model_from_config_json(m, text, len, path, d);
-  data_release(text);
-  return rc ? rc : set_names(m, lower, "catalogue");
 }
 
 /* Reads the checkpoint at path with reader and makes its tensors the model's. */
@@ -166,12 +151,92 @@ static int load_path(struct vf_model *m, const char *arg, struct vf_diag *d) {
                  "unrecognised model file (expected .json, .safetensors or .gguf)");
 }
 
+/* Names a model read: name as given; the source is what it was read from, or where. */
+static int name_model(struct vf_model *m, const char *name, const char *where) {
+  if (!m->source) return set_names(m, name, where);
+  free(m->name);
+  return (m->name = strdup(name)) ? 0 : VF_ENOMEM;
+}
+
+/* A model of the Hub cache: the snapshot refs/main names, read as a folder. A snapshot's
+ * files link into blobs/, and a blob that is not there (a download of config.json alone,
+ * a cache cleaned by hand) leaves the config. */
+static int load_hub(struct vf_model *m, const struct hub_model *h, struct vf_diag *d) {
+  char snap[HUB_PATH_MAX], config[HUB_PATH_MAX + 16];
+  int rc = hub_snapshot(h, snap, sizeof snap, d);
+  if (rc) return rc;
+  rc = load_dir(m, snap, d);
+  if (rc == VF_EIO && m->has_arch) { /* load_dir reads the config first: a checkpoint failed */
+    vf_diag_clear(d);
+    rc = 0;
+  }
+  snprintf(config, sizeof config, "%s/config.json", snap);
+  if (rc && !m->has_arch && !path_is_file(config))
+    return diag_at(d, VF_ENOTFOUND, snap, UINT64_MAX,
+                   "this Hub cache snapshot has no config.json; " HUB_GET_CONFIG, h->id);
+  return rc ? rc : name_model(m, h->id, snap);
+}
+
+/* A catalogue entry by its name (lower case); VF_ENOTFOUND when there is none. */
+static int load_entry(struct vf_model *m, const char *name, struct vf_diag *d) {
+  char path[160];
+  const char *text;
+  size_t len;
+  if (snprintf(path, sizeof path, "models/%s.json", name) >= (int)sizeof path ||
+      data_get(path, &text, &len) != 0)
+    return VF_ENOTFOUND;
+  int rc = vf_model_from_config_json(m, text, len, path, d);
+  data_release(text);
+  return rc ? rc : set_names(m, name, "catalogue");
+}
+
+#define UNKNOWN "unknown model '%.200s': no such file, "
+
+static int unknown_model(const struct vf_catalog *c, const char *arg, struct vf_diag *d) {
+  char list[CLOSEST_SHOWN * (CLOSEST_NAME + 2)];
+  size_t n = catalog_suggest(c, arg, list, sizeof list);
+  if (hub_id_valid(arg)) {
+    char cache[HUB_PATH_MAX];
+    hub_cache_dir(cache, sizeof cache);
+    return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+                   UNKNOWN "not in the Hub cache (%s) and not in the catalogue; " HUB_GET_CONFIG
+                   ", or name a catalogue model%s%s%s",
+                   arg, cache[0] ? cache : "none: no HF_HUB_CACHE, HF_HOME or HOME", arg,
+                   n ? ": did you mean " : " ('vramfit models' lists them)", list, n ? "?" : "");
+  }
+  return diag_at(d, VF_ENOTFOUND, NULL, UINT64_MAX,
+                 UNKNOWN "and not in the catalogue%s%s%s ('vramfit models' lists it)", arg,
+                 n ? "; did you mean " : "", list, n ? "?" : "");
+}
+
+/* A catalogue name is its own file, so that the common case stays one look-up; Hub ids and
+ * aliases are found in the catalogue's index. */
+static int load_catalog(struct vf_model *m, const char *arg, struct vf_diag *d) {
+  char lower[128];
+  size_t n = strlen(arg);
+  if (n && n < sizeof lower && !strchr(arg, '/')) {
+    for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)arg[i]);
+    int rc = load_entry(m, lower, d);
+    if (rc != VF_ENOTFOUND) return rc;
+  }
+  struct vf_catalog c;
+  vf_catalog_init(&c);
+  int rc = vf_catalog_load(&c, d);
+  if (!rc) {
+    const struct vf_catalog_entry *e = catalog_find(&c, arg);
+    rc = e ? load_entry(m, e->name, d) : unknown_model(&c, arg, d);
+  }
+  vf_catalog_cleanup(&c);
+  return rc;
+}
+
 int vf_model_load(struct vf_model *m, const char *arg, struct vf_diag *d) {
   vf_diag_clear(d);
-  if (!path_is_dir(arg) && !path_is_file(arg)) return load_catalog(m, arg, d);
-  int rc = load_path(m, arg, d);
-  if (rc) return rc;
-  if (!m->source) return set_names(m, arg, arg);
-  free(m->name);
-  return (m->name = strdup(arg)) ? 0 : VF_ENOMEM;
+  if (path_is_dir(arg) || path_is_file(arg)) {
+    int rc = load_path(m, arg, d);
+    return rc ? rc : name_model(m, arg, arg);
+  }
+  struct hub_model h;
+  if (hub_find(arg, &h)) return load_hub(m, &h, d);
+  return load_catalog(m, arg, d);
 }

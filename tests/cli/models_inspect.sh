@@ -68,6 +68,76 @@ n=$(grep -c '^  transformer\.' "$TMP/out")
 if [ "$rc" -eq 0 ] && [ "$n" -eq 148 ]; then ok; else bad "inspect gpt2 --tensors: $n tensors, want 148"; fi
 succeeds '^  transformer\.h\.0\.attn\.c_attn\.weight +768 x 2304 +F32$' inspect gpt2 --tensors
 
+# ---- Hub ids, aliases and the Hub cache -------------------------------------------------
+# models WORD: the entries whose name, Hub id or an alias contains it, any case.
+run models qwen
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^qwen2\.5-' "$TMP/out")" -eq 5 ] && [ "$(wc -l <"$TMP/out")" -eq 11 ]
+then ok; else bad "models qwen: exit $rc, want the five qwen2.5 entries: $(cat "$TMP/out")"; fi
+succeeds '^llama-3\.1-8b +llama +8,030,261,248  meta-llama/Llama-3\.1-8B$' models META-LLAMA-3.1-8B-instruct
+succeeds '^  aliases: .*meta-llama/Meta-Llama-3\.1-8B-Instruct' models META-LLAMA-3.1-8B-instruct
+succeeds '"hub_id": "Qwen/Qwen2\.5-7B"' models qwen2.5-7b-instruct --json
+succeeds '^ +"qwen2\.5-7b-instruct"$' models qwen2.5-7b-instruct --json
+fails 1 "^vramfit models: no catalogue model matches 'zzz'$" models zzz
+exits 1 models zzz --json
+if [ "$(cat "$TMP/out")" = "[]" ]; then ok; else bad "models zzz --json: $(cat "$TMP/out"), want []"; fi
+
+# A catalogue model by its Hub id or an alias, in any case, is the catalogue entry.
+succeeds '^qwen2\.5-7b$' inspect Qwen/Qwen2.5-7B-Instruct
+succeeds '"name": "qwen2\.5-7b"' inspect QWEN/qwen2.5-7b-INSTRUCT --json
+succeeds '"source": "catalogue"' inspect qwen2.5-7B-instruct --json
+succeeds '^llama-3\.1-8b$' inspect meta-llama/Meta-Llama-3.1-8B-Instruct
+succeeds '^gemma-2-2b$' inspect google/gemma-2-2b-it
+run estimate Qwen/Qwen2.5-7B-Instruct --json
+cp "$TMP/out" "$TMP/by-alias.json"
+run estimate qwen2.5-7b --json
+if cmp -s "$TMP/out" "$TMP/by-alias.json"; then ok; else bad "estimate by Hub id differs from estimate by name"; fi
+
+# The Hub cache: models--ORG--NAME/refs/main names snapshots/HASH/, whose files link into
+# blobs/ (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub).
+hash=0123456789abcdef0123456789abcdef01234567
+hub_model() { # hub_model CACHE FOLDER CONFIG: a cached model whose config.json is CONFIG
+  mkdir -p "$1/$2/refs" "$1/$2/blobs" "$1/$2/snapshots/$hash"
+  printf '%s' "$hash" >"$1/$2/refs/main"
+  cp "$3" "$1/$2/blobs/c0ffee"
+  ln -s ../../blobs/c0ffee "$1/$2/snapshots/$hash/config.json"
+}
+hub_model "$TMP/hf/hub" models--my-org--My-Llama "$SRC/data/models/llama-3.2-1b.json"
+HF_HOME=$TMP/hf HF_HUB_CACHE= succeeds '^my-org/My-Llama$' inspect MY-ORG/my-llama
+HF_HOME=$TMP/hf HF_HUB_CACHE= succeeds "from $TMP/hf/hub/models--my-org--My-Llama/snapshots/$hash\$" inspect my-org/my-llama
+HF_HOME=$TMP/hf HF_HUB_CACHE= succeeds '^  parameters +1,235,814,400$' inspect my-org/my-llama
+HF_HOME=$TMP/hf HF_HUB_CACHE= succeeds '"name": "my-org/My-Llama"' estimate my-org/my-llama --json
+# HF_HUB_CACHE wins over HF_HOME.
+hub_model "$TMP/cache" models--my-org--my-llama "$SRC/data/models/gpt2.json"
+HF_HOME=$TMP/hf HF_HUB_CACHE=$TMP/cache succeeds '^  parameters +124,439,808$' inspect my-org/my-llama
+# A checkpoint whose blob was never downloaded (a dangling link): the config alone.
+ln -s ../../blobs/not-downloaded "$TMP/cache/models--my-org--my-llama/snapshots/$hash/model.safetensors"
+HF_HUB_CACHE=$TMP/cache succeeds '^  parameters +124,439,808$' inspect my-org/my-llama
+# The cache before the catalogue: a cached Hub id of a catalogue model is the cache's.
+hub_model "$TMP/hub-cache" models--Qwen--Qwen2.5-7B-Instruct "$SRC/data/models/gpt2.json"
+succeeds '^Qwen/Qwen2\.5-7B-Instruct$' inspect qwen/qwen2.5-7b-instruct
+succeeds '^  parameters +124,439,808$' inspect qwen/qwen2.5-7b-instruct
+rm -rf "$TMP/hub-cache"
+# Broken cache folders are one-line errors that say what to run.
+mkdir -p "$TMP/cache/models--my-org--no-refs/blobs"
+HF_HUB_CACHE=$TMP/cache fails 2 "models--my-org--no-refs: .*refs/main.*'huggingface-cli download my-org/no-refs config.json'" inspect my-org/no-refs
+hub_model "$TMP/cache" models--my-org--bad-ref "$SRC/data/models/gpt2.json"
+echo '../../../../etc' >"$TMP/cache/models--my-org--bad-ref/refs/main"
+HF_HUB_CACHE=$TMP/cache fails 2 "models--my-org--bad-ref/refs/main: not a commit hash" inspect my-org/bad-ref
+hub_model "$TMP/cache" models--my-org--no-config "$SRC/data/models/gpt2.json"
+rm "$TMP/cache/models--my-org--no-config/blobs/c0ffee"
+HF_HUB_CACHE=$TMP/cache fails 2 "snapshots/$hash: this Hub cache snapshot has no config.json; get it with 'huggingface-cli download my-org/no-config config.json'" estimate my-org/no-config
+
+# A miss: exit 2, one line, the closest names; a Hub id says how to get it.
+fails 2 "^vramfit estimate: unknown model 'qwen2\.5-7b-instrct': no such file, and not in the catalogue; did you mean qwen2\.5-7b\? \('vramfit models' lists it\)$" estimate qwen2.5-7b-instrct
+fails 2 "unknown model 'Qwen/Qwen3-8B': no such file, not in the Hub cache \($TMP/hub-cache\) and not in the catalogue; get it with 'huggingface-cli download Qwen/Qwen3-8B config.json', or name a catalogue model: did you mean qwen2\.5-7b\?$" plan Qwen/Qwen3-8B --gpu 24GiB
+fails 2 "unknown model 'someone/unheard-of': .*'huggingface-cli download someone/unheard-of config.json', or name a catalogue model \('vramfit models' lists them\)$" inspect someone/unheard-of
+fails 2 "^vramfit inspect: unknown model 'a{200}': no such file" inspect "$(printf 'a%.0s' $(seq 5000))/b"
+fails 2 "^vramfit inspect: unknown model '\.\./etc/passwd'" inspect ../etc/passwd
+# The catalogue refuses two entries claiming one alias.
+cp -r "$SRC/data" "$TMP/data"
+sed -i 's|"aliases": \[\]|"aliases": ["Qwen/Qwen2.5-7B-Instruct"]|' "$TMP/data/models/gpt2.json"
+VRAMFIT_DATA_DIR=$TMP/data fails 2 "models/.*: 'Qwen/Qwen2\.5-7B-Instruct' is claimed by (gpt2|qwen2\.5-7b) and again by (gpt2|qwen2\.5-7b)" models
+
 # ---- errors: exit code and one line on stderr -----------------------------------------------
 fails 2 "^vramfit inspect: unknown model 'no-such-model'.*vramfit models" inspect no-such-model
 fails 2 "^vramfit inspect: MODEL is missing" inspect
@@ -77,7 +147,7 @@ fails 2 "^vramfit inspect: unknown option '--bogus'" inspect gpt2 --bogus
 fails 2 "^vramfit inspect: unknown option '-x'" inspect -x gpt2
 fails 2 "^vramfit models: unknown option '--bogus'" models --bogus
 fails 2 "^vramfit models: unknown option '--json=yes'" models --json=yes
-fails 2 "^vramfit models: unexpected argument 'gpt2'" models gpt2
+fails 2 "^vramfit models: expects at most one WORD, got 'bert' too" models gpt2 bert
 fails 2 "^vramfit: 'nosuchcmd' is not a command" nosuchcmd
 # A malformed config names the file, line and column.
 printf '{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}\n' >"$TMP/broken.json"
@@ -97,7 +167,7 @@ fails 2 "^vramfit inspect: $TMP/empty: no config.json" inspect "$TMP/empty"
 fails 2 "^vramfit inspect: $TMP/weights.bin: unrecognised model file" inspect "$TMP/weights.bin"
 
 # ---- help and version -------------------------------------------------------------------------
-succeeds '^usage: vramfit models \[--json\]' models --help
+succeeds '^usage: vramfit models \[--json\] \[WORD\]' models --help
 succeeds '^usage: vramfit models' models -h
 succeeds '^usage: vramfit inspect MODEL \[--json\] \[--tensors\]' inspect --help
 succeeds '^usage: vramfit inspect' inspect gpt2 --help

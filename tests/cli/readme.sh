@@ -17,13 +17,20 @@ RUN=$TMP/run
 
 # setup: the folder every example runs in.
 mkdir -p "$RUN/configs" "$RUN/my-llama"
-cp "$DATA/broken.json" "$RUN/"
+cp "$DATA/broken.json" "$DATA/bad_batch.yaml" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/train.yaml" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/configs/ds_zero2.json" "$RUN/configs/"
 cp "$SRC/tests/data/apply/litgpt_lora/lora.yaml" "$RUN/"
 cp "$SRC/tests/data/oom/pytorch-1.13-fragmentation.log" "$RUN/train.log"
 cp "$SRC/data/models/llama-3.2-1b.json" "$RUN/my-llama/config.json"
-mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$RUN/examples/"
+# The same model downloaded into a Hub cache, as huggingface_hub lays it out.
+export HF_HUB_CACHE=$TMP/hub
+hub=$HF_HUB_CACHE/models--my-org--My-Llama
+mkdir -p "$hub/refs" "$hub/blobs" "$hub/snapshots/0123abcd"
+printf 0123abcd >"$hub/refs/main"
+cp "$SRC/data/models/llama-3.2-1b.json" "$hub/blobs/c0ffee"
+ln -s ../../blobs/c0ffee "$hub/snapshots/0123abcd/config.json"
+mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$SRC/examples/configs" "$RUN/examples/"
 rm -f "$RUN"/examples/contrastive-embedder/*.trace.json # as checked out: planned from its parts
 
 # scenario COMMAND: the fake machine an example runs on.

@@ -37,6 +37,22 @@ run trace "$TINY/tiny-llama" --method lora --batch 1 --seq 64
 grep -q "max_memory_allocated" "$TMP/out" && grep -q "<- peak" "$TMP/out" && [ "$rc" -eq 0 ] && ok ||
   bad "trace text: exit $rc: $(head -c 300 "$TMP/out")"
 
+# A training config names the model and the setup; its validation setting is the
+# estimator's (the tracer runs the framework's loop).
+printf 'model_name_or_path: %s\noutput_dir: out\nper_device_train_batch_size: 2\nmax_seq_length: 64\neval_strategy: steps\n' \
+  "$TINY/tiny-llama" >"$TMP/train.yaml"
+run trace "$TMP/train.yaml" --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["traced"]["allocated_bytes"] > 0' "$TMP/out" 2>/dev/null &&
+  [ "$rc" -eq 0 ] && ok || bad "trace of a training config: exit $rc: $(tail -n 2 "$TMP/err")"
+
+# A Hub id of the local Hub cache: the tracer builds the model from the snapshot's config.
+hub=$HF_HUB_CACHE/models--org--tiny-llama
+mkdir -p "$hub/refs" "$hub/snapshots/0123abcd"
+printf 0123abcd >"$hub/refs/main"
+cp "$TINY/tiny-llama/config.json" "$hub/snapshots/0123abcd/"
+run trace Org/Tiny-Llama --method lora --batch 1 --seq 64
+grep -q "<- peak" "$TMP/out" && [ "$rc" -eq 0 ] && ok || bad "trace of a Hub id: exit $rc: $(head -c 300 "$TMP/err")"
+
 # refusals, each one line and its exit code
 fails 2 "unknown model 'no-such-model'" trace no-such-model
 fails 2 "hybrid_shard is FSDP1's" trace "$TINY/tiny-llama" --gpus 4 --shard hsdp --dp-replicate 2

@@ -191,6 +191,25 @@ static void plans_tiers_and_stages(void **state) {
   vf_plan_cleanup(&p);
 }
 
+/* A plan of the user's own configs writes back what it changes and nothing else: a shard
+ * kept as "fsdp" (which apply cannot write) and an optimizer kept as read stay as they are. */
+static void a_plan_of_configs_writes_its_changes(void **state) {
+  (void)state;
+  static const char text[] =
+      "{\"recommended\": {\"batch\": 2, \"accumulation\": 8, \"optimizer\": \"adamw\", \"shard\": \"fsdp\"},\n"
+      " \"given\": {\"batch\": 4, \"accumulation\": 4, \"optimizer\": \"adamw\", \"shard\": \"fsdp\"},\n"
+      " \"read_from\": {\"batch\": \"train.yaml:3\"}}";
+  const char *files[1] = {"train.yaml"};
+  struct vf_plan p;
+  struct vf_diag d;
+  vf_plan_init(&p);
+  assert_int_equal(vf_plan_parse(&p, "plan", text, sizeof text - 1, NULL, files, 1, NULL, 0, &d), 0);
+  assert_int_equal(p.inputs[0].n_settings, 2);
+  assert_string_equal(p.inputs[0].settings[0].key, "batch");
+  assert_string_equal(p.inputs[0].settings[1].value, "8");
+  vf_plan_cleanup(&p);
+}
+
 int main(void) {
   vf_test_tmpdir("apply-plan", dir, sizeof dir);
   const struct CMUnitTest tests[] = {
@@ -199,6 +218,7 @@ int main(void) {
       cmocka_unit_test(deepspeed_train_batch_follows),
       cmocka_unit_test(missing_keys_and_defaults),
       cmocka_unit_test(plans_tiers_and_stages),
+      cmocka_unit_test(a_plan_of_configs_writes_its_changes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,10 @@ trap 'rm -rf "$TMP"' EXIT
 export XDG_STATE_HOME=$TMP/state
 # Goldens are of the embedded data, uncoloured.
 unset VRAMFIT_DATA_DIR
+# Hub ids are looked up in the test's own Hub cache (none, unless a test makes one), never
+# in the user's.
+export HF_HUB_CACHE=$TMP/hub-cache
+unset HF_HOME
 export NO_COLOR=1
 
 passed=0
