@@ -86,7 +86,8 @@ static const struct option opts[] = {SETUP_OPTIONS, CONFIG_OPTIONS, {"json", no_
                                      {"calibrate", no_argument, NULL, O_CALIBRATE}, {NULL, 0, NULL, 0}};
 
 /* What stood in for a version older than every release described, and a value given that the
- * framework changes (accelerate upcasts FSDP's trainable 16-bit weights under mixed precision). */
+ * framework changes (accelerate upcasts FSDP's trainable 16-bit weights under mixed precision;
+ * soft-capped attention runs eager). */
 static json_t *setup_notes(const struct setup_request *r, const struct setup_context *c,
                            const struct vf_profile_info *p) {
   json_t *notes = json_array();
@@ -106,6 +107,12 @@ static json_t *setup_notes(const struct setup_request *r, const struct setup_con
     snprintf(line, sizeof line, "--weights %s: %s %s keeps the trainable weights in %s under FSDP with mixed precision",
              vf_enum_name(VF_ENUM_PRECISION, r->setup.weights), p->name, p->release,
              vf_enum_name(VF_ENUM_PRECISION, used.weights));
+    json_array_append_new(notes, json_string(line));
+  }
+  if (r->setup.attention != VF_ATTN_DEFAULT && used.attention != r->setup.attention) {
+    snprintf(line, sizeof line, "--attention %s: %s %s runs %s's soft-capped attention on the %s path",
+             vf_enum_name(VF_ENUM_ATTENTION, r->setup.attention), p->name, p->release, c->model.name,
+             vf_enum_name(VF_ENUM_ATTENTION, used.attention));
     json_array_append_new(notes, json_string(line));
   }
   return notes;

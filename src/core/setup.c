@@ -97,6 +97,9 @@ void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct
   if (s->task == VF_TASK_AUTO)
     s->task = m->arch.family == VF_FAMILY_BERT ? VF_TASK_SEQ_CLS : VF_TASK_CAUSAL_LM;
   if (s->attention == VF_ATTN_DEFAULT) s->attention = p->default_attention;
+  /* Attention-score soft-capping (Gemma 2) has no fused kernel where the framework runs it:
+   * the eager path, whatever was asked for (softcap_eager). */
+  if (p->softcap_eager && m->arch.attn_logit_softcap > 0) s->attention = VF_ATTN_EAGER;
   if (!s->accumulation) s->accumulation = p->default_accumulation ? p->default_accumulation : 1;
   if (s->lengths == VF_LENGTHS_DEFAULT)
     s->lengths = p->varied_lengths ? VF_LENGTHS_VARIED : VF_LENGTHS_FIXED;

@@ -108,6 +108,11 @@ run estimate qwen2.5-7b --json
 succeeds '^assumed \(no option or config gave them\): .*weights bf16 \(the checkpoint.s dtype\), .*batch 1, .*seq 2048' \
   estimate qwen2.5-7b --method lora
 succeeds 'weights fp32' estimate qwen2.5-7b --framework litgpt
+# What the framework runs, not what was asked: Gemma 2's soft-capped attention runs eager
+# under litgpt, and the setup says so with a note.
+run estimate gemma-2-2b --framework litgpt --attention sdpa --json
+[ "$(field "$TMP/out" 'j["setup"]["attention"], "soft-capped" in j["notes"][0]')" = "eager True" ] && ok ||
+  bad "gemma-2 under litgpt: $(field "$TMP/out" 'j["setup"]["attention"], j["notes"]')"
 # A learned position table ends the default length, and refuses a longer one.
 run estimate gpt2 --json
 [ "$(field "$TMP/out" 'j["assumed"]["seq"]')" = 1024 ] && ok || bad "gpt2's default seq: $(field "$TMP/out" 'j["setup"]["seq"]')"

@@ -88,8 +88,7 @@ static enum sdpa_backend sdpa_backend(const struct ctx *x) {
  * K/V reach it repeated to every query head. */
 void attention_choose(struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
-  x->attn.kind = x->s->attention;
-  if (x->p->softcap_eager && a->attn_logit_softcap > 0) x->attn.kind = VF_ATTN_EAGER;
+  x->attn.kind = x->s->attention; /* resolved: soft-capping's eager path included (setup.c) */
   x->attn.padded = x->s->lengths == VF_LENGTHS_VARIED && x->p->padding_mask;
   x->attn.sdpa = sdpa_backend(x);
   x->attn.kv_repeated = a->kv_heads < a->heads && (x->p->gqa_expand || (!sdpa_grouped(x) && !raw_mqa(x)));
