@@ -478,6 +478,45 @@ static void test_flat_params(void **state) {
                    parts + concatenation - (whole + shard));
 }
 
+/* Where the first validation falls: the index of the first event of the eval phase, and
+ * of the forward. */
+struct first_events {
+  long n, eval, forward;
+};
+
+static void note_first(void *arg, const struct vf_timeline_event *e) {
+  struct first_events *f = arg;
+  f->n++;
+  if (e->phase == VF_PHASE_EVAL && !f->eval) f->eval = f->n;
+  if (e->phase == VF_PHASE_FORWARD && !f->forward) f->forward = f->n;
+}
+
+/* litgpt's fit() validates before its first step (the 2-batch sanity check, or the whole
+ * validation set: finetune/lora.py@v0.5.13), and after the steps: with validates_first the
+ * replay's first validation comes before its first forward. */
+static void test_validates_first(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  load_config(&m, toy_config);
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  assert_true(p.validates_first);
+  vf_setup_default(&s);
+  s.seq = 8, s.eval = VF_EVAL_YES;
+  vf_alloc_conf_default(&c);
+  struct first_events on = {0}, off = {0};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &on, &e, &d), 0);
+  p.validates_first = false;
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &off, &e, &d), 0);
+  assert_true(on.eval && on.eval < on.forward);
+  assert_true(off.eval > off.forward);
+  vf_model_cleanup(&m);
+}
+
 /* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
 static void assert_extension_exact(const struct vf_model *m, const struct vf_setup *s, const char *framework) {
   struct vf_profile p;
@@ -1496,7 +1535,7 @@ int main(void) {
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_adapter_units_train), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
-      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_validates_first),      cmocka_unit_test(test_dequant_temporaries),
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
       cmocka_unit_test(test_varied_lengths),   cmocka_unit_test(test_held_logits),
       cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),

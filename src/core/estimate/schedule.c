@@ -172,7 +172,7 @@ static void generate_sample(struct ctx *x) {
  * eval mode under no_grad, so each layer's tensors go as soon as the layer is done, and the
  * loss over the whole logits at once (litgpt calls chunked_cross_entropy with chunk_size 0);
  * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
-static void eval_pass(struct ctx *x) {
+static void eval_pass(struct ctx *x, bool then_generate) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_EVAL);
   x->saving.in_flight = 1;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
@@ -190,7 +190,7 @@ static void eval_pass(struct ctx *x) {
   tape_drop_graph(x);
   tape_give(x, input);
   tape_give(x, root);
-  generate_sample(x);
+  if (then_generate) generate_sample(x);
 }
 
 /* Saving a checkpoint reads the weights where they are; only sharded weights are gathered
@@ -216,6 +216,9 @@ static int steps(const struct ctx *x) {
 void schedule_write(struct ctx *x) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
+  /* A loop that validates before its first step (profile field validates_first) cuts the
+   * cache for a validation batch of the longest length first. */
+  if (x->eval && x->p->validates_first) eval_pass(x, false); /* litgpt generates after its later ones only */
   /* With accumulation each step is up to three micro batches: the first makes the
    * gradients, a middle one adds into them still accumulating (under FSDP's no_sync every
    * unit's whole gradient is alive then, next to the one being added), the last adds and
@@ -228,6 +231,6 @@ void schedule_write(struct ctx *x) {
     parallel_length(x, vf_length_dist_batch(&s->length_dist, s->batch, s->seq, (uint64_t)k, (uint64_t)n));
     one_step(x, x->sched.micro % micro == micro - 1);
   }
-  if (x->eval) eval_pass(x);
+  if (x->eval) eval_pass(x, true);
   save_pass(x);
 }
