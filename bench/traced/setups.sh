@@ -217,3 +217,12 @@ printf '%s\t%s\t%s\n' h3-hf-11 olmo-2-7b '--framework hf --weights bf16 --method
 printf '%s\t%s\t%s\n' h3-hf-12 qwen3-0.6b '--framework hf --weights bf16 --method lora --batch 16 --seq 256 --lengths varied --accumulation 2 --gpus 1'
 printf '%s\t%s\t%s\n' h3-lt-01 qwen3-0.6b '--framework lightning --weights bf16 --batch 4 --seq 1024 --gpus 1'
 printf '%s\t%s\t%s\n' h3-lt-02 gemma-3-1b '--framework lightning --weights fp32 --amp bf16 --method lora --lora-targets all-linear --batch 2 --seq 2048 --gpus 1'
+
+# Batches padded to lengths drawn from a distribution of sample lengths (--lengths
+# varied:MEAN,MAX), 8 steps as the estimate replays them: added 2026-12-01.
+printf '%s\t%s\t%s\n' ld-hf-01 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:150,256'
+printf '%s\t%s\t%s\n' ld-hf-02 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:100,256'
+printf '%s\t%s\t%s\n' ld-hf-03 qwen2.5-0.5b '--framework hf --weights bf16 --batch 8 --seq 512 --lengths varied:200,512'
+printf '%s\t%s\t%s\n' ld-hf-04 gpt2 '--framework hf --weights bf16 --method lora --batch 16 --seq 512 --lengths varied:120,512'
+printf '%s\t%s\t%s\n' ld-tt-01 llama-3.2-1b '--framework torchtune --weights bf16 --method lora --batch 16 --seq 128 --lengths varied:60,128 --accumulation 2'
+printf '%s\t%s\t%s\n' ld-lg-01 llama-3.2-1b '--framework litgpt --weights bf16 --method lora --batch 16 --seq 256 --lengths varied:100,256 --accumulation 1'

@@ -121,6 +121,7 @@ struct vf_profile {
   bool ddp_init_broadcast;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
+  bool validates_first;    /* where the run validates, it does once before its first step too */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */
   bool ckpt_input_grads;   /* checkpointing makes the embeddings' output require grad */
   bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */

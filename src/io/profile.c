@@ -101,6 +101,7 @@ static const struct field fields[] = {
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
+    FIELD("validates_first", F_BOOL, validates_first),
     FIELD("generates", F_BOOL, generates),
     FIELD("ckpt_input_grads", F_BOOL, ckpt_input_grads),
     FIELD("lion_fp32_states", F_BOOL, lion_fp32_states),

@@ -477,21 +477,57 @@ static void test_zero_grad_in_place(void **state) {
 
 static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on; }
 
-/* FSDP1's flat units against FSDP2's per-parameter units, at each one's backward peak.
- * FSDP1 peaks at layer 0's gradient reduction: its parts (164,352 bytes) alive next to
- * their concatenation (164,352), the root holding only its head's part (head and final
- * norm, 66,048 after rounding) until the embedding's arrives. FSDP2 peaks a layer earlier,
- * at layer 1's: its whole gradient (the concatenation's size) next to its shard (82,432, as
- * FSDP1's layer 1 shard), the root's head-and-norm gradient whole (66,048) with the root's
- * shard (66,048), layer 0's all-gather buffer prefetched (164,352) and layer 0's saved
- * tensors still there (43,520). */
+/* FSDP1's flat units against FSDP2's per-parameter units, at each one's backward peak:
+ * both at layer 1's gradient reduction, with layer 1 gathered and layer 0 gathered ahead
+ * (FSDP1's BACKWARD_PRE prefetch, torch 2.13 _runtime_utils.py _pre_backward_hook; FSDP2's
+ * _backward_prefetch buffer), and the root's head-and-norm gradient (FSDP1's head part
+ * waiting for the embedding's, FSDP2's whole gradient, reduce-scattered at the pass's
+ * end: 66,048 either way). FSDP1 holds its flat parts (164,352 bytes) next to their
+ * concatenation (164,352); FSDP2 its whole gradient (164,352) and its shard (82,432). */
 static void test_flat_params(void **state) {
   (void)state;
-  /* FSDP1's alone: the flat parts and the root's head part; FSDP2's alone: the rest. */
-  int64_t parts = 164352, flat_head_part = 66048;
-  int64_t root_shard = 66048, prefetched = 164352, layer0_saved = 43520, whole_head_grad = 66048;
+  int64_t parts = 164352, concatenation = 164352, whole = 164352, shard = 82432;
   assert_int_equal(phase_gain(false, "litgpt", flat_flag, fsdp_synced, VF_PHASE_BACKWARD),
-                   parts + flat_head_part - (root_shard + prefetched + layer0_saved + whole_head_grad));
+                   parts + concatenation - (whole + shard));
+}
+
+/* Where the first validation falls: the index of the first event of the eval phase, and
+ * of the forward. */
+struct first_events {
+  long n, eval, forward;
+};
+
+static void note_first(void *arg, const struct vf_timeline_event *e) {
+  struct first_events *f = arg;
+  f->n++;
+  if (e->phase == VF_PHASE_EVAL && !f->eval) f->eval = f->n;
+  if (e->phase == VF_PHASE_FORWARD && !f->forward) f->forward = f->n;
+}
+
+/* litgpt's fit() validates before its first step (the 2-batch sanity check, or the whole
+ * validation set: finetune/lora.py@v0.5.13), and after the steps: with validates_first the
+ * replay's first validation comes before its first forward. */
+static void test_validates_first(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  load_config(&m, toy_config);
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  assert_true(p.validates_first);
+  vf_setup_default(&s);
+  s.seq = 8, s.eval = VF_EVAL_YES;
+  vf_alloc_conf_default(&c);
+  struct first_events on = {0}, off = {0};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &on, &e, &d), 0);
+  p.validates_first = false;
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &off, &e, &d), 0);
+  assert_true(on.eval && on.eval < on.forward);
+  assert_true(off.eval > off.forward);
+  vf_model_cleanup(&m);
 }
 
 /* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
@@ -1687,7 +1723,7 @@ int main(void) {
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_adapter_units_train), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
-      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_validates_first),      cmocka_unit_test(test_dequant_temporaries),
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
       cmocka_unit_test(test_varied_lengths),   cmocka_unit_test(test_held_logits),
       cmocka_unit_test(test_quantized_inputs),

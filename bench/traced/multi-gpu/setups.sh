@@ -116,3 +116,6 @@ printf '%s\t%s\t%s\n' h2-lg-04 qwen2.5-7b '--framework litgpt --weights bf16 --b
 printf '%s\t%s\t%s\n' h2-hf-11 qwen2.5-7b '--framework hf --weights bf16 --batch 1 --seq 4096 --grad-ckpt full --gpus 8 --shard fsdp'
 printf '%s\t%s\t%s\n' h2-hf-12 gemma-2-2b '--framework hf --weights bf16 --batch 2 --seq 2048 --grad-ckpt full --gpus 4 --shard fsdp'
 printf '%s\t%s\t%s\n' h2-hf-13 llama-3.2-1b '--framework hf --weights fp32 --amp bf16 --batch 4 --seq 2048 --gpus 2 --shard fsdp --accumulation 2'
+# Held out on 2026-12-01: a tied embedding under accelerate's FSDP2 with fp32 weights
+# under bf16 mixed precision.
+printf '%s\t%s\t%s\n' h4-hf-01 llama-3.2-1b '--framework hf --weights fp32 --amp bf16 --batch 2 --seq 256 --accumulation 1 --gpus 2 --shard fsdp'

@@ -10,14 +10,21 @@
 /* The sizes one GPU sees: tensor parallelism splits the heads, the MLP and the vocabulary,
  * context parallelism the sequence, sequence parallelism the tokens of the norms and residual
  * adds; model states are sharded over the data-parallel GPUs. */
+/* The sizes that follow a micro batch's (padded) length. */
+void parallel_length(struct ctx *x, uint64_t seq) {
+  const struct vf_setup *s = x->s;
+  struct dims *d = &x->d;
+  d->T = s->batch * (seq / s->cp);
+  d->Ts = d->sp ? d->T / s->tp : d->T;
+  d->s_kv = seq / s->cp;
+}
+
 void parallel_dims(struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
   const struct vf_setup *s = x->s;
   struct dims *d = &x->d;
-  d->T = s->batch * (s->seq / s->cp);
   d->sp = s->sequence_parallel == VF_SP_YES && s->tp > 1;
-  d->Ts = d->sp ? d->T / s->tp : d->T;
-  d->s_kv = s->seq / s->cp;
+  parallel_length(x, s->seq);
   d->h = a->hidden;
   d->q = a->heads * a->head_dim / s->tp;
   d->kv = a->kv_heads * a->head_dim / s->tp;

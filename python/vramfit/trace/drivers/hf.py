@@ -200,9 +200,8 @@ def _build(spec: Spec, run: Run) -> Any:
 class Batches:
     """A dataset of token ids. Fixed lengths: every sample has ``seq`` tokens. Varied
     lengths (DataCollatorWithPadding's case): within each micro batch the first sample is
-    the longest and the others shorter, so the batch is padded and carries a real
-    attention mask; the first step's longest sample has 3/4 of ``seq`` tokens, the second
-    step's ``seq``. With many GPUs accelerate gives each rank every ``gpus``-th batch
+    the longest (``Spec.longest``) and the others shorter, so the batch is padded and
+    carries a real attention mask. With many GPUs accelerate gives each rank every ``gpus``-th batch
     (data_loader.py ``BatchSamplerShard``), so there are ``gpus`` times as many, and the
     batches of one step are ``gpus`` apart."""
 
@@ -217,8 +216,7 @@ class Batches:
         if spec.lengths == "fixed":
             return spec.seq
         micro_batch, within = i // (spec.batch * spec.gpus), i % spec.batch
-        step = micro_batch // spec.accumulation
-        longest = spec.seq if step > 0 else max(1, spec.seq * 3 // 4)
+        longest = spec.longest(micro_batch)
         return max(1, longest - within * longest // (2 * spec.batch))
 
     def __getitem__(self, i: int) -> dict[str, Any]:
