@@ -101,6 +101,8 @@ fails 2 '^vramfit estimate: errors/no_model.yaml:1: names no model' estimate err
 fails 2 '^vramfit estimate: errors/unknown.yaml:1:1: not a training config vramfit reads' estimate errors/unknown.yaml
 printf 'base_model: nosuch-model-9b\nmicro_batch_size: 2\nsequence_len: 1024\n' >unknown_model.yml
 fails 2 "^vramfit estimate: unknown_model.yml:1: unknown model 'nosuch-model-9b'" estimate unknown_model.yml
+printf 'learning_rate = 1e-4\nbatch_size = 4\n' >config.py
+fails 2 '^vramfit estimate: config.py:1:1: a Python file, not a YAML or JSON config' estimate qwen2.5-7b config.py
 fails 2 '^vramfit estimate: expects exactly one MODEL' estimate hf/train.yaml qwen2.5-7b llama-3.2-1b
 fails 2 '^vramfit estimate: --format hf: no training config given' estimate qwen2.5-7b --format hf
 fails 2 "^vramfit plan: --write writes the plan into the training configs" plan qwen2.5-7b --gpu 24GiB --write
