@@ -1543,6 +1543,25 @@ static void test_loss_offered(void **state) {
   expect_invalid(&s, "llama-3.1-8b", "replaces a causal LM's head and loss");
 }
 
+/* fp16 autocast trains with a GradScaler: its scale (fp32) and growth tracker (int32) are
+ * made at the first loss and kept, a 512-byte block each, on top of what bf16 autocast
+ * holds with the same tensors. */
+static void test_grad_scaler(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_setup s;
+  load(&m, "gpt2");
+  vf_setup_default(&s);
+  s.seq = 1024; /* GPT-2's positions */
+  s.amp = VF_PREC_BF16;
+  struct vf_estimate bf16 = run(&m, &s, "hf");
+  s.amp = VF_PREC_FP16;
+  struct vf_estimate fp16 = run(&m, &s, "hf");
+  assert_int_equal(fp16.allocated_peak - bf16.allocated_peak, 1024);
+  assert_int_equal(fp16.by_category[VF_CAT_OPTIMIZER] - bf16.by_category[VF_CAT_OPTIMIZER], 1024);
+  vf_model_cleanup(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_toy_params),       cmocka_unit_test(test_optimizer_state_sizes),
@@ -1579,6 +1598,7 @@ int main(void) {
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
       cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample), cmocka_unit_test(test_checkpointed_input_grads),     cmocka_unit_test(test_accumulating_tied_grads),
       cmocka_unit_test(test_fused_loss),       cmocka_unit_test(test_loss_offered),
+      cmocka_unit_test(test_grad_scaler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,6 +338,77 @@ static void test_seq_and_allocator(void **state) {
   done(f);
 }
 
+/* The issue's check: guide 003 with seq and the capacity kept plans seq 2048 with the
+ * allocator's expandable segments chosen (they lower the peak of the setting chosen) and
+ * said; --keep optimizer keeps the capacity too: LoRA at r 128, no QLoRA. */
+static void test_guide_003_allocator(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_int_equal(b->setup.seq, 2048);
+  assert_string_equal(b->alloc_conf, "expandable_segments:True");
+  assert_true(b->peak_device_bytes == choice_peak(f, b));
+  assert_true(choice_peak(f, b) < peak_of(f, &b->setup));
+  bool said = false;
+  for (size_t i = 0; i < f->out.n_changes; i++)
+    said |= strstr(f->out.changes[i], "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") != NULL;
+  assert_true(said);
+  done(f);
+  f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_OPTIMIZER);
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    const struct vf_plan_choice *c = &f->out.tiers[t];
+    assert_true(!c->found || (c->setup.method == VF_METHOD_LORA && vf_setup_quant(&c->setup) == VF_QUANT_NONE &&
+                              c->setup.lora_r == 128));
+  }
+  done(f);
+}
+
+/* Where the quick estimates let a longer seq fit than the exact ones do, a tier settles at
+ * the longest the exact ones let fit, not at a tighter tier's shorter one: guide 003 with
+ * the loss kept, one step of 128 longer does not fit the balanced budget. */
+static void test_seq_settles_exactly(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_LOSS);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found && b->setup.seq < 2048);
+  assert_true(b->setup.seq >= 1024);
+  struct vf_setup longer = b->setup;
+  longer.seq += 128, longer.batch = 1, longer.accumulation = 16;
+  double widen = (double)b->device_range.high / (double)b->peak_device_bytes;
+  assert_true((double)peak_under(f, &longer, b->alloc_conf) * widen > (double)b->budget_bytes);
+  done(f);
+}
+
+/* torchtune offloads activations (with checkpointing on): a long-sequence LoRA whose saved
+ * activations are its peak gets them offloaded; the Hugging Face Trainer has no such switch
+ * and never does. */
+static void test_activation_offload(void **state) {
+  (void)state;
+  const char *frameworks[] = {"torchtune", "hf"};
+  for (int i = 0; i < 2; i++) {
+    struct fixture *f = setup_for("llama-3.2-1b", "rtx-4090");
+    struct vf_diag d;
+    assert_int_equal(profile_read(frameworks[i], NULL, &f->p, &d), 0);
+    struct vf_setup *b = &f->r.base;
+    b->weights = VF_PREC_BF16, b->method = VF_METHOD_LORA, b->batch = 4, b->accumulation = 8, b->seq = 8192;
+    b->grad_ckpt = VF_CKPT_FULL;
+    f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER | VF_KEEP_LOSS | VF_KEEP_ALLOC_CONF;
+    plan(f);
+    bool offloaded = false;
+    for (int t = 0; t < VF_TIER_COUNT; t++) {
+      const struct vf_plan_choice *c = &f->out.tiers[t];
+      offloaded |= c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS);
+      assert_true(!(c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS)) || c->setup.grad_ckpt != VF_CKPT_NONE);
+    }
+    assert_true(offloaded == (i == 0));
+    done(f);
+  }
+}
+
 /* Guide 002: about 500M parameters on 4 GPUs of 44 GiB, global batch 256. Micro batch 4
  * does not fit, 3 does: 3 x 21 x 4 = 252, the nearest 3 reaches, ranks above 2 x 32 x 4. */
 static void test_any_split(void **state) {
@@ -413,6 +484,8 @@ int main(void) {
       cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_keep_list),
       cmocka_unit_test(test_loss_knob),        cmocka_unit_test(test_seq_and_allocator),
       cmocka_unit_test(test_any_split),        cmocka_unit_test(test_no_bf16),
+      cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
+      cmocka_unit_test(test_activation_offload),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

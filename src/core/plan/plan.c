@@ -109,6 +109,13 @@ struct tried {
   struct vf_estimate e;
 };
 
+/* A value of the level that a search moves (seq, or the LoRA rank) with its steps
+ * (step 0: no value moved). */
+struct dial {
+  size_t offset; /* of the value in struct vf_setup */
+  uint64_t step, given;
+};
+
 /* An exact estimate made while settling the tiers. */
 struct exact {
   struct vf_setup s;
@@ -139,12 +146,7 @@ struct search {
   size_t cap_configs;
   struct exact exact[MAX_EXACT];
   size_t n_exact;
-  /* Per tier, the value a seq or rank search settled it at: where it lies in the setting, its
-   * step and the given value. step 0: settled without one. */
-  struct {
-    size_t offset;
-    uint64_t step, given;
-  } dialed[VF_TIER_COUNT];
+  struct dial dialed[VF_TIER_COUNT]; /* per tier, the value a seq or rank search settled it at */
 };
 
 static uint64_t effective_batch(const struct vf_setup *s) {
@@ -217,13 +219,12 @@ static int changes_from_base(const struct vf_setup *base, const struct vf_setup 
          (s->loss != base->loss) + layout;
 }
 
-/* The ranking score: the rate, less 1% for each knob changed (the allocator's too) and 2%
- * for each percent the effective batch misses the target by: a split that misses it changes
- * what is trained, and must run faster by twice as much. */
-static double score(const struct search *S, const struct vf_setup *s, size_t alloc, double rate) {
+/* The ranking score: the rate, less 1% for each knob changed and 2% for each percent the
+ * effective batch misses the target by: a split that misses it changes what is trained, and
+ * must run faster by twice as much. The allocator's setting costs nothing (take_alloc). */
+static double score(const struct search *S, const struct vf_setup *s, double rate) {
   double miss = fabs((double)effective_batch(s) - (double)S->target) / (double)S->target;
-  int changes = changes_from_base(&S->r->base, s) + (alloc != 0);
-  return rate * (1 - CHANGE_PENALTY * changes) * (miss < 0.5 ? 1 - MISS_PENALTY * miss : 0);
+  return rate * (1 - CHANGE_PENALTY * changes_from_base(&S->r->base, s)) * (miss < 0.5 ? 1 - MISS_PENALTY * miss : 0);
 }
 
 /* ---- the values each knob may take, the given one first ---- */
@@ -361,13 +362,13 @@ static uint64_t samples_per_replica(const struct search *S, const struct vf_setu
  * memory aside: an upper bound on what it can reach. Larger micro batches run faster (the
  * largest, n, with accumulation 1); under a pipeline more of them also shrink the bubble,
  * which n micro batches of n bound. */
-static double best_rate(const struct search *S, struct vf_setup *s, size_t alloc, uint64_t n, uint64_t params,
+static double best_rate(const struct search *S, struct vf_setup *s, uint64_t n, uint64_t params,
                         uint64_t trainable) {
   double best = 0;
   for (uint64_t a = 1; a <= (s->pp > 1 ? n : 1); a = a < n ? n : a + 1) {
     s->batch = n, s->accumulation = a;
     double r = plan_rate(S->r->model, s, params, trainable, 0, S->r->gpu, &S->cluster);
-    r *= 1 - CHANGE_PENALTY * (changes_from_base(&S->r->base, s) + (alloc != 0));
+    r *= 1 - CHANGE_PENALTY * changes_from_base(&S->r->base, s);
     if (r > best) best = r;
   }
   return best;
@@ -409,7 +410,7 @@ static bool add_config(struct search *S, struct config *c, const struct vf_setup
   if (ckpt_lacking && S->r->profile->activation_offload_needs_ckpt) return false;
   if (state_floor(&c->s, (double)params, (double)trainable) > (double)S->budget[VF_TIER_AGGRESSIVE]) return false;
   c->per_gpu = samples_per_replica(S, &c->s);
-  c->bound = best_rate(S, &c->s, alloc, c->per_gpu, params, trainable);
+  c->bound = best_rate(S, &c->s, c->per_gpu, params, trainable);
   return true;
 }
 
@@ -472,13 +473,13 @@ static uint64_t largest_fitting(struct search *S, struct config *c, enum vf_tier
 
 /* Of the micro batches from half of most up to it, all of which fit, the one that ranks
  * best: a smaller one may reach the effective batch exactly where the largest misses it. */
-static uint64_t best_micro(const struct search *S, struct vf_setup s, size_t alloc, uint64_t n, uint64_t most,
+static uint64_t best_micro(const struct search *S, struct vf_setup s, uint64_t n, uint64_t most,
                            const struct vf_estimate *e) {
   uint64_t best = most;
   double top = -1;
   for (uint64_t b = most; b >= 1 && b * 2 >= most; b--) {
     set_micro(&s, n, b);
-    double sc = score(S, &s, alloc, plan_rate(S->r->model, &s, e->params, e->trainable_params, 0, S->r->gpu, &S->cluster));
+    double sc = score(S, &s, plan_rate(S->r->model, &s, e->params, e->trainable_params, 0, S->r->gpu, &S->cluster));
     if (sc > top) top = sc, best = b;
   }
   return best;
@@ -486,13 +487,13 @@ static uint64_t best_micro(const struct search *S, struct vf_setup s, size_t all
 
 static void consider(struct search *S, enum vf_tier t, struct config *c, uint64_t most) {
   struct vf_setup s = c->s;
-  uint64_t b = best_micro(S, s, c->alloc, c->per_gpu, most, at(S, c, most));
+  uint64_t b = best_micro(S, s, c->per_gpu, most, at(S, c, most));
   if (!fits(S, c, b, t)) b = most;
   const struct vf_estimate *e = at(S, c, b);
   if (!e) return;
   set_micro(&s, c->per_gpu, b);
   struct vf_plan_choice c_at = choice(S, &s, c->alloc, e, S->budget[t]);
-  double sc = score(S, &s, c->alloc, c_at.tokens_per_second);
+  double sc = score(S, &s, c_at.tokens_per_second);
   if (sc <= S->score[t]) return;
   S->score[t] = sc;
   S->out->tiers[t] = c_at;
@@ -571,12 +572,6 @@ static bool level_fits(struct search *S, const struct vf_setup *level, enum vf_t
   return found;
 }
 
-/* A value of the level that a search moves (seq, or the LoRA rank) with its steps. */
-struct dial {
-  size_t offset; /* of the value in struct vf_setup */
-  uint64_t step, given;
-};
-
 static uint64_t *dial_field(struct vf_setup *s, const struct dial *v) { return (uint64_t *)((char *)s + v->offset); }
 
 /* The number of values below the given one that the dial takes: step, 2 step, ... (every
@@ -614,7 +609,7 @@ static void settle_dial(struct search *S, struct vf_setup *level, const struct d
     S->tiers = 1u << t;
     search_level(S, level);
     S->settled[t] |= S->out->tiers[t].found;
-    if (S->settled[t]) S->dialed[t].offset = v->offset, S->dialed[t].step = v->step, S->dialed[t].given = v->given;
+    if (S->settled[t]) S->dialed[t] = *v;
   }
   *field = v->given;
 }
@@ -792,22 +787,63 @@ static bool settle(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   while (low < n && S->n_exact < MAX_EXACT && exact_fits(S, t, c, n, low + 1, &e)) low++;
   size_t alloc = alloc_index(S, c);
   exact_fits(S, t, c, n, low, &e);
-  b = best_micro(S, c->setup, alloc, n, low, &e);
+  b = best_micro(S, c->setup, n, low, &e);
   if (!exact_fits(S, t, c, n, b, &e)) exact_fits(S, t, c, n, b = low, &e);
   set_micro(&c->setup, n, b);
   *c = choice(S, &c->setup, alloc, &e, c->budget_bytes);
   return true;
 }
 
+/* Where value lies among the dial's values (value = dial_value(v, index)). */
+static uint64_t dial_index(const struct dial *v, uint64_t value) {
+  uint64_t unit = v->given > v->step ? v->step : 1;
+  return value / unit - 1;
+}
+
+/* Tier t's choice c at the dial's value i, settled on exact estimates into out; false when
+ * nothing fits there. */
+static bool settle_at(struct search *S, enum vf_tier t, const struct vf_plan_choice *c, uint64_t i,
+                      struct vf_plan_choice *out) {
+  *out = *c;
+  *dial_field(&out->setup, &S->dialed[t]) = dial_value(&S->dialed[t], i);
+  return settle(S, t, out);
+}
+
 /* A tier the seq or rank search settled has the largest value its quick estimates let
  * fit; the exact ones may let longer ones fit, its other knobs as they are. */
 static void climb(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
-  for (uint64_t step = S->dialed[t].step; step && c->found;) {
-    struct vf_plan_choice next = *c;
-    uint64_t *value = (uint64_t *)((char *)&next.setup + S->dialed[t].offset);
-    if (*value + step >= S->dialed[t].given || !settle(S, t, (*value += step, &next))) return;
+  const struct dial *v = &S->dialed[t];
+  for (struct vf_plan_choice next; v->step && c->found;) {
+    uint64_t i = dial_index(v, *dial_field(&c->setup, v)) + 1;
+    if (i >= dial_count(v) || !settle_at(S, t, c, i, &next)) return;
     *c = next;
   }
+}
+
+struct exact_dial_arg {
+  struct search *S;
+  enum vf_tier t;
+  const struct vf_plan_choice *c;
+};
+
+static bool exact_dial_fits(uint64_t i, void *arg) {
+  struct exact_dial_arg *a = arg;
+  struct vf_plan_choice next;
+  return settle_at(a->S, a->t, a->c, i, &next);
+}
+
+/* A tier the seq or rank search settled where its exact estimates do not fit: the largest
+ * value below at which they do (a binary search, the other knobs as they are), rather than a
+ * tighter tier's shorter one. False when none does, or the tier was settled without a dial. */
+static bool descend(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
+  const struct dial *v = &S->dialed[t];
+  uint64_t i = v->step ? dial_index(v, *dial_field(&c->setup, v)) : 0;
+  struct vf_plan_choice next;
+  if (!i || !settle_at(S, t, c, 0, &next)) return false;
+  struct exact_dial_arg a = {S, t, c};
+  if (!settle_at(S, t, c, last_fitting(0, i - 1, exact_dial_fits, &a), &next)) return false;
+  *c = next;
+  return true;
 }
 
 /* Whether choice a beats b: it trains more as given (a longer seq, a larger rank), or as
@@ -815,8 +851,26 @@ static void climb(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
 static bool better(const struct search *S, const struct vf_plan_choice *a, const struct vf_plan_choice *b) {
   if (a->setup.seq != b->setup.seq) return a->setup.seq > b->setup.seq;
   if (a->setup.lora_r != b->setup.lora_r) return a->setup.lora_r > b->setup.lora_r;
-  return score(S, &a->setup, alloc_index(S, a), a->tokens_per_second) >=
-         score(S, &b->setup, alloc_index(S, b), b->tokens_per_second);
+  return score(S, &a->setup, a->tokens_per_second) >=
+         score(S, &b->setup, b->tokens_per_second);
+}
+
+/* The peak tier t judges of its choice c. */
+static uint64_t judged_choice(enum vf_tier t, const struct vf_plan_choice *c) {
+  return t == VF_TIER_AGGRESSIVE ? c->peak_device_bytes : c->device_range.high;
+}
+
+/* The allocator's setting changes neither what is trained nor how fast: a tier takes it
+ * wherever it lowers the peak of the setting chosen (the fragmentation PyTorch's
+ * out-of-memory message suggests it for), with the micro batch the room allows. */
+static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
+  struct vf_estimate e;
+  if (S->n_alloc < 2 || !c->found || alloc_index(S, c) ||
+      !exact_estimate(S, &c->setup, 1, &e) || judged_peak(S->r, t, &c->setup, &e) >= judged_choice(t, c))
+    return;
+  struct vf_plan_choice with = choice(S, &c->setup, 1, &e, c->budget_bytes);
+  if (settle(S, t, &with) && score(S, &with.setup, with.tokens_per_second) >= score(S, &c->setup, c->tokens_per_second))
+    *c = with;
 }
 
 /* The search ran on quick estimates: each tier's choice is settled on exact ones. What
@@ -826,7 +880,8 @@ static bool better(const struct search *S, const struct vf_plan_choice *a, const
 static void confirm(struct search *S) {
   for (int t = 0; t < VF_TIER_COUNT; t++) {
     struct vf_plan_choice *c = &S->out->tiers[t], *tighter = t > 0 ? &S->out->tiers[t - 1] : NULL;
-    if (c->found) c->found = settle(S, (enum vf_tier)t, c);
+    if (c->found && !settle(S, (enum vf_tier)t, c)) c->found = descend(S, (enum vf_tier)t, c);
+    take_alloc(S, (enum vf_tier)t, c);
     climb(S, (enum vf_tier)t, c);
     if (!tighter || !tighter->found) continue;
     if (c->found && better(S, c, tighter)) continue;
