@@ -32,6 +32,10 @@ struct vf_profile {
    * dtype's size): always, and in addition when the norm's weight is trainable. */
   uint32_t rms_norm_saves[4], n_rms_norm_saves;
   uint32_t rms_norm_weight_saves[4], n_rms_norm_weight_saves;
+  /* Model types whose RMSNorm multiplies its weight before casting back to the input's
+   * dtype: a trainable weight keeps the fp32 normalized input instead. */
+  char rms_norm_weight_fp32[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_rms_norm_weight_fp32;
   uint32_t layer_norm_saves[4], n_layer_norm_saves;
   bool gqa_expand;          /* K/V repeated to all heads before attention */
   bool kv_repeat_interleave; /* gqa_expand copies with repeat_interleave, even one head */
@@ -91,6 +95,10 @@ struct vf_profile {
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   bool quantize_head;      /* the output head is quantized along with the blocks */
+  /* A quantized model whose weights are not sharded has the parameters it leaves in 16 bits
+   * (embeddings, norms, head) up-cast to fp32 before training: the QLoRA recipes' PEFT
+   * prepare_model_for_kbit_training, which they skip for sharded QLoRA. */
+  bool quant_rest_fp32;
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool zero_grad_before_backward; /* zero_grad() runs after the next forward, not the step */
@@ -123,6 +131,7 @@ struct vf_profile {
   bool ddp_init_broadcast;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
+  bool validates_first;    /* where the run validates, it does once before its first step too */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */
   bool ckpt_input_grads;   /* checkpointing makes the embeddings' output require grad */
   bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */
@@ -147,6 +156,10 @@ struct vf_profile {
   uint32_t n_sdpa_out_copied;
   char qkv_view_models[8][VF_MODEL_TYPE_LEN];
   uint32_t n_qkv_view_models;
+  /* Model types whose sliding-window layers give SDPA their window as a mask once the
+   * sequence reaches it. */
+  char sdpa_window_mask[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_window_mask;
   bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
   bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
   bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */

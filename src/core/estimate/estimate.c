@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/diag.h"
 #include "core/estimate/estimate.h"
 #include "core/estimate/internal.h"
 #include "core/pipeline.h"
@@ -29,7 +30,7 @@ int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, con
 
 /* What a pipeline rank's replay leaves to report. */
 struct rank_result {
-  struct result r;
+  struct result r, reversed; /* reversed: the drawn lengths in the other order */
   uint64_t rank, layers, paged;
   uint64_t params, trainable_params; /* the whole model's */
 };
@@ -49,7 +50,20 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   out->layers = pipeline_rank_layers(x->m->arch.layers, s->pp, x->pp.chunks, rank, x->p->pp_even_layers);
   zero_rank(x, out->layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);
-  if (!rc && lengths == VF_LENGTHS_VARIED) replay_strand_shorter_batches(&out->r);
+  /* Without the samples' lengths, two of the longest batches in a row are all the replay
+   * can say. With them it has replayed batches of those lengths; the same batches in the
+   * other order (the longest but the last coming first) leave the cache otherwise, and the
+   * higher of the two is the top of the range. */
+  if (!rc && lengths == VF_LENGTHS_VARIED && !s->length_dist.n) replay_strand_shorter_batches(&out->r);
+  out->reversed = out->r;
+  if (!rc && lengths == VF_LENGTHS_VARIED && s->length_dist.n) {
+    vf_timeline_fn listener = x->replay.listener; /* a timeline is of the drawn order */
+    x->replay.listener = NULL;
+    x->sched.lengths_reversed = true;
+    rc = replay_layers(x, out->layers, alloc, &out->reversed);
+    x->sched.lengths_reversed = false;
+    x->replay.listener = listener;
+  }
   out->paged = optim_paged_bytes(x);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
@@ -138,12 +152,32 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->accumulation = x->accumulation;
   out->lengths = x->s->lengths;
   out->eval = x->s->eval;
+  if (x->s->length_dist.n && x->s->lengths == VF_LENGTHS_VARIED) {
+    uint64_t other = replay_reserved(&best->reversed);
+    out->reserved_worst = other > out->reserved_peak ? other : out->reserved_peak;
+  }
+}
+
+/* What the layers here cannot replay is refused with the reason, never estimated as
+ * something else: deepseek_v2's attention (transformers 5.23 modeling_deepseek_v2.py
+ * DeepseekV2Attention: its compressed K/V expanded per head, rotated parts concatenated,
+ * query and value heads of different widths) and its MLP (a dense first layer, shared
+ * experts beside the routed ones, an fp32 router). */
+static int refuse_unmodelled(const struct vf_model *m, struct vf_diag *d) {
+  const struct vf_arch *a = &m->arch;
+  if (!a->kv_lora_rank && !a->dense_layers && !a->shared_intermediate) return 0;
+  return diag_at(d, VF_EUNSUPPORTED, NULL, UINT64_MAX,
+                 "%s is not modelled yet: %s; 'vramfit trace' measures it", a->model_type,
+                 a->kv_lora_rank ? "multi-head latent attention (compressed K/V, query and value heads of "
+                                   "different widths) and MoE layers with shared experts after dense ones"
+                                 : "MoE layers with shared experts after dense ones");
 }
 
 int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                        const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn, void *arg,
                        struct vf_estimate *out, struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
+  if (!rc) rc = refuse_unmodelled(m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   struct vf_setup resolved = *s;

@@ -274,7 +274,7 @@ struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   layer_norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS || fused_loss(x) ? 0 : 1, x->base_trainable);
   if (fused_loss(x)) return fused_forward(x, sv);
   if (x->task == VF_TASK_CAUSAL_LM) {
-    quant_input(x, sv, d->h, true);
+    quant_input(x, sv, d->h, 1, true);
     adapter_input(x, sv, d->h, BIT(VF_KIND_HEAD));
     adapter_projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision
