@@ -30,11 +30,10 @@ succeeds '^read from hf/ds_z3_offload.json \(deepspeed\): shard zero3 \(line 8\)
   estimate hf/train.yaml
 run estimate hf/fsdp.json --json
 is "hf fsdp" "fsdp optimizer,params full adamw" 'j["setup"]["shard"], j["setup"]["offload"], j["setup"]["grad_ckpt"], j["setup"]["optimizer"]'
-is "hf fsdp warnings" "3" 'len(j["warnings"])'
+is "hf fsdp warnings" "2" 'len(j["warnings"])'
 grep -q '^warning: hf/fsdp.json:8: optim: galore_adamw is not an optimizer vramfit models; vramfit assumes optimizer adamw$' \
   "$TMP/err" && ok || bad "no warning for galore_adamw: $(cat "$TMP/err")"
-grep -q '^warning: hf/fsdp.json:12: use_liger_kernel: loss fused is not modelled yet' "$TMP/err" && ok ||
-  bad "no warning for the Liger loss: $(cat "$TMP/err")"
+is "hf fsdp Liger loss" "fused hf/fsdp.json:12" 'j["setup"]["loss"], j["read_from"]["loss"]'
 grep -q '^warning: hf/fsdp.json:13: torch_compile: true compiles the model' "$TMP/err" && ok ||
   bad "no warning for torch_compile: $(cat "$TMP/err")"
 run estimate trl/sft_qlora.yaml --json
