@@ -55,6 +55,7 @@ def test_plan_and_plan_workload():
 
 
 def test_errors_raise_with_the_exit_status():
+    assert issubclass(vramfit.VramfitError, ValueError)
     with pytest.raises(vramfit.VramfitError, match="unknown model 'no-such-model'") as e:
         vramfit.estimate("no-such-model")
     assert e.value.code == 2
