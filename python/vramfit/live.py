@@ -179,6 +179,13 @@ def _task(hf: Any) -> str | None:
     return next((task for suffix, task in TASKS if name.endswith(suffix)), None)
 
 
+def _checkpointing(hf: Any) -> bool:
+    """Whether the model recomputes its layers' activations (transformers 5 names it
+    is_activation_checkpointing; is_gradient_checkpointing before)."""
+    name = next((a for a in ("is_activation_checkpointing", "is_gradient_checkpointing") if hasattr(type(hf), a)), "")
+    return bool(getattr(hf, name, False)) if name else False
+
+
 def _name(hf: Any) -> str:
     given = str(getattr(hf.config, "name_or_path", "") or "")
     name = os.path.basename(given.rstrip("/")) or type(hf).__name__
@@ -193,7 +200,7 @@ def describe(model: Any) -> Description:
     tensors, weights = _tensors(hf)
     quant = _quantization(hf)
     options: dict[str, Any] = {"weights": WEIGHTS.get(weights or ""), "task": _task(hf), "quant": quant,
-                               "grad_ckpt": "full" if getattr(hf, "is_gradient_checkpointing", False) else None,
+                               "grad_ckpt": "full" if _checkpointing(hf) else None,
                                "attention": ATTENTION.get(str(getattr(hf.config, "_attn_implementation", "")))}
     options.update(_method(model, hf, quant))
     if options["method"] == "full" and any(not p.requires_grad for _, p in hf.named_parameters()):
