@@ -8,8 +8,9 @@
 #include "io/profile.h"
 #include "vramfit.h"
 
-static const char *const models[] = {"gpt2", "llama-3.2-1b", "mixtral-8x7b", "bert-base-uncased",
-                                     "gemma-2-2b", "falcon-7b", "phi-2", "pythia-1b"};
+static const char *const models[] = {"gpt2",     "llama-3.2-1b", "mixtral-8x7b", "bert-base-uncased",
+                                     "gemma-2-2b", "falcon-7b",  "phi-2",        "pythia-1b",
+                                     "qwen3-0.6b", "gemma-3-1b", "olmo-2-1b",    "deepseek-v2-lite"};
 static const char *const frameworks[] = {"hf", "hf@4.16", "litgpt", "torchtune", "lightning",
                                          "deepspeed", "megatron", "torchtitan"};
 

@@ -172,3 +172,22 @@ printf '%s\t%s\t%s\n' h2-lt-01 phi-2 '--framework lightning --weights bf16 --bat
 printf '%s\t%s\t%s\n' h2-lt-02 llama-3.2-1b '--framework lightning --weights fp32 --amp bf16 --batch 8 --seq 1024 --grad-ckpt full --gpus 1'
 printf '%s\t%s\t%s\n' h2-lg-01 llama-3.1-8b '--framework litgpt --weights bf16 --method lora --lora-r 16 --lora-targets q,v --batch 2 --seq 1024 --gpus 1'
 printf '%s\t%s\t%s\n' h2-lg-03 gemma-2-2b '--framework litgpt --weights bf16 --method qlora --quant nf4 --lora-r 8 --lora-targets q,k,v,o --batch 4 --seq 1024 --gpus 1'
+
+# Held out with the 2026-12 catalogue: the model types it added (qwen3, qwen3_moe,
+# gemma3_text, olmo2, smollm3, phi3 with partial rotary, mistral with its own head_dim),
+# each traced once after the estimator had learned their mechanisms from other setups
+# (bench/NOTES.md, "The 2026-12 catalogue's model types").
+printf '%s\t%s\t%s\n' h3-hf-01 qwen3-1.7b '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o,gate,up,down --batch 4 --seq 2048 --grad-ckpt full --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-02 qwen3-4b '--framework hf --weights bf16 --method dora --lora-r 8 --lora-targets q,v --batch 2 --seq 1024 --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-03 gemma-3-4b '--framework hf --weights bf16 --method lora --lora-r 32 --lora-targets q,k,v,o --batch 2 --seq 2048 --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-04 olmo-2-1b '--framework hf --weights fp32 --amp bf16 --batch 4 --seq 512 --grad-ckpt full --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-05 smollm2-360m '--framework hf --weights bf16 --batch 16 --seq 512 --accumulation 2 --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-06 smollm3-3b '--framework hf --weights bf16 --method lora --lora-r 64 --lora-targets q,k,v,o,gate,up,down --batch 2 --seq 4096 --grad-ckpt full --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-07 phi-4-mini-instruct '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o --batch 2 --seq 2048 --gpus 1 --attention eager'
+printf '%s\t%s\t%s\n' h3-hf-08 mistral-nemo-12b '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o --batch 1 --seq 2048 --grad-ckpt full --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-09 qwen3-30b-a3b '--framework hf --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o --batch 2 --seq 1024 --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-10 gemma-3-1b '--framework hf --weights bf16 --batch 4 --seq 2048 --gpus 1 --optimizer adafactor'
+printf '%s\t%s\t%s\n' h3-hf-11 olmo-2-7b '--framework hf --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o,gate,up,down --batch 2 --seq 2048 --gpus 1'
+printf '%s\t%s\t%s\n' h3-hf-12 qwen3-0.6b '--framework hf --weights bf16 --method lora --batch 16 --seq 256 --lengths varied --accumulation 2 --gpus 1'
+printf '%s\t%s\t%s\n' h3-lt-01 qwen3-0.6b '--framework lightning --weights bf16 --batch 4 --seq 1024 --gpus 1'
+printf '%s\t%s\t%s\n' h3-lt-02 gemma-3-1b '--framework lightning --weights fp32 --amp bf16 --method lora --lora-targets all-linear --batch 2 --seq 2048 --gpus 1'

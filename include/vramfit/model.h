@@ -38,18 +38,23 @@ VF_API int vf_dtype_bytes(enum vf_dtype t, uint64_t n, uint64_t *out);
 
 /* Architecture families: they decide tensor layout and naming. */
 enum vf_family {
-  VF_FAMILY_LLAMA,   /* llama, mistral, qwen2, gemma, gemma2, phi3 */
-  VF_FAMILY_MIXTRAL, /* llama-style attention, mixture-of-experts MLP */
+  VF_FAMILY_LLAMA,   /* llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, olmo2, smollm3 */
+  VF_FAMILY_MIXTRAL, /* llama-style attention, mixture-of-experts MLP (mixtral, qwen3_moe) */
   VF_FAMILY_GPT2,
   VF_FAMILY_GPTNEOX, /* pythia, stablelm-alpha */
   VF_FAMILY_FALCON,
   VF_FAMILY_PHI,     /* phi-1, phi-1.5, phi-2 */
   VF_FAMILY_BERT,    /* bert, roberta */
+  VF_FAMILY_DEEPSEEK, /* multi-head latent attention, experts with shared ones (deepseek_v2) */
   VF_FAMILY_COUNT
 };
 VF_API const char *vf_family_name(enum vf_family f);
 
 enum vf_norm { VF_NORM_RMS, VF_NORM_LAYER };
+
+/* RMSNorms on the queries and keys before RoPE: over each head's head_dim (qwen3, gemma3)
+ * or over the whole projection's output (olmo2). */
+enum vf_qk_norm { VF_QK_NORM_NONE, VF_QK_NORM_HEAD, VF_QK_NORM_PROJECTION };
 
 /* Which linear (or other role) a tensor plays. The first VF_KIND_PUBLIC_COUNT are the
  * contract's by_kind keys; QKV and GATE_UP are fused projections split by vf_model_by_kind. */
@@ -68,7 +73,10 @@ struct vf_arch {
   enum vf_family family;
   uint64_t hidden, layers, heads, kv_heads, head_dim, intermediate, vocab;
   uint64_t max_positions;
-  uint64_t experts, experts_per_token; /* 0 for dense models */
+  uint64_t experts, experts_per_token; /* 0 for dense models; intermediate is then an expert's */
+  uint64_t shared_intermediate;        /* the shared experts' MLP width (deepseek_v2); 0 without */
+  uint64_t dense_layers;               /* leading layers of a MoE model whose MLP is dense... */
+  uint64_t dense_intermediate;         /* ...this wide (deepseek_v2's first_k_dense_replace) */
   uint64_t type_vocab;                 /* BERT token-type vocabulary */
   uint64_t num_labels;                 /* classification head outputs */
   bool tied_embeddings;
@@ -80,10 +88,19 @@ struct vf_arch {
   bool learned_positions;        /* absolute position embedding table */
   enum vf_norm norm;
   uint32_t norms_per_layer;      /* 1 (falcon-7b, phi), 2, or 4 (gemma2) */
+  bool post_norms;               /* the norms follow attention and the MLP, none precedes them (olmo2) */
+  enum vf_qk_norm qk_norm;
   double rotary_fraction;        /* share of head_dim that is rotated; 0 without RoPE */
   uint64_t sliding_window;       /* 0 when attention is global */
+  uint64_t window_period;        /* every window_period-th layer attends globally, the others
+                                    slide (gemma3_text: 6); 0: every layer slides */
   double final_logit_softcap;    /* 0 when off (gemma2 caps logits) */
   double attn_logit_softcap;     /* 0 when off (gemma2 caps attention scores) */
+  /* Multi-head latent attention (deepseek_v2): K and V come from a compressed projection of
+   * kv_lora_rank (0 without MLA), Q from one of q_lora_rank (0: Q projected directly);
+   * head_dim is then the query/key head's width, of which qk_rope_head_dim is rotated, and
+   * v_head_dim the value head's. */
+  uint64_t kv_lora_rank, q_lora_rank, qk_rope_head_dim, v_head_dim;
   enum vf_dtype dtype;           /* torch_dtype of the released weights */
 };
 

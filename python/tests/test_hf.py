@@ -79,6 +79,15 @@ def test_encoder_classification(tmp_path):
     assert live_peak(events) > 0
 
 
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe", "gemma3_text", "olmo2", "smollm3"])
+def test_llama_named_projections_take_lora(model_type):
+    # These model types name their projections as LlamaAttention and LlamaMLP do
+    # (transformers 5.23 modeling_<type>.py).
+    from vramfit.trace.drivers.hf import _lora_targets
+    s = spec(method="lora", lora_targets=["q", "k", "v", "o", "gate", "up", "down"])
+    assert _lora_targets(s, model_type) == _lora_targets(s, "llama")
+
+
 def test_unsupported_setups_are_refused(tmp_path):
     with pytest.raises(Unsupported, match="selective"):
         run(tmp_path, grad_ckpt="selective")

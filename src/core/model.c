@@ -11,7 +11,7 @@
 static const char *const family_names[VF_FAMILY_COUNT] = {
     [VF_FAMILY_LLAMA] = "llama",   [VF_FAMILY_MIXTRAL] = "mixtral", [VF_FAMILY_GPT2] = "gpt2",
     [VF_FAMILY_GPTNEOX] = "gpt-neox", [VF_FAMILY_FALCON] = "falcon", [VF_FAMILY_PHI] = "phi",
-    [VF_FAMILY_BERT] = "bert",
+    [VF_FAMILY_BERT] = "bert",     [VF_FAMILY_DEEPSEEK] = "deepseek",
 };
 
 static const char *const kind_names[VF_KIND_COUNT] = {
@@ -90,9 +90,10 @@ static bool too_many(const struct vf_arch *a) {
   uint64_t experts = a->experts ? a->experts : 1;
   if ((u128)a->layers * experts > MAX_LAYER_EXPERTS) return true;
   u128 attn = (u128)a->hidden * a->head_dim * (2 * a->heads + 2 * a->kv_heads);
-  u128 mlp = (u128)3 * a->hidden * a->intermediate * experts;
+  u128 mla = (u128)(a->hidden + a->heads * (a->head_dim + a->v_head_dim)) * (a->kv_lora_rank + a->q_lora_rank);
+  u128 mlp = (u128)3 * a->hidden * (a->intermediate * experts + a->shared_intermediate + a->dense_intermediate);
   u128 tables = ((u128)a->vocab + a->max_positions + a->type_vocab) * a->hidden * 2;
-  return (attn + mlp) * a->layers + tables > MAX_PARAMS;
+  return (attn + mla + mlp) * a->layers + tables > MAX_PARAMS;
 }
 
 int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d) {
@@ -106,9 +107,15 @@ int vf_arch_validate(const struct vf_arch *a, struct vf_diag *d) {
   else if (!a->vocab) why = "vocab_size must be positive";
   else if (!a->intermediate) why = "intermediate_size must be positive";
   else if (a->experts_per_token > a->experts) why = "more experts per token than experts";
+  else if (a->dense_layers > a->layers) why = "more dense layers than layers";
+  else if (a->dense_layers && !a->dense_intermediate) why = "dense layers need an intermediate size";
+  else if (a->kv_lora_rank && (a->qk_rope_head_dim > a->head_dim || !a->v_head_dim))
+    why = "latent attention needs a rotated part within head_dim and a value head";
   else if (a->hidden > (1ull << 24) || a->intermediate > (1ull << 26) || a->vocab > (1ull << 28) ||
            a->layers > 100000 || a->heads > 100000 || a->experts > 100000 ||
-           a->head_dim > (1ull << 20) || a->max_positions > (1ull << 32) || a->type_vocab > (1ull << 20))
+           a->head_dim > (1ull << 20) || a->max_positions > (1ull << 32) || a->type_vocab > (1ull << 20) ||
+           a->shared_intermediate > (1ull << 26) || a->dense_intermediate > (1ull << 26) ||
+           a->kv_lora_rank > (1ull << 20) || a->q_lora_rank > (1ull << 20) || a->v_head_dim > (1ull << 20))
     why = "a dimension is implausibly large";
   else if (too_many(a))
     why = "the dimensions together imply an implausibly large model";
@@ -187,13 +194,16 @@ enum vf_dtype vf_model_main_dtype(const struct vf_model *m) {
 }
 
 /* Name fragments, most specific first: the first that occurs in a name decides its kind.
- * Covers Hugging Face (llama, gpt2, gpt-neox, falcon, phi, bert), litgpt and GGUF names. */
+ * Covers Hugging Face (llama, gpt2, gpt-neox, falcon, phi, bert, qwen3_moe's and deepseek_v2's
+ * routers, the latter's compressed query projections), litgpt and GGUF names. */
 static const struct {
   const char *fragment;
   enum vf_kind kind;
 } kind_patterns[] = {
     {"norm", VF_KIND_NORM},          {"ln_", VF_KIND_NORM},
     {"LayerNorm", VF_KIND_NORM},     {"moe.gate.", VF_KIND_ROUTER},
+    {"mlp.gate.", VF_KIND_ROUTER},   {"q_a_proj", VF_KIND_Q},
+    {"q_b_proj", VF_KIND_Q},
     {"ffn_gate_inp", VF_KIND_ROUTER}, {"router", VF_KIND_ROUTER},
     {"qkv", VF_KIND_QKV},            {"query_key_value", VF_KIND_QKV},
     {"c_attn", VF_KIND_QKV},         {"attn.attn.", VF_KIND_QKV},

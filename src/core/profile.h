@@ -32,6 +32,10 @@ struct vf_profile {
    * dtype's size): always, and in addition when the norm's weight is trainable. */
   uint32_t rms_norm_saves[4], n_rms_norm_saves;
   uint32_t rms_norm_weight_saves[4], n_rms_norm_weight_saves;
+  /* Model types whose RMSNorm multiplies its weight before casting back to the input's
+   * dtype: a trainable weight keeps the fp32 normalized input instead. */
+  char rms_norm_weight_fp32[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_rms_norm_weight_fp32;
   uint32_t layer_norm_saves[4], n_layer_norm_saves;
   bool gqa_expand;          /* K/V repeated to all heads before attention */
   bool kv_repeat_interleave; /* gqa_expand copies with repeat_interleave, even one head */
@@ -137,6 +141,10 @@ struct vf_profile {
   uint32_t n_sdpa_out_copied;
   char qkv_view_models[8][VF_MODEL_TYPE_LEN];
   uint32_t n_qkv_view_models;
+  /* Model types whose sliding-window layers give SDPA their window as a mask once the
+   * sequence reaches it. */
+  char sdpa_window_mask[8][VF_MODEL_TYPE_LEN];
+  uint32_t n_sdpa_window_mask;
   bool sdpa_math_fp32; /* SDPA's math backend computes 16-bit inputs in fp32 */
   bool experts_in_weight_dtype; /* MoE experts compute in their weights' dtype, outside autocast */
   bool adafactor_fp32_copies; /* Adafactor's step copies 16-bit gradients and parameters to fp32 */

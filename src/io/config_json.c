@@ -16,24 +16,43 @@ struct type_layout {
   bool glu, qkv_bias, o_bias, mlp_bias, lm_head_bias, fused_qkv, fused_gate_up;
   bool parallel_residual, learned_positions, tied_default;
   double rotary_fraction;
+  enum vf_qk_norm qk_norm;
+  bool post_norms;
 };
 
+/* Each type's layout as its modeling code in transformers 5.23 builds it
+ * (models/<type>/modeling_<type>.py): qwen3's and gemma3's q_norm and k_norm span head_dim,
+ * olmo2's the whole projection, and its two norms follow the sublayers. smollm3's NoPE
+ * layers (every fourth skips RoPE) differ only by RoPE's transient copies, which the
+ * estimator counts on every layer. */
+#define NONE VF_QK_NORM_NONE
+#define HEAD VF_QK_NORM_HEAD
+#define PROJ VF_QK_NORM_PROJECTION
 static const struct type_layout layouts[] = {
-    /* type        family              norm           n glu  qkvb  ob    mlpb  headb fqkv  fgu   par   pos   tied  rope */
-    {"llama",      VF_FAMILY_LLAMA,   VF_NORM_RMS,   2, true, false, false, false, false, false, false, false, false, false, 1.0},
-    {"mistral",    VF_FAMILY_LLAMA,   VF_NORM_RMS,   2, true, false, false, false, false, false, false, false, false, false, 1.0},
-    {"qwen2",      VF_FAMILY_LLAMA,   VF_NORM_RMS,   2, true, true,  false, false, false, false, false, false, false, false, 1.0},
-    {"gemma",      VF_FAMILY_LLAMA,   VF_NORM_RMS,   2, true, false, false, false, false, false, false, false, false, true,  1.0},
-    {"gemma2",     VF_FAMILY_LLAMA,   VF_NORM_RMS,   4, true, false, false, false, false, false, false, false, false, true,  1.0},
-    {"phi3",       VF_FAMILY_LLAMA,   VF_NORM_RMS,   2, true, false, false, false, false, true,  true,  false, false, false, 1.0},
-    {"mixtral",    VF_FAMILY_MIXTRAL, VF_NORM_RMS,   2, true, false, false, false, false, false, false, false, false, false, 1.0},
-    {"gpt2",       VF_FAMILY_GPT2,    VF_NORM_LAYER, 2, false, true, true,  true,  false, true,  false, false, true,  true,  0.0},
-    {"gpt_neox",   VF_FAMILY_GPTNEOX, VF_NORM_LAYER, 2, false, true, true,  true,  false, true,  false, true,  false, false, 0.25},
-    {"falcon",     VF_FAMILY_FALCON,  VF_NORM_LAYER, 1, false, false, false, false, false, true, false, true,  false, true,  1.0},
-    {"phi",        VF_FAMILY_PHI,     VF_NORM_LAYER, 1, false, true, true,  true,  true,  false, false, true,  false, false, 0.5},
-    {"bert",       VF_FAMILY_BERT,    VF_NORM_LAYER, 2, false, true, true,  true,  false, false, false, false, true,  true,  0.0},
-    {"roberta",    VF_FAMILY_BERT,    VF_NORM_LAYER, 2, false, true, true,  true,  false, false, false, false, true,  true,  0.0},
+    /* type         family              norm           n  glu    qkvb   ob     mlpb   headb  fqkv   fgu    par    pos    tied   rope   qk     post */
+    {"llama",       VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   NONE,  false},
+    {"mistral",     VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   NONE,  false},
+    {"qwen2",       VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  true,  false, false, false, false, false, false, false, false, 1.0,   NONE,  false},
+    {"qwen3",       VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   HEAD,  false},
+    {"qwen3_moe",   VF_FAMILY_MIXTRAL,  VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   HEAD,  false},
+    {"gemma",       VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, true,  1.0,   NONE,  false},
+    {"gemma2",      VF_FAMILY_LLAMA,    VF_NORM_RMS,   4, true,  false, false, false, false, false, false, false, false, true,  1.0,   NONE,  false},
+    {"gemma3_text", VF_FAMILY_LLAMA,    VF_NORM_RMS,   4, true,  false, false, false, false, false, false, false, false, true,  1.0,   HEAD,  false},
+    {"olmo2",       VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   PROJ,  true},
+    {"smollm3",     VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, true,  1.0,   NONE,  false},
+    {"phi3",        VF_FAMILY_LLAMA,    VF_NORM_RMS,   2, true,  false, false, false, false, true,  true,  false, false, false, 1.0,   NONE,  false},
+    {"mixtral",     VF_FAMILY_MIXTRAL,  VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   NONE,  false},
+    {"deepseek_v2", VF_FAMILY_DEEPSEEK, VF_NORM_RMS,   2, true,  false, false, false, false, false, false, false, false, false, 1.0,   NONE,  false},
+    {"gpt2",        VF_FAMILY_GPT2,     VF_NORM_LAYER, 2, false, true,  true,  true,  false, true,  false, false, true,  true,  0.0,   NONE,  false},
+    {"gpt_neox",    VF_FAMILY_GPTNEOX,  VF_NORM_LAYER, 2, false, true,  true,  true,  false, true,  false, true,  false, false, 0.25,  NONE,  false},
+    {"falcon",      VF_FAMILY_FALCON,   VF_NORM_LAYER, 1, false, false, false, false, false, true,  false, true,  false, true,  1.0,   NONE,  false},
+    {"phi",         VF_FAMILY_PHI,      VF_NORM_LAYER, 1, false, true,  true,  true,  true,  false, false, true,  false, false, 0.5,   NONE,  false},
+    {"bert",        VF_FAMILY_BERT,     VF_NORM_LAYER, 2, false, true,  true,  true,  false, false, false, false, true,  true,  0.0,   NONE,  false},
+    {"roberta",     VF_FAMILY_BERT,     VF_NORM_LAYER, 2, false, true,  true,  true,  false, false, false, false, true,  true,  0.0,   NONE,  false},
 };
+#undef NONE
+#undef HEAD
+#undef PROJ
 
 static const struct type_layout *find_layout(const char *type) {
   for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
@@ -57,6 +76,8 @@ static const char *const k_vocab[] = {"vocab_size", NULL};
 static const char *const k_pos[] = {"max_position_embeddings", "n_positions", "n_ctx", NULL};
 static const char *const k_head_dim[] = {"head_dim", NULL};
 static const char *const k_experts[] = {"num_local_experts", NULL};
+static const char *const k_routed_experts[] = {"num_experts", "n_routed_experts", NULL};
+static const char *const k_expert_inter[] = {"moe_intermediate_size", NULL};
 static const char *const k_topk[] = {"num_experts_per_tok", NULL};
 static const char *const k_types[] = {"type_vocab_size", NULL};
 static const char *const k_window[] = {"sliding_window", NULL};
@@ -119,7 +140,7 @@ static const struct {
 } default_activation[] = {
     {"gpt2", "gelu_new"}, {"gpt_neox", "gelu"}, {"falcon", "gelu"}, {"phi", "gelu_new"},
     {"bert", "gelu"},     {"roberta", "gelu"},  {"gemma", "gelu_pytorch_tanh"},
-    {"gemma2", "gelu_pytorch_tanh"},
+    {"gemma2", "gelu_pytorch_tanh"}, {"gemma3_text", "gelu_pytorch_tanh"},
 };
 static const char *const k_act[] = {"hidden_act", "activation_function", "hidden_activation", NULL};
 
@@ -152,6 +173,8 @@ static void apply_layout(struct vf_arch *a, const struct type_layout *t) {
   a->parallel_residual = t->parallel_residual;
   a->learned_positions = t->learned_positions;
   a->rotary_fraction = t->rotary_fraction;
+  a->qk_norm = t->qk_norm;
+  a->post_norms = t->post_norms;
 }
 
 /* Falcon's config names its variants with switches instead of dimensions. */
@@ -169,6 +192,115 @@ static void falcon_variant(struct reader *r, struct vf_arch *a) {
   if (!new_arch || !has_kv) a->kv_heads = (multi_query && !new_arch) ? 1 : a->heads;
 }
 
+/* A whole number with the configuration class's default when the key is absent; null means
+ * none (0), as DeepseekV2Config's q_lora_rank: null projects the queries directly. */
+static uint64_t read_default(struct reader *r, const char *key, uint64_t fallback) {
+  const char *const keys[] = {key, NULL};
+  json_t *v = json_object_get(r->root, key);
+  uint64_t n = 0;
+  if (!v) return fallback;
+  read_u64(r, keys, &n);
+  return n;
+}
+
+static void unsupported(struct reader *r, const char *why) {
+  if (!r->rc) r->rc = diag_at(r->d, VF_EUNSUPPORTED, r->file, UINT64_MAX, "%s", why);
+}
+
+/* qwen3_moe: Qwen3MoeDecoderLayer (modeling_qwen3_moe.py@v5.23.0) puts a dense MLP of
+ * intermediate_size on the layers of mlp_only_layers and those off decoder_sparse_step;
+ * the published models have none, and the layouts here hold experts on every layer. */
+static void qwen3_moe_layers(struct reader *r) {
+  json_t *dense = json_object_get(r->root, "mlp_only_layers");
+  if (read_default(r, "decoder_sparse_step", 1) != 1 || (json_is_array(dense) && json_array_size(dense)))
+    unsupported(r, "qwen3_moe with dense layers among the sparse ones (decoder_sparse_step, mlp_only_layers) "
+                   "is not supported");
+}
+
+/* deepseek_v2 (configuration_deepseek_v2.py and modeling_deepseek_v2.py@v5.23.0): the first
+ * first_k_dense_replace layers have a dense MLP of intermediate_size, the others
+ * n_routed_experts experts and n_shared_experts shared ones of moe_intermediate_size; the
+ * attention compresses K and V (and Q, unless q_lora_rank is null) through low-rank
+ * projections, its heads qk_nope_head_dim + qk_rope_head_dim wide for q and k and v_head_dim
+ * for v. Absent keys take DeepseekV2Config's defaults, as transformers reads the file. */
+static void deepseek_v2_layout(struct reader *r, struct vf_arch *a) {
+  a->dense_layers = read_default(r, "first_k_dense_replace", 0);
+  uint64_t shared = read_default(r, "n_shared_experts", 2), nope = read_default(r, "qk_nope_head_dim", 128);
+  /* Saturated, so that absurd values fail vf_arch_validate instead of wrapping around. */
+  a->shared_intermediate = shared && a->intermediate > UINT64_MAX / shared ? UINT64_MAX : shared * a->intermediate;
+  a->kv_lora_rank = read_default(r, "kv_lora_rank", 512);
+  a->q_lora_rank = read_default(r, "q_lora_rank", 1536);
+  a->qk_rope_head_dim = read_default(r, "qk_rope_head_dim", 64);
+  a->v_head_dim = read_default(r, "v_head_dim", 128);
+  a->head_dim = nope > UINT64_MAX - a->qk_rope_head_dim ? UINT64_MAX : nope + a->qk_rope_head_dim;
+  if (a->head_dim) a->rotary_fraction = (double)a->qk_rope_head_dim / (double)a->head_dim;
+}
+
+/* Experts moe_intermediate_size wide (qwen3_moe, deepseek_v2) make intermediate_size the
+ * dense layers' width; mixtral's intermediate_size is its experts'. */
+static void read_experts(struct reader *r, struct vf_arch *a, const struct type_layout *t) {
+  bool expert_width = strcmp(t->model_type, "qwen3_moe") == 0 || t->family == VF_FAMILY_DEEPSEEK;
+  read_u64(r, k_topk, &a->experts_per_token);
+  if (!expert_width) {
+    read_u64(r, k_experts, &a->experts);
+    return;
+  }
+  require_u64(r, k_routed_experts, &a->experts);
+  a->dense_intermediate = a->intermediate;
+  require_u64(r, k_expert_inter, &a->intermediate);
+  if (t->family == VF_FAMILY_DEEPSEEK) deepseek_v2_layout(r, a);
+  else qwen3_moe_layers(r);
+  if (!a->dense_layers) a->dense_intermediate = 0;
+}
+
+/* head_dim when the config names none: the configuration class's default where it has one
+ * (configuration_<type>.py@v5.23.0), else hidden_size / num_attention_heads as the modeling
+ * code derives it. */
+static const struct {
+  const char *model_type;
+  uint64_t head_dim;
+} default_head_dim[] = {{"gemma", 256}, {"gemma2", 256}, {"gemma3_text", 256}, {"qwen3", 128}};
+
+static void read_head_dim(struct reader *r, struct vf_arch *a) {
+  if (read_u64(r, k_head_dim, &a->head_dim) || !a->heads) return;
+  for (size_t i = 0; i < sizeof default_head_dim / sizeof *default_head_dim; i++)
+    if (strcmp(default_head_dim[i].model_type, a->model_type) == 0) {
+      a->head_dim = default_head_dim[i].head_dim;
+      return;
+    }
+  if (a->hidden % a->heads && !r->rc)
+    r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX, "hidden size %llu is not a multiple of %llu heads",
+                    (unsigned long long)a->hidden, (unsigned long long)a->heads);
+  a->head_dim = a->hidden / a->heads;
+}
+
+/* Which layers slide: gemma2 and gemma3_text alternate sliding-window layers with a global
+ * one, every second (Gemma2Config's layer_types) or every sliding_window_pattern-th
+ * (configuration_gemma3.py@v5.23.0, default 6), or as layer_types lists them when it repeats
+ * such a period; the others slide on every layer. */
+static const char *layer_type(json_t *types, size_t i) {
+  const char *type = json_string_value(json_array_get(types, i));
+  return type ? type : "";
+}
+
+static void read_layer_types(struct reader *r, struct vf_arch *a, json_t *types) {
+  size_t n = json_array_size(types), i = 0;
+  while (i < n && strcmp(layer_type(types, i), "full_attention")) i++;
+  a->window_period = i < n ? i + 1 : 0;
+  for (i = 0; i < n; i++) {
+    bool full = a->window_period && (i + 1) % a->window_period == 0;
+    if (strcmp(layer_type(types, i), full ? "full_attention" : "sliding_attention"))
+      unsupported(r, "layer_types without a repeating period of sliding layers and one global layer are not supported");
+  }
+}
+
+static void read_window_period(struct reader *r, struct vf_arch *a) {
+  json_t *types = json_object_get(r->root, "layer_types");
+  if (json_is_array(types)) read_layer_types(r, a, types);
+  else if (strcmp(a->model_type, "gemma3_text") == 0) a->window_period = read_default(r, "sliding_window_pattern", 6);
+  else if (strcmp(a->model_type, "gemma2") == 0) a->window_period = 2;
+}
+
 static void read_dims(struct reader *r, struct vf_arch *a, const struct type_layout *t) {
   require_u64(r, k_hidden, &a->hidden);
   require_u64(r, k_layers, &a->layers);
@@ -180,17 +312,11 @@ static void read_dims(struct reader *r, struct vf_arch *a, const struct type_lay
   else if (!read_u64(r, k_pos, &a->max_positions)) a->max_positions = 0;
   if (t->family == VF_FAMILY_FALCON) falcon_variant(r, a);
   else if (!read_u64(r, k_kv, &a->kv_heads)) a->kv_heads = a->heads;
-  if (!read_u64(r, k_head_dim, &a->head_dim) && a->heads) {
-    if (a->hidden % a->heads && !r->rc)
-      r->rc = diag_at(r->d, VF_EFORMAT, r->file, UINT64_MAX,
-                      "hidden size %llu is not a multiple of %llu heads",
-                      (unsigned long long)a->hidden, (unsigned long long)a->heads);
-    a->head_dim = a->hidden / a->heads;
-  }
-  read_u64(r, k_experts, &a->experts);
-  read_u64(r, k_topk, &a->experts_per_token);
+  if (t->family != VF_FAMILY_DEEPSEEK) read_head_dim(r, a); /* deepseek_v2's comes from its MLA keys */
+  read_experts(r, a, t);
   if (t->family == VF_FAMILY_BERT && !read_u64(r, k_types, &a->type_vocab)) a->type_vocab = 2;
   if (read_bool(r, "use_sliding_window", true)) read_u64(r, k_window, &a->sliding_window);
+  if (a->sliding_window) read_window_period(r, a);
   a->num_labels = 2;
 }
 

@@ -88,6 +88,28 @@ static void test_each_model_type(void **state) {
       {"{\"model_type\": \"mixtral\", \"num_key_value_heads\": 2, \"num_local_experts\": 4, "
        "\"num_experts_per_tok\": 2, " DIMS "}",
        VF_FAMILY_MIXTRAL, 234816, "model.layers.1.block_sparse_moe.experts.3.w3.weight"},
+      /* qwen3: q_norm and k_norm of head_dim each, on both layers. */
+      {"{\"model_type\": \"qwen3\", \"num_key_value_heads\": 2, \"head_dim\": 16, " DIMS "}",
+       VF_FAMILY_LLAMA, 86912, "model.layers.1.self_attn.k_norm.weight"},
+      /* qwen3_moe: per layer a router of 4 x 64 and 4 experts of 3 x 64 x 32. */
+      {"{\"model_type\": \"qwen3_moe\", \"num_key_value_heads\": 2, \"head_dim\": 16, \"num_experts\": 4, "
+       "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, " DIMS "}",
+       VF_FAMILY_MIXTRAL, 87424, "model.layers.1.mlp.experts.3.down_proj.weight"},
+      /* gemma3_text: gemma2's four norms, qwen3's q/k norms, tied. */
+      {"{\"model_type\": \"gemma3_text\", \"num_key_value_heads\": 2, \"head_dim\": 16, " DIMS "}",
+       VF_FAMILY_LLAMA, 80768, "model.layers.1.self_attn.q_norm.weight"},
+      /* olmo2: q_norm of 64 and k_norm of 32, the two norms after the sublayers. */
+      {"{\"model_type\": \"olmo2\", \"num_key_value_heads\": 2, " DIMS "}", VF_FAMILY_LLAMA, 87040,
+       "model.layers.1.post_feedforward_layernorm.weight"},
+      {"{\"model_type\": \"smollm3\", \"num_key_value_heads\": 2, " DIMS "}", VF_FAMILY_LLAMA, 80448,
+       "model.layers.1.mlp.down_proj.weight"},
+      /* deepseek_v2: latent attention of 6,408 a layer (q 64 x 48, kv_a 64 x 12, its norm 8,
+       * kv_b 8 x 64, o 32 x 64); layer 0 dense (3 x 64 x 128), layer 1 a router of 4, 4
+       * experts and one shared of 3 x 64 x 16. */
+      {"{\"model_type\": \"deepseek_v2\", \"moe_intermediate_size\": 16, \"n_routed_experts\": 4, "
+       "\"num_experts_per_tok\": 2, \"n_shared_experts\": 1, \"first_k_dense_replace\": 1, \"q_lora_rank\": null, "
+       "\"kv_lora_rank\": 8, \"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 4, \"v_head_dim\": 8, " DIMS "}",
+       VF_FAMILY_DEEPSEEK, 66128, "model.layers.1.mlp.shared_experts.up_proj.weight"},
       {"{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4, "
        "\"n_inner\": null, \"n_positions\": 32, \"vocab_size\": 100}",
        VF_FAMILY_GPT2, 108544, "transformer.wpe.weight"},
@@ -352,8 +374,8 @@ static void test_unknown_model_type(void **state) {
   struct vf_diag d;
   assert_int_equal(parse(&m, "{\"model_type\": \"mamba\"}", &d), VF_EUNSUPPORTED);
   assert_string_equal(d.msg, "model_type 'mamba' is not supported; supported: llama, mistral, "
-                             "qwen2, gemma, gemma2, phi3, mixtral, gpt2, gpt_neox, falcon, phi, "
-                             "bert, roberta");
+                             "qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, olmo2, smollm3, "
+                             "phi3, mixtral, deepseek_v2, gpt2, gpt_neox, falcon, phi, bert, roberta");
   vf_model_cleanup(&m);
   /* model_type is matched exactly, as transformers does. */
   parse_fails("{\"model_type\": \"Llama\", " DIMS "}", VF_EUNSUPPORTED, "'Llama'", NULL);
@@ -425,6 +447,37 @@ static void test_heads(void **state) {
               VF_EFORMAT, "more experts per token than experts", NULL);
 }
 
+/* Keys a config may leave out take the configuration class's defaults (transformers 5.23):
+ * qwen3's head_dim 128, deepseek_v2's q_lora_rank 1536 (null: no query compression). Layouts
+ * the estimator's layers cannot hold are refused with the reason. */
+static void test_class_defaults_and_refusals(void **state) {
+  (void)state;
+  struct vf_model m;
+  parse_ok(&m, "{\"model_type\": \"qwen3\", " DIMS "}");
+  assert_int_equal(m.arch.head_dim, 128);
+  assert_int_equal(rows(&m, "model.layers.0.self_attn.q_proj.weight"), 4 * 128);
+  vf_model_cleanup(&m);
+#define DEEPSEEK "{\"model_type\": \"deepseek_v2\", \"moe_intermediate_size\": 16, \"n_routed_experts\": 4, " DIMS
+  parse_ok(&m, DEEPSEEK "}");
+  assert_int_equal(rows(&m, "model.layers.0.self_attn.q_a_proj.weight"), 1536);
+  assert_int_equal(rows(&m, "model.layers.0.self_attn.q_a_layernorm.weight"), 1536);
+  assert_int_equal(rows(&m, "model.layers.0.self_attn.q_b_proj.weight"), 4 * (128 + 64));
+  assert_int_equal(rows(&m, "model.layers.0.mlp.shared_experts.gate_proj.weight"), 2 * 16);
+  assert_null(find(&m, "model.layers.0.self_attn.q_proj.weight"));
+  assert_int_equal(m.arch.dense_layers, 0);
+  vf_model_cleanup(&m);
+  parse_fails(DEEPSEEK ", \"n_shared_experts\": 4611686018427387904}", VF_EFORMAT, "implausibly large", NULL);
+  parse_fails(DEEPSEEK ", \"first_k_dense_replace\": 3}", VF_EFORMAT, "more dense layers than layers", NULL);
+#undef DEEPSEEK
+#define QWEN3_MOE "{\"model_type\": \"qwen3_moe\", \"num_experts\": 4, " DIMS
+  parse_fails(QWEN3_MOE "}", VF_EFORMAT, "missing 'moe_intermediate_size'", NULL);
+  parse_fails(QWEN3_MOE ", \"moe_intermediate_size\": 32, \"mlp_only_layers\": [0]}", VF_EUNSUPPORTED,
+              "mlp_only_layers", NULL);
+  parse_fails(QWEN3_MOE ", \"moe_intermediate_size\": 32, \"decoder_sparse_step\": 2}", VF_EUNSUPPORTED,
+              "decoder_sparse_step", NULL);
+#undef QWEN3_MOE
+}
+
 static void test_absurd_sizes(void **state) {
   (void)state;
   parse_fails("{\"model_type\": \"llama\", \"hidden_size\": 1099511627776, \"num_hidden_layers\": 2,"
@@ -459,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_unknown_model_type),
       cmocka_unit_test(test_bad_dimensions),
       cmocka_unit_test(test_heads),
+      cmocka_unit_test(test_class_defaults_and_refusals),
       cmocka_unit_test(test_absurd_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -723,6 +723,99 @@ static void test_parallel_norms_share_input(void **state) {
   assert_int_equal(config_gain(cfg, "litgpt", layer_norm_input, lora_qv, VF_PHASE_LOSS), 3 * 8 * 64 * 4);
 }
 
+/* A toy of model type `type` (hidden 64, 2 layers, 4 heads of 16, 2 KV heads), with extra keys. */
+#define TOY_TYPE(type, extra)                                                                         \
+  "{\"model_type\": \"" type "\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4," \
+  " \"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": 256,"          \
+  " \"max_position_embeddings\": 128, \"tie_word_embeddings\": false" extra "}"
+
+static void rms_input(struct vf_profile *p, bool on) { p->n_rms_norm_saves = on; }
+
+/* qwen3's q_norm and k_norm are RMSNorms of the q and k projections' outputs: they keep
+ * the fp32 input the residual stream's norms keep, over q and k (8 positions x (64 + 32) x 4
+ * bytes a layer) besides those (8 x 64 x 4 for each of a layer's two norms and the final
+ * norm), where llama has none. */
+static void test_qk_norms(void **state) {
+  (void)state;
+  int64_t norms = 5 * 8 * 64 * 4, qk = 2 * 8 * (64 + 32) * 4;
+  assert_int_equal(config_gain(TOY_TYPE("llama", ""), "hf", rms_input, NULL, VF_PHASE_LOSS), norms);
+  assert_int_equal(config_gain(TOY_TYPE("qwen3", ""), "hf", rms_input, NULL, VF_PHASE_LOSS), norms + qk);
+}
+
+/* OLMo 2's norms follow its sublayers: its projections keep the block's input and the
+ * residual after attention where a pre-norm layer's keep the norms' outputs, the same bytes
+ * (in fp32, where the norms' weight products keep fp32 in both). The backward and the step
+ * are the same too. */
+static void test_post_norms(void **state) {
+  (void)state;
+  struct vf_estimate pre = config_run(TOY_TYPE("qwen3", ""), "hf", unchanged, false, NULL);
+  struct vf_estimate post = config_run(TOY_TYPE("olmo2", ""), "hf", unchanged, false, NULL);
+  assert_int_equal(post.phase_allocated[VF_PHASE_LOSS], pre.phase_allocated[VF_PHASE_LOSS]);
+  assert_int_equal(post.phase_allocated[VF_PHASE_BACKWARD], pre.phase_allocated[VF_PHASE_BACKWARD]);
+}
+
+static void weight_fp32(struct vf_profile *p, bool on) {
+  snprintf(p->rms_norm_weight_fp32[0], sizeof p->rms_norm_weight_fp32[0], "olmo2");
+  p->n_rms_norm_weight_fp32 = on;
+}
+static void bf16_full(struct vf_setup *s) { s->weights = VF_PREC_BF16; }
+
+/* OLMo 2's RMSNorm multiplies its trainable weight before casting back: the product keeps
+ * the fp32 normalized input, 2 bytes an element more than the bf16 cast llama's keeps, on
+ * the two norms of each layer and the final one (8 x 64 elements) and on q_norm and k_norm
+ * (8 x 96). Allocations are of 512-byte blocks: 1,024 more a norm, 1,536 more for q and k. */
+static void test_rms_norm_weight_fp32(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(TOY_TYPE("olmo2", ""), "hf", weight_fp32, bf16_full, VF_PHASE_LOSS),
+                   5 * 1024 + 2 * 1536);
+}
+
+static void window_mask(struct vf_profile *p, bool on) {
+  snprintf(p->sdpa_window_mask[0], sizeof p->sdpa_window_mask[0], "gemma3_text");
+  p->n_sdpa_window_mask = on;
+}
+
+/* Gemma 3's sliding-window layers give SDPA their window as a mask once the sequence
+ * reaches it: the memory-efficient kernel runs instead of flash and keeps the mask made
+ * additive (1 x 8 x 8 bf16, one 512-byte block) on layer 0; layer 1, every second here,
+ * attends globally. With 2 KV heads for 4 query heads, the mask also stops enable_gqa: K
+ * and V are repeated to every head first (8 x 64 x 2 bytes each, for 8 x 32 x 2); a single
+ * KV head repeated stays a view (repeat_kv's expand and reshape). A window wider than the
+ * sequence changes nothing. */
+static void test_sliding_window_mask(void **state) {
+  (void)state;
+  static const char one_kv_head[] =
+      "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 1, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": 256,"
+      " \"sliding_window\": 4, \"sliding_window_pattern\": 2}";
+  int64_t mask = 512, repeated = 2 * (8 * 64 * 2 - 512);
+  assert_int_equal(config_gain(one_kv_head, "hf", window_mask, bf16_lora, VF_PHASE_LOSS), mask);
+  assert_int_equal(config_gain(TOY_TYPE("gemma3_text", ", \"sliding_window\": 4, \"sliding_window_pattern\": 2"), "hf",
+                               window_mask, bf16_lora, VF_PHASE_LOSS),
+                   mask + repeated);
+  assert_int_equal(config_gain(TOY_TYPE("gemma3_text", ", \"sliding_window\": 8192"), "hf", window_mask, bf16_lora,
+                               VF_PHASE_LOSS),
+                   0);
+}
+
+/* deepseek_v2's latent attention and shared experts are refused with the reason. */
+static void test_unmodelled_refused(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  load_config(&m, TOY_TYPE("deepseek_v2", ", \"moe_intermediate_size\": 16, \"n_routed_experts\": 4"));
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
+  vf_setup_default(&s);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), VF_EUNSUPPORTED);
+  assert_non_null(strstr(d.msg, "multi-head latent attention"));
+  vf_model_cleanup(&m);
+}
+
 static void head_chunks(struct vf_profile *p, bool on) { p->loss_chunk_tokens = on ? 128 : 0; }
 static void lora_autocast(struct vf_setup *s) {
   s->method = VF_METHOD_LORA;
@@ -1517,6 +1610,9 @@ int main(void) {
       cmocka_unit_test(test_padded_attention), cmocka_unit_test(test_embedding_gradient_last),
       cmocka_unit_test(test_stable_embedding), cmocka_unit_test(test_chunked_loss_backward),
       cmocka_unit_test(test_softcap_before_conversion), cmocka_unit_test(test_parallel_norms_share_input),
+      cmocka_unit_test(test_qk_norms),          cmocka_unit_test(test_post_norms),
+      cmocka_unit_test(test_rms_norm_weight_fp32),
+      cmocka_unit_test(test_sliding_window_mask), cmocka_unit_test(test_unmodelled_refused),
       cmocka_unit_test(test_autocast_head_per_chunk), cmocka_unit_test(test_adapter_layers_below_the_prompt),
       cmocka_unit_test(test_adapter_v2_keeps_scaled_outputs), cmocka_unit_test(test_full_head_whole),
       cmocka_unit_test(test_adafactor_largest_tensor),

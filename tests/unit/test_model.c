@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "vramfit.h"
 
@@ -63,7 +64,7 @@ static void assert_by_kind(const struct vf_model *m, const uint64_t want[VF_KIND
 
 /* ---- catalogue parameter counts ----------------------------------------------------- */
 
-/* shared/calibration/models.tsv, column total_params (all 36 models have a number). */
+/* shared/calibration/models.tsv, column total_params (all 36 models there have a number). */
 static const struct {
   const char *name;
   uint64_t params;
@@ -104,6 +105,40 @@ static const struct {
     {"stablelm-base-alpha-3b", 3637321728ull},
     {"pythia-1b", 1011781632ull},
     {"pythia-6.9b", 6857302016ull},
+    /* Added since, counted by hand from their configs; each file's _vramfit says what the
+     * count was checked against (test_catalogue_published below holds them to it). The
+     * text-only Gemma 3 4B, 12B and 27B have no published count of their own: keras-hub's
+     * text presets count a 262,144-row table, the checkpoints hold 262,208 rows. */
+    {"deepseek-v2-lite", 15706484224ull},
+    {"gemma-2-27b", 27227128320ull},
+    {"gemma-3-1b", 999885952ull},
+    {"gemma-3-4b", 3880263168ull},   /* keras-hub 3,880,099,328 + 64 x 2560 */
+    {"gemma-3-12b", 11766034176ull}, /* keras-hub 11,765,788,416 + 64 x 3840 */
+    {"gemma-3-27b", 27009346304ull}, /* keras-hub 27,009,002,240 + 64 x 5376 */
+    {"llama-3.3-70b", 70553706496ull},
+    {"mistral-nemo-12b", 12247782400ull},
+    {"mistral-small-24b", 23572403200ull},
+    {"mixtral-8x22b", 140630071296ull},
+    {"olmo-2-1b", 1484916736ull},
+    {"olmo-2-7b", 7298617344ull},
+    {"olmo-2-13b", 13716198400ull},
+    {"phi-3.5-mini-instruct", 3821079552ull},
+    {"phi-4", 14659507200ull},
+    {"phi-4-mini-instruct", 3836021760ull},
+    {"qwen2.5-3b", 3085938688ull},
+    {"qwen2.5-32b", 32763876352ull},
+    {"qwen3-0.6b", 596049920ull},
+    {"qwen3-1.7b", 1720574976ull},
+    {"qwen3-4b", 4022468096ull},
+    {"qwen3-8b", 8190735360ull},
+    {"qwen3-14b", 14768307200ull},
+    {"qwen3-32b", 32762123264ull},
+    {"qwen3-30b-a3b", 30532122624ull},
+    {"qwen3-235b-a22b", 235093634560ull},
+    {"smollm2-135m", 134515008ull},
+    {"smollm2-360m", 361821120ull},
+    {"smollm2-1.7b", 1711376384ull},
+    {"smollm3-3b", 3075098624ull},
 };
 #define N_CATALOGUE (sizeof catalogue / sizeof *catalogue)
 
@@ -122,6 +157,52 @@ static void test_catalogue_params(void **state) {
     assert_int_equal(vf_model_bytes(&m, &bytes), 0);
     vf_model_cleanup(&m);
   }
+}
+
+/* A published count rounded to its last non-zero digit (7.61B written 7610000000) holds
+ * within half that digit's unit; an exact count holds exactly (a count that happens to end
+ * in zeros gets a tolerance of a few parameters, which no configuration error stays within). */
+static uint64_t published_tolerance(uint64_t published) {
+  uint64_t unit = 1;
+  while (published && published % (unit * 10) == 0) unit *= 10;
+  return unit / 2;
+}
+
+/* _vramfit.published_params of a catalogue model, or 0 without one. */
+static uint64_t published_params(const char *name) {
+  char *text;
+  size_t len;
+  assert_int_equal(vf_catalog_config(name, &text, &len), 0);
+  json_t *root = json_loadb(text, len, 0, NULL);
+  vf_free(text);
+  assert_non_null(root);
+  json_t *v = json_object_get(json_object_get(root, "_vramfit"), "published_params");
+  if (v && !json_is_integer(v)) fail_msg("%s: published_params is not a whole number", name);
+  uint64_t n = v ? (uint64_t)json_integer_value(v) : 0;
+  json_decref(root);
+  return n;
+}
+
+/* Every catalogue model with a published parameter count counts to it. */
+static void test_catalogue_published(void **state) {
+  (void)state;
+  struct vf_catalog c;
+  struct vf_diag d;
+  vf_catalog_init(&c);
+  if (vf_catalog_load(&c, &d)) fail_msg("vf_catalog_load: %s: %s", d.file, d.msg);
+  for (size_t i = 0; i < c.n; i++) {
+    const char *name = c.entries[i].name;
+    uint64_t published = published_params(name);
+    if (!published) continue;
+    struct vf_model m;
+    load(&m, name);
+    uint64_t n = vf_model_params(&m), off = n > published ? n - published : published - n;
+    if (off > published_tolerance(published))
+      fail_msg("%s: %llu parameters, published %llu (within %llu)", name, (unsigned long long)n,
+               (unsigned long long)published, (unsigned long long)published_tolerance(published));
+    vf_model_cleanup(&m);
+  }
+  vf_catalog_cleanup(&c);
 }
 
 /* Every catalogue entry is tested above and every tested name is in the catalogue, in
@@ -382,6 +463,85 @@ static void test_tensors_mixtral(void **state) {
                    VF_KIND_UP);
   assert_false(has_tensor(&m, "model.layers.0.block_sparse_moe.experts.8.w1.weight"));
   assert_false(has_tensor(&m, "model.layers.0.mlp.gate_proj.weight"));
+  vf_model_cleanup(&m);
+}
+
+/* q_norm and k_norm span a head in qwen3 and gemma3 (modeling_qwen3.py, modeling_gemma3.py
+ * in transformers 5.23), the whole projection in olmo2 (modeling_olmo2.py), whose two norms
+ * follow the sublayers; head_dim may differ from hidden / heads (Mistral Nemo). */
+static void test_tensors_qk_norms(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, "qwen3-8b");
+  assert_shape(&m, "model.layers.0.self_attn.q_norm.weight", 1, 128, 0);
+  assert_shape(&m, "model.layers.35.self_attn.k_norm.weight", 1, 128, 0);
+  assert_shape(&m, "model.layers.0.self_attn.q_proj.weight", 2, 4096, 4096);
+  assert_int_equal(tensor(&m, "model.layers.0.self_attn.q_norm.weight")->kind, VF_KIND_NORM);
+  assert_true(has_tensor(&m, "model.layers.0.input_layernorm.weight"));
+  vf_model_cleanup(&m);
+
+  load(&m, "olmo-2-7b");
+  assert_shape(&m, "model.layers.0.self_attn.q_norm.weight", 1, 4096, 0);
+  assert_shape(&m, "model.layers.0.self_attn.k_norm.weight", 1, 4096, 0);
+  assert_shape(&m, "model.layers.31.post_feedforward_layernorm.weight", 1, 4096, 0);
+  assert_true(has_tensor(&m, "model.layers.0.post_attention_layernorm.weight"));
+  assert_false(has_tensor(&m, "model.layers.0.input_layernorm.weight"));
+  assert_false(has_tensor(&m, "model.layers.0.pre_feedforward_layernorm.weight"));
+  assert_true(m.arch.post_norms);
+  assert_int_equal(m.arch.dtype, VF_DTYPE_F32);
+  vf_model_cleanup(&m);
+
+  load(&m, "gemma-3-27b");
+  assert_shape(&m, "model.layers.0.self_attn.q_norm.weight", 1, 128, 0);
+  assert_shape(&m, "model.layers.0.self_attn.q_proj.weight", 2, 4096, 5376);
+  assert_shape(&m, "model.layers.61.pre_feedforward_layernorm.weight", 1, 5376, 0);
+  assert_shape(&m, "model.embed_tokens.weight", 2, 262208, 5376);
+  assert_false(has_tensor(&m, "lm_head.weight"));
+  vf_model_cleanup(&m);
+
+  load(&m, "mistral-nemo-12b");
+  assert_shape(&m, "model.layers.0.self_attn.q_proj.weight", 2, 4096, 5120);
+  assert_shape(&m, "model.layers.0.self_attn.o_proj.weight", 2, 5120, 4096);
+  assert_int_equal(m.arch.qk_norm, VF_QK_NORM_NONE);
+  vf_model_cleanup(&m);
+
+  load(&m, "phi-4-mini-instruct");
+  assert_true(m.arch.tied_embeddings);
+  assert_true(m.arch.rotary_fraction == 0.75);
+  assert_shape(&m, "model.layers.0.self_attn.qkv_proj.weight", 2, 3072 + 2 * 1024, 3072);
+  vf_model_cleanup(&m);
+}
+
+/* qwen3_moe's experts on every layer, named as its checkpoints name them; deepseek_v2's
+ * latent attention, its dense first layer and the shared experts of the others. */
+static void test_tensors_moe_and_mla(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, "qwen3-30b-a3b");
+  assert_shape(&m, "model.layers.0.mlp.gate.weight", 2, 128, 2048);
+  assert_shape(&m, "model.layers.47.mlp.experts.127.down_proj.weight", 2, 2048, 768);
+  assert_shape(&m, "model.layers.0.self_attn.k_norm.weight", 1, 128, 0);
+  assert_int_equal(tensor(&m, "model.layers.0.mlp.gate.weight")->kind, VF_KIND_ROUTER);
+  assert_int_equal(tensor(&m, "model.layers.3.mlp.experts.5.up_proj.weight")->expert, 5);
+  assert_false(has_tensor(&m, "model.layers.0.mlp.gate_proj.weight"));
+  assert_int_equal(m.arch.intermediate, 768);
+  vf_model_cleanup(&m);
+
+  load(&m, "deepseek-v2-lite");
+  assert_shape(&m, "model.layers.0.self_attn.q_proj.weight", 2, 16 * 192, 2048);
+  assert_shape(&m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", 2, 512 + 64, 2048);
+  assert_shape(&m, "model.layers.0.self_attn.kv_a_layernorm.weight", 1, 512, 0);
+  assert_shape(&m, "model.layers.0.self_attn.kv_b_proj.weight", 2, 16 * (128 + 128), 512);
+  assert_shape(&m, "model.layers.0.self_attn.o_proj.weight", 2, 2048, 16 * 128);
+  assert_shape(&m, "model.layers.0.mlp.gate_proj.weight", 2, 10944, 2048);
+  assert_false(has_tensor(&m, "model.layers.0.mlp.gate.weight"));
+  assert_shape(&m, "model.layers.1.mlp.gate.weight", 2, 64, 2048);
+  assert_shape(&m, "model.layers.26.mlp.experts.63.gate_proj.weight", 2, 1408, 2048);
+  const struct vf_tensor *shared = tensor(&m, "model.layers.1.mlp.shared_experts.down_proj.weight");
+  assert_int_equal(shared->shape[1], 2 * 1408);
+  assert_int_equal(shared->expert, -1);
+  assert_int_equal(shared->kind, VF_KIND_DOWN);
+  assert_int_equal(tensor(&m, "model.layers.0.self_attn.kv_b_proj.weight")->kind, VF_KIND_OTHER);
   vf_model_cleanup(&m);
 }
 
@@ -823,6 +983,7 @@ static void test_names(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_catalogue_params),
+      cmocka_unit_test(test_catalogue_published),
       cmocka_unit_test(test_catalogue_listing),
       cmocka_unit_test(test_catalogue_case_insensitive),
       cmocka_unit_test(test_by_kind_llama31_8b),
@@ -835,6 +996,8 @@ int main(void) {
       cmocka_unit_test(test_tensors_gpt2_conv1d),
       cmocka_unit_test(test_tensors_gemma),
       cmocka_unit_test(test_tensors_mixtral),
+      cmocka_unit_test(test_tensors_qk_norms),
+      cmocka_unit_test(test_tensors_moe_and_mla),
       cmocka_unit_test(test_tensors_bert),
       cmocka_unit_test(test_expanded_names_classify_back),
       cmocka_unit_test(test_kind_from_name),

@@ -10,13 +10,6 @@
 
 #include "core/estimate/internal.h"
 
-/* Whether a profile's list of model types (config.json model_type) names the model's. */
-static bool model_listed(const char (*names)[VF_MODEL_TYPE_LEN], uint32_t n, const char *model_type) {
-  for (uint32_t i = 0; i < n; i++)
-    if (strcmp(names[i], model_type) == 0) return true;
-  return false;
-}
-
 /* One q,k,v projection per layer: by the framework's modeling code or the model's own. */
 static bool fused_qkv(const struct ctx *x) { return x->p->fused_qkv || x->m->arch.fused_qkv; }
 
@@ -57,10 +50,10 @@ static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
  * fp16/bf16 from sm80 on, without a mask, head dims up to 256, and K/V of fewer heads only
  * under enable_gqa; else memory-efficient (sm50 on) for head dims a multiple of 8 (16-bit)
  * or 4 (fp32) and K/V of every head (no grouped-query attention through 2.13); else math.
- * What reaches it is the framework's: padded batches bring a mask; grouped K/V heads come
- * with enable_gqa when there is no mask and head dims fit (transformers' use_gqa_in_sdpa),
- * else repeated to every head first, unless the model passes its one multi-query head as
- * it is (sdpa_mqa_unexpanded). */
+ * What reaches it is the framework's: padded batches and sliding windows bring a mask;
+ * grouped K/V heads come with enable_gqa when there is no mask and head dims fit
+ * (transformers' use_gqa_in_sdpa), else repeated to every head first, unless the model
+ * passes its one multi-query head as it is (sdpa_mqa_unexpanded). */
 static bool raw_mqa(const struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
   return a->kv_heads == 1 && a->heads > 1 &&
@@ -70,7 +63,7 @@ static bool raw_mqa(const struct ctx *x) {
 /* Grouped K/V heads reach SDPA as they are, with enable_gqa. */
 static bool sdpa_grouped(const struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
-  return a->kv_heads < a->heads && !raw_mqa(x) && !x->p->gqa_expand && !x->attn.padded && a->head_dim <= 256;
+  return a->kv_heads < a->heads && !raw_mqa(x) && !x->p->gqa_expand && !x->attn.at.masked && a->head_dim <= 256;
 }
 
 static enum sdpa_backend sdpa_backend(const struct ctx *x) {
@@ -78,20 +71,45 @@ static enum sdpa_backend sdpa_backend(const struct ctx *x) {
   bool half = x->d.c < 4, fits = a->head_dim <= 256, grouped = sdpa_grouped(x);
   bool every_head = a->kv_heads == a->heads || (!raw_mqa(x) && !grouped);
   uint32_t cc = x->s->gpu_cc_major ? x->s->gpu_cc_major : 9; /* unnamed: a current GPU */
-  if (cc >= 8 && half && !x->attn.padded && fits && (every_head || grouped)) return SDPA_FLASH;
+  if (cc >= 8 && half && !x->attn.at.masked && fits && (every_head || grouped)) return SDPA_FLASH;
   if (cc >= 5 && a->head_dim % (half ? 8 : 4) == 0 && every_head) return SDPA_EFFICIENT;
   return SDPA_MATH;
 }
 
-/* The attention the setup runs, for the whole estimate: eager where the profile computes
- * soft-capped scores eagerly (softcap_eager); under SDPA the kernel it picks, and whether
- * K/V reach it repeated to every query head. */
-void attention_choose(struct ctx *x) {
+/* Under SDPA the kernel it picks for a mask or none, and whether K/V reach it repeated to
+ * every query head. */
+static struct attention_kernel kernel_choose(struct ctx *x, bool masked) {
   const struct vf_arch *a = &x->m->arch;
-  x->attn.kind = x->s->attention; /* resolved: soft-capping's eager path included (setup.c) */
-  x->attn.padded = x->s->lengths == VF_LENGTHS_VARIED && x->p->padding_mask;
-  x->attn.sdpa = sdpa_backend(x);
-  x->attn.kv_repeated = a->kv_heads < a->heads && (x->p->gqa_expand || (!sdpa_grouped(x) && !raw_mqa(x)));
+  x->attn.at.masked = masked;
+  x->attn.at.sdpa = sdpa_backend(x);
+  x->attn.at.kv_repeated = a->kv_heads < a->heads && (x->p->gqa_expand || (!sdpa_grouped(x) && !raw_mqa(x)));
+  return x->attn.at;
+}
+
+/* The attention the setup runs, for the whole estimate: the resolved one (eager where the
+ * profile computes soft-capped scores eagerly, setup.c); under SDPA the kernels of the layers
+ * attending to every position (masked for padded batches) and of the sliding-window layers. */
+void attention_choose(struct ctx *x) {
+  x->attn.kind = x->s->attention;
+  x->attn.windowed = kernel_choose(x, true);
+  x->attn.full = kernel_choose(x, x->s->lengths == VF_LENGTHS_VARIED && x->p->padding_mask);
+}
+
+/* A sliding-window layer gives SDPA its window as a mask once the keys reach it
+ * (transformers 5.23 masking_utils.py _ignore_causal_mask_sdpa: no is_causal shortcut when
+ * kv_length >= the local attention size), for the model types the profile names
+ * (sdpa_window_mask); gemma3_text's every window_period-th layer attends globally. */
+static bool window_masked(const struct ctx *x, int32_t layer) {
+  const struct vf_arch *a = &x->m->arch;
+  if (!a->sliding_window || x->d.s_kv < a->sliding_window ||
+      !model_listed(x->p->sdpa_window_mask, x->p->n_sdpa_window_mask, a->model_type))
+    return false;
+  return !a->window_period || (uint64_t)(layer + 1) % a->window_period != 0;
+}
+
+/* The kernel of the layer about to run its forward or backward. */
+void attention_layer(struct ctx *x, int32_t layer) {
+  x->attn.at = window_masked(x, layer) ? x->attn.windowed : x->attn.full;
 }
 
 /* Bytes per element the math backend computes in: fp32 for 16-bit inputs from the PyTorch
@@ -101,7 +119,7 @@ static uint64_t math_bytes(const struct ctx *x) { return x->p->sdpa_math_fp32 ? 
 /* The width of the keys and values the attention kernel is given: every query head's
  * where they were repeated before it (kv_repeated), the key/value heads' otherwise. */
 uint64_t attention_kv_width(const struct ctx *x) {
-  return x->attn.kv_repeated ? x->d.q : x->d.kv;
+  return x->attn.at.kv_repeated ? x->d.q : x->d.kv;
 }
 
 /* SDPA's math backend (attention.cpp _scaled_dot_product_attention_math): q, k and v
@@ -118,7 +136,7 @@ static void math_attention_forward(struct ctx *x, struct saved *sv) {
   uint64_t kv_width = attention_kv_width(x);
   uint32_t q = tape_take(x, T * d->q * c, VF_CAT_ACTIVATIONS);
   uint32_t kv = tape_take(x, 2 * T * kv_width * c, VF_CAT_ACTIVATIONS);
-  uint32_t mask = tape_take(x, (x->attn.padded ? x->s->batch : 1) * d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
+  uint32_t mask = tape_take(x, (x->attn.at.masked ? x->s->batch : 1) * d->s_kv * d->s_kv * a, VF_CAT_TEMPORARIES);
   uint32_t up = a > c ? tape_take(x, T * (d->q + 2 * kv_width) * a, VF_CAT_TEMPORARIES) : 0;
   uint32_t scaled = tape_take(x, T * d->q * a, VF_CAT_TEMPORARIES);
   uint32_t scaled_k = tape_take(x, T * d->kv * a, VF_CAT_TEMPORARIES);
@@ -170,23 +188,30 @@ static bool eager_softmax_fp32(const struct ctx *x) {
 }
 
 /* A single K/V head (per GPU) expanded to every query head stays a view when flattened
- * or reshaped (torchtune's expand().flatten(1, 2)): merging a dimension of size 1 needs no
- * copy. repeat_interleave (litgpt) copies whatever the heads. */
+ * or reshaped (torchtune's expand().flatten(1, 2), transformers' repeat_kv before a masked
+ * SDPA): merging a dimension of size 1 needs no copy. repeat_interleave (litgpt) copies
+ * whatever the heads. */
 static bool single_head_view(const struct ctx *x) {
-  return x->p->gqa_expand && !x->p->kv_repeat_interleave && x->d.kv <= x->m->arch.head_dim;
+  return !x->p->kv_repeat_interleave && x->d.kv <= x->m->arch.head_dim;
 }
 
 void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   const struct dims *d = &x->d;
   const struct vf_arch *a = &x->m->arch;
   uint64_t T = d->T, c = d->c;
+  attention_layer(x, layer);
   qkv_projections(x, sv);
+  /* q_norm and k_norm, RMSNorms of the q and k projections' outputs (in the compute dtype)
+   * before RoPE (transformers 5.23 modeling_qwen3.py and modeling_gemma3.py over each head,
+   * modeling_olmo2.py over the whole projection: the same elements), keep what the
+   * framework's RMSNorm keeps; their outputs are rotated into new tensors, kept below. */
+  if (a->qk_norm != VF_QK_NORM_NONE) layer_norm_keeps(x, sv, T * (d->q + d->kv), c, x->layers_train);
   /* Eager attention multiplies whole heads: K and V are repeated to every query head
    * first (transformers' eager_attention_forward, repeat_kv), whatever SDPA would do. */
-  bool expand = (x->attn.kv_repeated && !single_head_view(x)) || (x->attn.kind == VF_ATTN_EAGER && d->kv < d->q);
+  bool expand = (x->attn.at.kv_repeated && !single_head_view(x)) || (x->attn.kind == VF_ATTN_EAGER && d->kv < d->q);
   fused_qkv_extras(x, sv, expand);
   if (x->p->rope_copies && a->rotary_fraction > 0) tape_transient(x, T * (d->q + d->kv) * c, VF_CAT_TEMPORARIES);
-  if (x->attn.kind == VF_ATTN_SDPA && x->attn.sdpa == SDPA_MATH) {
+  if (x->attn.kind == VF_ATTN_SDPA && x->attn.at.sdpa == SDPA_MATH) {
     math_attention_forward(x, sv);
     attention_output(x, sv);
     return;
@@ -232,7 +257,7 @@ void attention_forward(struct ctx *x, struct saved *sv, int32_t layer) {
     tape_keep(x, sv, T * d->heads * 4); /* log-sum-exp */
     /* The padding mask made additive in the query's dtype (attention.cpp
      * convert_boolean_attn_mask), which the memory-efficient kernel keeps. */
-    if (x->attn.padded && x->attn.sdpa == SDPA_EFFICIENT) tape_keep(x, sv, x->s->batch * d->s_kv * d->s_kv * c);
+    if (x->attn.at.masked && x->attn.at.sdpa == SDPA_EFFICIENT) tape_keep(x, sv, x->s->batch * d->s_kv * d->s_kv * c);
     for (uint32_t i = 0; i < out_copies; i++) tape_keep(x, sv, T * d->q * c);
     /* The output's contiguous copy, o_proj's input. */
     if (model_listed(x->p->sdpa_out_copied, x->p->n_sdpa_out_copied, a->model_type)) {
@@ -262,7 +287,7 @@ uint64_t attention_backward_bytes(const struct ctx *x) {
   const struct dims *d = &x->d;
   uint64_t T = d->T, c = d->c;
   if (x->attn.kind == VF_ATTN_EAGER) return T * d->heads * d->s_kv * (c + 4);
-  if (x->attn.kind == VF_ATTN_SDPA && x->attn.sdpa == SDPA_MATH) return math_backward_bytes(x);
+  if (x->attn.kind == VF_ATTN_SDPA && x->attn.at.sdpa == SDPA_MATH) return math_backward_bytes(x);
   return T * ((d->q + 2 * d->kv) * c + d->q * 4);
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/diag.h"
 #include "core/estimate/estimate.h"
 #include "core/estimate/internal.h"
 #include "core/pipeline.h"
@@ -138,10 +139,26 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->eval = x->s->eval;
 }
 
+/* What the layers here cannot replay is refused with the reason, never estimated as
+ * something else: deepseek_v2's attention (transformers 5.23 modeling_deepseek_v2.py
+ * DeepseekV2Attention: its compressed K/V expanded per head, rotated parts concatenated,
+ * query and value heads of different widths) and its MLP (a dense first layer, shared
+ * experts beside the routed ones, an fp32 router). */
+static int refuse_unmodelled(const struct vf_model *m, struct vf_diag *d) {
+  const struct vf_arch *a = &m->arch;
+  if (!a->kv_lora_rank && !a->dense_layers && !a->shared_intermediate) return 0;
+  return diag_at(d, VF_EUNSUPPORTED, NULL, UINT64_MAX,
+                 "%s is not modelled yet: %s; 'vramfit trace' measures it", a->model_type,
+                 a->kv_lora_rank ? "multi-head latent attention (compressed K/V, query and value heads of "
+                                   "different widths) and MoE layers with shared experts after dense ones"
+                                 : "MoE layers with shared experts after dense ones");
+}
+
 int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                        const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn, void *arg,
                        struct vf_estimate *out, struct vf_diag *d) {
   int rc = vf_setup_validate(s, m, d);
+  if (!rc) rc = refuse_unmodelled(m, d);
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   struct vf_setup resolved = *s;

@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/grow.h"
 #include "core/params.h"
@@ -141,12 +142,20 @@ struct saving {
 
 enum sdpa_backend { SDPA_FLASH, SDPA_EFFICIENT, SDPA_MATH };
 
-/* attention.c, once per estimate (attention_choose). */
+/* What SDPA is given and runs in a layer. */
+struct attention_kernel {
+  enum sdpa_backend sdpa; /* the kernel SDPA runs, when kind is VF_ATTN_SDPA */
+  bool masked;            /* a mask reaches it: padded batches, or a sliding window */
+  bool kv_repeated;       /* K/V repeated to every query head before SDPA */
+};
+
+/* attention.c: the kernels once per estimate (attention_choose), the one of the layer
+ * replayed (attention_layer). */
 struct attention_state {
   enum vf_attention kind;
-  enum sdpa_backend sdpa; /* the kernel SDPA runs, when kind is VF_ATTN_SDPA */
-  bool padded;            /* batches padded to their longest sample bring attention a mask */
-  bool kv_repeated;       /* K/V repeated to every query head before SDPA */
+  struct attention_kernel full;     /* layers attending to every position */
+  struct attention_kernel windowed; /* sliding-window layers given their window as a mask */
+  struct attention_kernel at;       /* the layer's being replayed */
 };
 
 /* dtypes.c */
@@ -358,6 +367,13 @@ static inline void tape_keep(struct ctx *x, struct saved *sv, uint64_t bytes) {
   tape_hold(x, sv, tape_take(x, kept, VF_CAT_ACTIVATIONS), kept, VF_CAT_ACTIVATIONS);
 }
 
+/* Whether a profile's list of model types (config.json model_type) names the model's. */
+static inline bool model_listed(const char (*names)[VF_MODEL_TYPE_LEN], uint32_t n, const char *model_type) {
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(names[i], model_type) == 0) return true;
+  return false;
+}
+
 /* ---- The functions one file calls of another, by file ---- */
 
 /* schedule.c */
@@ -370,6 +386,7 @@ uint64_t layer_param_sum(const struct ctx *x, size_t begin, size_t end, bool tra
                          bool sharded);
 uint64_t layer_sum(const struct ctx *x, int32_t layer, bool trainable, bool bytes, bool sharded);
 void layer_params(struct ctx *x, int32_t layer, struct ids *g);
+void layer_norm_keeps(struct ctx *x, struct saved *sv, uint64_t elems, uint64_t in_bytes, bool trains);
 void layer_norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool trains);
 void layer_forward_keeping_nothing(struct ctx *x, int32_t layer);
 void layer_forward(struct ctx *x, struct saved *sv, int32_t layer);
@@ -379,6 +396,7 @@ void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct ids *
 /* attention.c */
 uint32_t attention_readers(const struct ctx *x);
 void attention_choose(struct ctx *x);
+void attention_layer(struct ctx *x, int32_t layer);
 uint64_t attention_kv_width(const struct ctx *x);
 void attention_forward(struct ctx *x, struct saved *sv, int32_t layer);
 uint64_t attention_backward_bytes(const struct ctx *x);

@@ -40,15 +40,10 @@ void layer_params(struct ctx *x, int32_t layer, struct ids *g) {
   }
 }
 
-/* 0 stands for the compute dtype's size. */
-static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
-  for (uint32_t i = 0; i < n; i++) tape_keep(x, sv, elems * (bytes[i] ? bytes[i] : x->d.c));
-}
-
-/* keep_list, with 0 meaning the residual stream's dtype (a norm's output before it is
- * cast for the next matmul). */
-static void keep_stream_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems) {
-  for (uint32_t i = 0; i < n; i++) tape_keep(x, sv, elems * (bytes[i] ? bytes[i] : autocast_stream_bytes(x)));
+/* A profile's list of bytes per element kept, 0 standing for zero_bytes. */
+static void keep_list(struct ctx *x, struct saved *sv, const uint32_t *bytes, uint32_t n, uint64_t elems,
+                      uint64_t zero_bytes) {
+  for (uint32_t i = 0; i < n; i++) tape_keep(x, sv, elems * (bytes[i] ? bytes[i] : zero_bytes));
 }
 
 /* Trainable projections reading a norm's output keep it as their input. Autocast casts it
@@ -66,19 +61,29 @@ static void norm_output_saves(struct ctx *x, struct saved *sv, uint32_t readers,
   for (uint32_t i = 0; i < copies; i++) tape_keep(x, sv, read * x->d.h * x->d.c);
 }
 
-/* A norm keeps what its backward needs; a trainable weight needs more, and trainable
- * projections after it (`trains`: the weights of its layer, or of the head) keep its
- * output. */
-void layer_norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool trains) {
+/* What a norm over elems elements of in_bytes each keeps for its backward, more with a
+ * trainable weight (`trains`: the weights of its layer, or of the head): the weight's
+ * product keeps its other factor, the normalized input cast back to the input's dtype, or
+ * in fp32 where the model multiplies before casting back (rms_norm_weight_fp32). The
+ * profiles' 0 stands for the input's dtype in what the weight and LayerNorm keep. */
+void layer_norm_keeps(struct ctx *x, struct saved *sv, uint64_t elems, uint64_t in_bytes, bool trains) {
   const struct vf_profile *p = x->p;
-  uint64_t elems = x->d.Ts * x->d.h;
   if (x->m->arch.norm == VF_NORM_RMS) {
-    keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems);
-    if (adapter_norm_weights_train(x, trains))
-      keep_stream_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems);
+    keep_list(x, sv, p->rms_norm_saves, p->n_rms_norm_saves, elems, x->d.c);
+    if (!adapter_norm_weights_train(x, trains)) return;
+    if (model_listed(p->rms_norm_weight_fp32, p->n_rms_norm_weight_fp32, x->m->arch.model_type))
+      tape_keep(x, sv, elems * 4);
+    else
+      keep_list(x, sv, p->rms_norm_weight_saves, p->n_rms_norm_weight_saves, elems, in_bytes);
   } else {
-    keep_stream_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems);
+    keep_list(x, sv, p->layer_norm_saves, p->n_layer_norm_saves, elems, in_bytes);
   }
+}
+
+/* A norm of the residual stream (in the weights' dtype under autocast) keeps what its
+ * backward needs, and trainable projections after it keep its output. */
+void layer_norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool trains) {
+  layer_norm_keeps(x, sv, x->d.Ts * x->d.h, autocast_stream_bytes(x), trains);
   norm_output_saves(x, sv, readers, trains);
 }
 
@@ -108,6 +113,26 @@ static void recomputation_stop(struct ctx *x) {
   tape_give(x, activation);
 }
 
+/* A block whose norms follow its sublayers (transformers 5.23 modeling_olmo2.py
+ * Olmo2DecoderLayer: residual + post_attention_layernorm(self_attn(x)), then the same with
+ * the MLP and post_feedforward_layernorm): the projections read the block's input and the
+ * residual after attention themselves, keeping them, and the norms' outputs go straight to
+ * the residual adds. While the MLP runs, the residual it keeps is counted twice (as the
+ * stream and as the MLP's input), one stream's bytes above what is live. */
+static void post_norm_block(struct ctx *x, struct saved *sv, int32_t layer) {
+  norm_output_saves(x, sv, attention_readers(x), x->layers_train);
+  attention_forward(x, sv, layer);
+  parallel_ring_exchange(x, false);
+  parallel_row_output(x);
+  layer_norm_saves(x, sv, 0, x->layers_train);
+  uint32_t mid = tape_take(x, x->d.Ts * x->d.h * x->d.c, VF_CAT_ACTIVATIONS);
+  norm_output_saves(x, sv, mlp_readers(x), x->layers_train);
+  mlp_forward(x, sv);
+  parallel_row_output(x);
+  layer_norm_saves(x, sv, 0, x->layers_train);
+  tape_give(x, mid);
+}
+
 /* One block's forward; returns in sv what it keeps for backward. A parallel block feeds
  * attention and MLP from the same input: through one norm (Falcon, Phi) or two (GPT-NeoX),
  * both keeping that input. Recomputing, it ends where checkpointing stops it. */
@@ -115,6 +140,10 @@ static void block_forward(struct ctx *x, struct saved *sv, int32_t layer, bool r
   const struct vf_arch *a = &x->m->arch;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
   bool one_norm = a->parallel_residual && a->norms_per_layer == 1; /* read by attention and MLP */
+  if (a->post_norms) {
+    post_norm_block(x, sv, layer);
+    return;
+  }
   layer_norm_saves(x, sv, attention_readers(x) + (one_norm ? mlp_readers(x) : 0), x->layers_train);
   attention_forward(x, sv, layer);
   parallel_ring_exchange(x, false);
@@ -216,6 +245,7 @@ void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct ids *
   parallel_token_exchange(x);
   tape_give(x, mlp);
   tape_give(x, whole);
+  attention_layer(x, layer);
   uint32_t attn = tape_take(x, attention_backward_bytes(x), VF_CAT_TEMPORARIES);
   parallel_ring_exchange(x, true);
   grads_layer(x, layer, g);

@@ -39,7 +39,8 @@ TARGETS: dict[str, dict[str, str]] = {
              "down": r"\d+\.output\.dense"},
 }
 FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "gemma": "llama", "gemma2": "llama",
-             "mixtral": "llama", "roberta": "bert", "stablelm": "llama"}
+             "mixtral": "llama", "roberta": "bert", "stablelm": "llama", "qwen3": "llama",
+             "qwen3_moe": "llama", "gemma3_text": "llama", "olmo2": "llama", "smollm3": "llama"}
 
 OPTIMIZERS = {"adamw": None,  # the Trainer's default AdamW for this release
               "adamw-8bit": "adamw_bnb_8bit",
