@@ -1,9 +1,10 @@
-/* bench/accuracy: runs every published measurement (shared/calibration/published.tsv) and,
- * when given, the traced corpus (bench/traced/NAME.tsv) through `vramfit estimate ... --json`
+/* bench/accuracy: runs every published measurement (shared/calibration/published.tsv, and
+ * each further file of them named after it, comma-separated: published-2.tsv) and, when
+ * given, the traced corpus (bench/traced/NAME.tsv) through `vramfit estimate ... --json`
  * and reports the relative error of the field that matches what was measured, per case and
  * per kind (median, 90th percentile, and how many cases are underestimated by more than
- * 10%: the ones that would OOM). tests/unit/test_accuracy holds the same figures to the
- * estimator's targets (tests/helpers/accuracy.c is shared).
+ * 10%: the ones that would OOM), each file on its own. tests/unit/test_accuracy holds the
+ * same figures to the estimator's targets (tests/helpers/accuracy.c is shared).
  *
  * The traced corpus is also broken down by framework, model family (model_type) and
  * method, with each group's deepest under-estimate.
@@ -11,7 +12,7 @@
  * REPORTED_DIR (bench/traced/multi-gpu) holds traced rows the gate reports but does not
  * hold to the targets; they are listed and broken down by method the same way.
  *
- * usage: bench_accuracy VRAMFIT PUBLISHED_TSV [TRACED_DIR [REPORTED_DIR]] */
+ * usage: bench_accuracy VRAMFIT PUBLISHED_TSV[,PUBLISHED_TSV...] [TRACED_DIR [REPORTED_DIR]] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,20 +96,42 @@ static int run(const char *vramfit, struct acc_set *s, const char *title) {
   return failed;
 }
 
+/* Each published file of the comma-separated list, as a set of its own titled by its name
+ * ("published-2: kind"). Returns the cases that gave no estimate, or -1 with err filled. */
+static int run_published(const char *vramfit, const char *list, char *err, size_t size) {
+  char paths[4096];
+  snprintf(paths, sizeof paths, "%s", list);
+  int failed = 0;
+  for (char *save, *path = strtok_r(paths, ",", &save); path; path = strtok_r(NULL, ",", &save)) {
+    struct acc_set s = {0};
+    char title[64];
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    snprintf(title, sizeof title, "%.*s: kind", (int)strcspn(base, "."), base);
+    if (acc_read_published(path, &s, err, size)) return -1;
+    if (path != paths) printf("\n");
+    failed += run(vramfit, &s, title);
+    acc_free(&s);
+  }
+  return failed;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3 || argc > 5) {
-    fprintf(stderr, "usage: %s VRAMFIT PUBLISHED_TSV [TRACED_DIR [REPORTED_DIR]]\n", argv[0]);
+    fprintf(stderr, "usage: %s VRAMFIT PUBLISHED_TSV[,PUBLISHED_TSV...] [TRACED_DIR [REPORTED_DIR]]\n", argv[0]);
     return 2;
   }
-  struct acc_set published = {0}, traced = {0}, reported = {0};
+  struct acc_set traced = {0}, reported = {0};
   char err[512];
-  if (acc_read_published(argv[2], &published, err, sizeof err) ||
-      (argc >= 4 && acc_read_traced_dir(argv[3], &traced, err, sizeof err)) ||
+  if ((argc >= 4 && acc_read_traced_dir(argv[3], &traced, err, sizeof err)) ||
       (argc == 5 && acc_read_traced_dir(argv[4], &reported, err, sizeof err))) {
     fprintf(stderr, "%s\n", err);
     return 2;
   }
-  int failed = run(argv[1], &published, "published: kind");
+  int failed = run_published(argv[1], argv[2], err, sizeof err);
+  if (failed < 0) {
+    fprintf(stderr, "%s\n", err);
+    return 2;
+  }
   if (traced.n) {
     printf("\n");
     failed += run(argv[1], &traced, "traced corpus: kind");
@@ -121,7 +144,6 @@ int main(int argc, char **argv) {
     failed += run(argv[1], &reported, "multi-GPU: kind");
     print_groups(&reported, "multi-GPU: method", by_method);
   }
-  acc_free(&published);
   acc_free(&traced);
   acc_free(&reported);
   return failed ? 1 : 0;

@@ -9,7 +9,8 @@ for bin in "$dir"/bench/bench_*; do
   name=$(basename "$bin")
   echo "== $name"
   case "$name" in
-  bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" "$src/bench/traced" "$src/bench/traced/multi-gpu" ;;
+  bench_accuracy) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv,$src/../shared/calibration/published-2.tsv" \
+    "$src/bench/traced" "$src/bench/traced/multi-gpu" ;;
   # the table only: `make uncertainty` writes data/uncertainty.json
   bench_spread) "$bin" "$dir/vramfit" "$src/../shared/calibration/published.tsv" "$src/bench/traced" "$dir/uncertainty.json" ;;
   bench_speed) "$bin" "$dir/vramfit" ;;

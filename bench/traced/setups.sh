@@ -152,6 +152,32 @@ for opt in sgd-momentum adafactor none; do
   row lightning llama-3.2-1b --weights bf16 --optimizer $opt --batch 4 --seq 512
 done
 
+# ---- hf QLoRA: bitsandbytes' 4-bit base under PEFT's recipe (prepare_model_for_kbit_training) --
+# Their own ids (ql-hf-NN), added with the mechanisms they brought (bench/NOTES.md, "QLoRA in
+# the Hugging Face stack").
+q=0
+ql() { # MODEL ARGS...
+  model=$1
+  shift
+  q=$((q + 1))
+  printf 'ql-hf-%02d\t%s\t--framework hf %s\n' "$q" "$model" "$*"
+}
+for m in qwen2.5-0.5b llama-3.2-1b tinyllama-1.1b qwen2.5-1.5b gemma-2b gemma-2-2b llama-3.2-3b \
+  phi-3-mini-4k-instruct; do
+  ql "$m" --weights bf16 --method qlora --batch 1 --seq 1024
+  ql "$m" --weights bf16 --amp bf16 --method qlora --lora-r 16 --lora-targets all-linear --batch 2 --seq 2048 --grad-ckpt full
+  ql "$m" --weights bf16 --amp bf16 --method qlora --quant nf4 --lora-r 64 --lora-targets q,k,v,o --batch 4 --seq 512
+done
+for m in mistral-7b llama-3.1-8b qwen2.5-7b llama-2-7b gemma-7b; do
+  ql "$m" --weights bf16 --amp bf16 --method qlora --lora-r 16 --lora-targets all-linear --batch 1 --seq 4096 --grad-ckpt full
+  ql "$m" --weights bf16 --method qlora --lora-r 64 --lora-targets q,k,v,gate,up,down --batch 2 --seq 1024 --grad-ckpt full
+done
+ql llama-3.2-1b --weights bf16 --amp bf16 --method qlora --batch 8 --seq 512 --lengths varied --accumulation 2
+ql qwen2.5-1.5b --weights bf16 --amp bf16 --method qlora --lora-targets q,k,v,o,gate,up,down,head --batch 2 --seq 1024
+ql mistral-7b --weights bf16 --amp bf16 --method qlora --attention flash --batch 4 --seq 1024 --grad-ckpt full --accumulation 4
+ql llama-3.2-3b --weights bf16 --amp bf16 --method qlora --attention eager --batch 2 --seq 1024
+ql gemma-2-2b --weights fp32 --amp bf16 --method qlora --batch 2 --seq 1024 --grad-ckpt full
+
 # Held out until 2026-11-24: other models, shapes and GPU counts, traced after the
 # estimator had been fitted to the rows above, to judge it on setups it had not seen
 # (bench/NOTES.md, "Held-out traces"). Their ids name the sweep.
@@ -191,3 +217,12 @@ printf '%s\t%s\t%s\n' h3-hf-11 olmo-2-7b '--framework hf --weights bf16 --method
 printf '%s\t%s\t%s\n' h3-hf-12 qwen3-0.6b '--framework hf --weights bf16 --method lora --batch 16 --seq 256 --lengths varied --accumulation 2 --gpus 1'
 printf '%s\t%s\t%s\n' h3-lt-01 qwen3-0.6b '--framework lightning --weights bf16 --batch 4 --seq 1024 --gpus 1'
 printf '%s\t%s\t%s\n' h3-lt-02 gemma-3-1b '--framework lightning --weights fp32 --amp bf16 --method lora --lora-targets all-linear --batch 2 --seq 2048 --gpus 1'
+
+# Batches padded to lengths drawn from a distribution of sample lengths (--lengths
+# varied:MEAN,MAX), 8 steps as the estimate replays them: added 2026-12-01.
+printf '%s\t%s\t%s\n' ld-hf-01 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:150,256'
+printf '%s\t%s\t%s\n' ld-hf-02 llama-3.2-1b '--framework hf --weights bf16 --method lora --batch 32 --seq 256 --lengths varied:100,256'
+printf '%s\t%s\t%s\n' ld-hf-03 qwen2.5-0.5b '--framework hf --weights bf16 --batch 8 --seq 512 --lengths varied:200,512'
+printf '%s\t%s\t%s\n' ld-hf-04 gpt2 '--framework hf --weights bf16 --method lora --batch 16 --seq 512 --lengths varied:120,512'
+printf '%s\t%s\t%s\n' ld-tt-01 llama-3.2-1b '--framework torchtune --weights bf16 --method lora --batch 16 --seq 128 --lengths varied:60,128 --accumulation 2'
+printf '%s\t%s\t%s\n' ld-lg-01 llama-3.2-1b '--framework litgpt --weights bf16 --method lora --batch 16 --seq 256 --lengths varied:100,256 --accumulation 1'

@@ -2,9 +2,12 @@
  * configuration string, its size rounding, and a simulator that replays malloc/free events
  * to give the reserved-memory peak that nvidia-smi sees, not just the sum of tensor sizes.
  *
- * Simplifications (the model is synchronous and single-device):
- *  - events are synchronous: a block freed on a stream is reusable at once; cross-stream
- *    uses (record_stream) and pending CUDA events are not modelled;
+ * Simplifications (the model is single-device, and its streams run as the caller says):
+ *  - a block freed with no use on another stream is reusable at once; one that another
+ *    stream uses (record_stream) returns to the cache only after that stream's work queued
+ *    before the free is done, which the caller says (vf_allocator_sync), as the real
+ *    allocator learns it from the CUDA events it records at the free (insert_events) and
+ *    queries at the next malloc (process_events);
  *  - no CUDA-graph private pools, no free-memory callbacks, no IPC;
  *  - "capacity" is the memory the allocator may reserve (device total minus the CUDA context
  *    and other processes); cudaMalloc fails exactly when reserved + size would exceed it;
@@ -17,7 +20,7 @@
  *  - an expandable segment whose pages are all unmapped is kept and regrown rather than
  *    destroyed and recreated: the same memory either way.
  * Statistics follow memory_stats(): inactive_split_bytes leaves out expandable segments as
- * PyTorch does; "segments" also counts expandable segments with mapped pages. */
+ * PyTorch does, and so does "segments" (cudaMalloc'd segments alone). */
 #ifndef VRAMFIT_ALLOC_H
 #define VRAMFIT_ALLOC_H
 
@@ -74,7 +77,7 @@ VF_API uint64_t vf_alloc_segment_size(const struct vf_alloc_conf *c, uint64_t ro
 struct vf_alloc_stats {
   uint64_t allocated, reserved, requested; /* block bytes, segment bytes, asked bytes */
   uint64_t peak_allocated, peak_reserved, peak_requested;
-  uint64_t segments;             /* cudaMalloc'd segments plus mapped expandable ones */
+  uint64_t segments;             /* cudaMalloc'd segments (not expandable ones) */
   uint64_t inactive_split_bytes; /* free bytes in split segments: fragmentation */
   uint64_t num_alloc_retries;    /* cudaMalloc retried after freeing the whole cache */
   uint64_t num_ooms;
@@ -107,10 +110,30 @@ VF_API void vf_allocator_cleanup(struct vf_allocator *a);
  * 1 PiB. VF_ERANGE also when a 1025th distinct stream is used. VF_ENOMEM: host memory. */
 VF_API int vf_allocator_malloc(struct vf_allocator *a, uint64_t bytes, uint32_t stream,
                                uint64_t *block_id);
-/* Frees a live block (0 is a no-op); VF_EINVAL for an unknown or already freed id. */
+/* Frees a live block (0 is a no-op); VF_EINVAL for an unknown or already freed id. A
+ * block used on other streams (vf_allocator_record_stream) leaves allocated at once but
+ * stays out of the cache until those streams' work is done (vf_allocator_sync). */
 VF_API int vf_allocator_free(struct vf_allocator *a, uint64_t block_id);
-/* torch.cuda.empty_cache(): releases every cached segment nothing lives in, and the free
- * pages of expandable segments. VF_ENOMEM (host memory) leaves part of the cache held. */
+/* Tensor.record_stream(): a live block is also used on `stream` (recordStream; a use on
+ * the block's own stream needs nothing). VF_EINVAL for an unknown or freed id; VF_ERANGE
+ * past 1024 streams; VF_ENOMEM. */
+VF_API int vf_allocator_record_stream(struct vf_allocator *a, uint64_t block_id, uint32_t stream);
+/* A CUDA event recorded on `stream` now (torch.cuda.Event.record): *mark says how far the
+ * stream's work has got, for vf_allocator_sync. VF_ERANGE past 1024 streams. */
+VF_API int vf_allocator_record_event(struct vf_allocator *a, uint32_t stream, uint64_t *mark);
+#define VF_ALLOC_ALL_STREAMS UINT32_MAX
+#define VF_ALLOC_ALL_WORK UINT64_MAX
+/* The work queued on `stream` up to `mark` (an event's synchronize) or all of it
+ * (VF_ALLOC_ALL_WORK: the stream's synchronize; with VF_ALLOC_ALL_STREAMS, the device's) is
+ * done. Marks are times on one clock for every stream, so a mark of one stream also says
+ * what was queued on another before it: VF_ALLOC_ALL_STREAMS with a mark completes every
+ * stream's work queued before it (a GPU taken to run all streams in the order the host
+ * queued their work). Blocks it kept from the cache return there at the next malloc, where PyTorch's
+ * process_events finds their events complete. */
+VF_API void vf_allocator_sync(struct vf_allocator *a, uint32_t stream, uint64_t mark);
+/* torch.cuda.empty_cache(): waits for every stream (synchronize_and_free_events), then
+ * releases every cached segment nothing lives in, and the free pages of expandable
+ * segments. VF_ENOMEM (host memory) leaves part of the cache held. */
 VF_API int vf_allocator_empty_cache(struct vf_allocator *a);
 
 VF_API void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *s);

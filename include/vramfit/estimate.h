@@ -69,6 +69,36 @@ struct vf_profile_info {
 /* The strings borrow from p. */
 VF_API void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out);
 
+/* The lengths of a dataset's samples (--lengths varied:MEAN,MAX, or a histogram of the
+ * dataset): count[i] samples of length[i] tokens, lengths ascending and distinct. n 0:
+ * none given. */
+#define VF_LENGTH_BINS 64
+struct vf_length_dist {
+  uint32_t n;
+  uint64_t length[VF_LENGTH_BINS], count[VF_LENGTH_BINS];
+};
+
+/* A distribution of mean `mean` with no sample longer than `max`: a truncated exponential
+ * over 1..max (uniform when the mean is the middle, skewed to short samples below it and
+ * to long ones above), in at most VF_LENGTH_BINS bins, each at its longest length.
+ * VF_EINVAL unless 1 <= mean <= max. */
+VF_API int vf_length_dist_mean_max(uint64_t mean, uint64_t max, struct vf_length_dist *out);
+/* Reads a histogram of sample lengths: a line per length, "LENGTH COUNT" (two whole numbers,
+ * spaces or a tab between), '#' starting a comment, blank lines ignored; a length listed
+ * twice counts twice. More distinct lengths than VF_LENGTH_BINS are merged into bins of
+ * about equal counts, each at its longest length. VF_EFORMAT with d's line:col. */
+VF_API int vf_length_dist_parse(const char *text, size_t len, struct vf_length_dist *out, struct vf_diag *d);
+/* The padded length of micro batch k of n drawn from d: a batch of `batch` samples padded to
+ * its longest, at a quantile of the longest-of-batch distribution that a van der Corput
+ * sequence picks (so any first k spread over the range); the last, k = n - 1, is the
+ * distribution's longest. Samples longer than seq are cut to seq, as the recipes truncate
+ * them. Deterministic. */
+VF_API uint64_t vf_length_dist_batch(const struct vf_length_dist *d, uint64_t batch, uint64_t seq, uint64_t k,
+                                     uint64_t n);
+/* The optimizer steps an estimate replays (and a trace runs) over a distribution of sample
+ * lengths: enough for the cache that batches of other lengths leave to settle. */
+#define VF_LENGTH_STEPS 8
+
 struct vf_setup {
   uint64_t batch, seq;
   uint64_t accumulation; /* micro batches per optimizer step; 0: the framework's default */
@@ -82,6 +112,7 @@ struct vf_setup {
   enum vf_ckpt grad_ckpt;
   enum vf_attention attention;
   enum vf_lengths lengths;
+  struct vf_length_dist length_dist; /* with VF_LENGTHS_VARIED: the samples' lengths (n 0: not known) */
   enum vf_eval eval;
   uint64_t gpus, tp, pp, cp;
   uint64_t ep; /* expert parallelism: each GPU holds experts / ep of every MoE layer's experts */
@@ -139,6 +170,9 @@ struct vf_estimate {
   uint64_t by_category[VF_CAT_COUNT];
   uint64_t allocator_slack, context;
   uint64_t phase_allocated[VF_PHASE_COUNT], phase_reserved[VF_PHASE_COUNT];
+  /* With a distribution of sample lengths: the higher reserved peak of the drawn batches in
+   * either order (0 without one); the reserved and device ranges reach up to it. */
+  uint64_t reserved_worst;
   /* Parallel layout: the pipeline schedule (VF_PP_NONE without a pipeline), the pipeline
    * rank whose peak is reported (the most loaded), its blocks and the micro batches whose
    * activations it holds at once; whether tensor parallelism splits the sequence too. */

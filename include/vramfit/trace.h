@@ -21,12 +21,17 @@ enum vf_trace_kind {
   VF_TRACE_FREE,        /* storage `id` dies */
   VF_TRACE_PHASE,       /* phase `phase` begins */
   VF_TRACE_EMPTY_CACHE, /* torch.cuda.empty_cache() */
+  VF_TRACE_RECORD,      /* storage `id` is used on `stream` too (Tensor.record_stream) */
+  VF_TRACE_SYNC,        /* the work queued on `stream` is done (VF_ALLOC_ALL_STREAMS: all) */
+  VF_TRACE_EVENT,       /* CUDA event `id` is recorded on `stream` */
+  VF_TRACE_WAIT,        /* the host waits for CUDA event `id` (Event.synchronize) */
 };
 
 struct vf_trace_event {
   uint8_t kind;  /* enum vf_trace_kind */
   uint8_t phase; /* VF_TRACE_PHASE: index into vf_trace.phases */
-  uint64_t id, bytes;
+  uint32_t stream; /* where it is made, used or recorded (0: the default stream) */
+  uint64_t id, bytes; /* id: a storage, or a CUDA event for VF_TRACE_EVENT and _WAIT */
 };
 
 /* A parsed event stream. Storage ids run from 1 to max_id; category[id] is the
@@ -40,13 +45,18 @@ struct vf_trace {
   uint8_t *category;
   size_t category_cap;
   uint64_t max_id;
+  uint64_t max_event; /* CUDA events run from 1 to max_event */
 };
 
 VF_API void vf_trace_init(struct vf_trace *t);
 VF_API void vf_trace_cleanup(struct vf_trace *t);
 
 /* Parses the tracer's event file (text, one event per line after the header
- * "vramfit-trace-events 1"): "a ID BYTES", "f ID", "p PHASE", "e", "c ID CATEGORY".
+ * "vramfit-trace-events 1"): "a ID BYTES [STREAM]", "f ID", "p PHASE", "e",
+ * "c ID CATEGORY", "r ID STREAM" (record_stream), "s [STREAM]" (a synchronization: of
+ * one stream, or without one of the device), "m EVENT STREAM" (a CUDA event recorded),
+ * "w EVENT" (the host waits for it). Streams are small numbers, 0 the default; events are
+ * numbered from 1 as storages are.
  * VF_EFORMAT with d's line:col on a malformed line, VF_ERANGE beyond VF_TRACE_MAX_PHASES
  * phases, VF_ENOMEM. */
 VF_API int vf_trace_parse(const char *text, size_t len, struct vf_trace *t, struct vf_diag *d);

@@ -58,7 +58,8 @@ struct vf_ranges {
 /* The range of a peak estimated as point: point / (1 + high) to point / (1 + low), never
  * narrower than 1% either side, so the point is always inside. Pure. */
 VF_API struct vf_range vf_range_of(uint64_t point, const struct vf_spread *s);
-/* The ranges of an estimate's three peaks. Pure. */
+/* The ranges of an estimate's three peaks; with a distribution of sample lengths the
+ * reserved and device ranges reach the other order's peak (reserved_worst). Pure. */
 VF_API void vf_estimate_ranges(const struct vf_estimate *e, const struct vf_uncertainty *u, struct vf_ranges *out);
 /* The group of setup s in t. */
 VF_API const struct vf_uncertainty *vf_uncertainty_for(const struct vf_uncertainty_table *t, const struct vf_setup *s);

@@ -91,6 +91,8 @@ def test_llama_named_projections_take_lora(model_type):
 def test_unsupported_setups_are_refused(tmp_path):
     with pytest.raises(Unsupported, match="selective"):
         run(tmp_path, grad_ckpt="selective")
+    with pytest.raises(Unsupported, match="--quant int8"):
+        run(tmp_path, method="qlora", quant="int8")
     with pytest.raises(Unsupported, match="--shard zero2: traces shard with FSDP only"):
         Spec.from_json('{"model": "m", "config": "c", "gpus": 2, "shard": "zero2"}')
     with pytest.raises(Unsupported, match="--tp 2"):
@@ -149,8 +151,39 @@ def test_ddp_keeps_every_state_and_a_bucket_of_every_gradient(tmp_path):
     assert buckets == pytest.approx(one.labelled("gradients"), rel=1e-3)
 
 
+NF4_LLAMA = os.path.join(TINY, "tiny-llama-nf4", "config.json")
+
+
+def test_qlora_quantizes_the_projections_and_upcasts_the_rest(tmp_path):
+    # tiny-llama-nf4's two layers: 1,179,648 projection elements in 4 bits (n / 2 bytes);
+    # prepare_model_for_kbit_training up-casts the embedding and head (512 x 256) and the
+    # five norms (256) to fp32; fp32 LoRA on q and v (57,344 bytes).
+    summary, events = traced(tmp_path, config=NF4_LLAMA, method="qlora")
+    assert events.labelled("weights") == 1179648 // 2 + 2 * 512 * 256 * 4 + 5 * 256 * 4 + 57344
+    # q, k and v come out of Linear4bit in the stream's dtype, fp32: no flash kernel, and
+    # 2.13's memory-efficient one takes no grouped-query attention.
+    assert summary["sdpa_backends"] == {"math": 4}
+    # Under bf16 autocast SDPA casts them to bf16 first.
+    assert traced(tmp_path, config=NF4_LLAMA, method="qlora", amp="bf16")[0]["sdpa_backends"] == {"flash": 4}
+
+
+def test_double_quantization_dequantizes_the_scales_too(tmp_path):
+    # gemm_4bit dequantizes past its kernel's rows (rule 4): with nested scales two fp32
+    # tensors of them first, at each of the 7 projections of 2 layers in 2 steps.
+    nf4, _ = traced(tmp_path, config=NF4_LLAMA, method="qlora", quant="nf4")
+    nf4_dq, _ = traced(tmp_path, config=NF4_LLAMA, method="qlora", quant="nf4-dq")
+    assert nf4_dq["kernel_buffers"] - nf4["kernel_buffers"] == 2 * 7 * 2 * 2
+
+
+def test_qlora_under_ddp_keeps_the_whole_quantized_model(tmp_path):
+    _, one = traced(tmp_path, config=NF4_LLAMA, method="qlora")
+    summary, two = traced(tmp_path, config=NF4_LLAMA, method="qlora", gpus=2)
+    assert "DistributedDataParallel" in summary["notes"][-1]
+    assert two.labelled("weights") == one.labelled("weights")
+
+
 @pytest.mark.parametrize("change, message", [
-    (dict(gpus=2, shard="fsdp", method="qlora", quant="nf4"), "quantization"),
+    (dict(gpus=2, shard="fsdp", method="qlora", quant="nf4"), "sharded QLoRA"),
     (dict(gpus=2, shard="zero2"), "DDP \\(--shard none\\) or FSDP"),
 ])
 def test_layouts_the_hf_tracer_cannot_run_are_refused(tmp_path, change, message):

@@ -91,3 +91,51 @@ def test_phases_and_labels_are_events(tracker):
         tracker.label([w], "weights")
     assert ("p", "forward") in tracker.events
     assert ("c", 1, "weights") in tracker.events
+
+
+@pytest.fixture()
+def streams():
+    t = Tracker()
+    fakecuda.install(fakecuda.DeviceFacts("test", (9, 0), 80 << 30), t.memory, t.empty_cache, t)
+    return t
+
+
+def test_streams_file_their_blocks_and_record_uses(streams):
+    # FSDP1 all-gathers on its unshard stream and records the gathered tensor's use on the
+    # computation stream before freeing it (torch/distributed/fsdp/_flat_param.py)
+    with fakecuda.fake_mode(), streams:
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            x = torch.empty(1024, device="cuda")
+            assert torch.cuda.current_stream() == side
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        x.record_stream(torch.cuda.current_stream())
+        event = torch.cuda.Event()
+        event.record()
+        event.synchronize()
+        side.synchronize()
+        torch.cuda.synchronize()
+    sid = next(e[1] for e in streams.events if e[0] == "a")
+    kinds = [e for e in streams.events if e[0] in "armws"]
+    assert kinds == [("a", sid, 4096, side.stream_id), ("r", sid, 0), ("m", 1, 0), ("w", 1),
+                     ("s", side.stream_id), ("s",)]
+
+
+def test_a_wait_implies_the_work_its_stream_waited_for(streams):
+    # the computation stream waits for the post-backward stream at the end of FSDP1's
+    # backward; the host's later wait on the computation stream covers both
+    with fakecuda.fake_mode(), streams:
+        post = torch.cuda.Stream()
+        torch.cuda.current_stream().wait_stream(post)
+        event = torch.cuda.Event()
+        event.record()
+        event.synchronize()
+    marks = [e for e in streams.events if e[0] in "mw"]
+    assert marks == [("m", 1, post.stream_id), ("m", 2, 0), ("w", 2), ("w", 1)]
+
+
+def test_reading_a_value_waits_for_the_stream(streams):
+    with fakecuda.fake_mode(), streams:
+        loss = torch.zeros((), device="cuda")
+        loss.item()
+    assert ("s", 0) in streams.events

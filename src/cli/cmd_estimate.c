@@ -23,7 +23,10 @@ static const char usage[] =
     "  --seq N              tokens per sample, the longest in the batch (2048)\n"
     "  --lengths L          fixed (every batch --seq long: packed or fixed-length data) |\n"
     "                       varied (each batch padded to its longest sample; the caching\n"
-    "                       allocator then reserves more) (the framework's recipes)\n"
+    "                       allocator then reserves more) (the framework's recipes) |\n"
+    "                       varied:MEAN,MAX (padded batches of samples MEAN tokens long on\n"
+    "                       average, MAX at most) | varied:FILE (a histogram of the dataset's\n"
+    "                       sample lengths: a line 'LENGTH COUNT' per length)\n"
     "  --eval E             yes | no: the run validates (a no_grad forward over a batch of the\n"
     "                       micro batch's size, optimizer states alive) (the framework's loop:\n"
     "                       litgpt's scripts and Megatron validate, the others do not)\n"
@@ -264,10 +267,12 @@ static void estimate_text(const struct setup_context *c, const struct setup_conf
   cli_group_digits(e->params, total, sizeof total);
   cli_group_digits(e->trainable_params, trainable, sizeof trainable);
   printf("%s: %s parameters, %s trainable\n", m->name, total, trainable);
+  /* A distribution of sample lengths is named as it was given. */
+  const char *lengths = r->lengths_spec && e->lengths == VF_LENGTHS_VARIED ? r->lengths_spec
+                                                                          : vf_enum_name(VF_ENUM_LENGTHS, e->lengths);
   printf("%s %s (torch %s): %s attention, %llu micro batch%s per optimizer step, %s lengths%s\n", p->name,
          p->release, p->torch, vf_enum_name(VF_ENUM_ATTENTION, e->attention), (unsigned long long)e->accumulation,
-         e->accumulation == 1 ? "" : "es", vf_enum_name(VF_ENUM_LENGTHS, e->lengths),
-         e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
+         e->accumulation == 1 ? "" : "es", lengths, e->eval == VF_EVAL_YES ? ", validation after the steps" : "");
   setup_config_print(r, c, sc);
   setup_assumed_print(r, c);
   json_t *notes = setup_notes(r, c, p), *note;

@@ -147,6 +147,15 @@ static json_t *setup_json(const struct trace_args *a, const struct setup_context
   json_object_set_new(o, "tp", json_integer((json_int_t)s->tp));
   json_object_set_new(o, "pp", json_integer((json_int_t)s->pp));
   json_object_set_new(o, "cp", json_integer((json_int_t)s->cp));
+  if (s->lengths == VF_LENGTHS_VARIED && s->length_dist.n) {
+    /* The steps and each micro batch's longest sample, drawn as the estimate draws them. */
+    uint64_t n = VF_LENGTH_STEPS * s->accumulation;
+    json_t *longest = json_array();
+    for (uint64_t k = 0; k < n; k++)
+      json_array_append_new(longest, json_integer((json_int_t)vf_length_dist_batch(&s->length_dist, s->batch, s->seq, k, n)));
+    json_object_set_new(o, "steps", json_integer(VF_LENGTH_STEPS));
+    json_object_set_new(o, "batch_lengths", longest);
+  }
   /* The GPU's generation picks kernels and workspace sizes; without one the tracer
    * impersonates an H100. */
   if (c->gpu.cc_major)

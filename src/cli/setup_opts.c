@@ -1,7 +1,11 @@
 /* The setup options shared by estimate and plan (see setup_opts.h). */
+#include <ctype.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/fileio.h"
 
 #include "cli/setup_opts.h"
 
@@ -94,6 +98,40 @@ static int parse_precision(const struct setup_request *r, const char *label, con
   return 0;
 }
 
+/* Histograms of sample lengths are a line per length: a few hundred KiB at most. */
+#define MAX_HISTOGRAM (64u << 20)
+
+/* --lengths varied:MEAN,MAX (two whole numbers) or varied:FILE (a histogram of the
+ * dataset's sample lengths, vf_length_dist_parse). */
+static int parse_length_dist(struct setup_request *r, const char *label, const char *arg) {
+  const char *spec = arg + 7;
+  struct vf_length_dist *dist = &r->setup.length_dist;
+  unsigned long long mean, max;
+  int used = 0;
+  if (sscanf(spec, "%llu,%llu%n", &mean, &max, &used) == 2 && !spec[used] && isdigit((unsigned char)spec[0])) {
+    if (vf_length_dist_mean_max(mean, max, dist)) {
+      cli_usage_error(r->cmd, "%s: '%s': the mean must be from 1 to the longest (%llu)", label, arg, max);
+      return VF_EINVAL;
+    }
+  } else {
+    char *text = NULL;
+    size_t len = 0;
+    struct vf_diag d;
+    vf_diag_clear(&d);
+    int rc = file_read(spec, MAX_HISTOGRAM, &text, &len, &d);
+    if (!rc && (rc = vf_length_dist_parse(text, len, dist, &d)) != 0)
+      snprintf(d.file, sizeof d.file, "%s", spec);
+    free(text);
+    if (rc) {
+      cli_diag_error(r->cmd, rc, &d);
+      return VF_EINVAL;
+    }
+  }
+  r->setup.lengths = VF_LENGTHS_VARIED;
+  r->lengths_spec = arg;
+  return 0;
+}
+
 static int parse_choice(struct setup_request *r, int c, const char *label, const char *arg) {
   struct vf_setup *s = &r->setup;
   int v = 0, rc;
@@ -127,8 +165,11 @@ static int parse_choice(struct setup_request *r, int c, const char *label, const
     s->shard = (enum vf_shard)v;
     return rc;
   case O_LENGTHS:
+    if (!strncmp(arg, "varied:", 7)) return parse_length_dist(r, label, arg);
     rc = parse_enum(r, label, VF_ENUM_LENGTHS, arg, &v);
     s->lengths = (enum vf_lengths)v;
+    s->length_dist.n = 0;
+    r->lengths_spec = NULL;
     return rc;
   case O_EVAL:
     rc = parse_enum(r, label, VF_ENUM_EVAL, arg, &v);
@@ -364,7 +405,10 @@ static json_t *value_json(enum setup_key k, const struct vf_setup *s, const stru
   case K_BATCH: return json_integer((json_int_t)s->batch);
   case K_ACCUMULATION: return json_integer((json_int_t)s->accumulation);
   case K_SEQ: return json_integer((json_int_t)s->seq);
-  case K_LENGTHS: return enum_json(VF_ENUM_LENGTHS, s->lengths);
+  case K_LENGTHS:
+    /* A distribution of sample lengths, as it was given. */
+    return r->lengths_spec && s->lengths == VF_LENGTHS_VARIED ? json_string(r->lengths_spec)
+                                                              : enum_json(VF_ENUM_LENGTHS, s->lengths);
   case K_EVAL: return json_boolean(s->eval == VF_EVAL_YES);
   case K_GRAD_CKPT: return enum_json(VF_ENUM_CKPT, s->grad_ckpt);
   case K_ATTENTION: return enum_json(VF_ENUM_ATTENTION, s->attention);

@@ -56,6 +56,7 @@ struct setup_request {
   const char *framework; /* --framework as given: NAME or NAME@VERSION */
   struct vf_framework_spec spec; /* the same, split and checked */
   const char *torch, *gpu, *alloc_conf; /* NULL when not given */
+  const char *lengths_spec;             /* --lengths varied:MEAN,MAX or varied:FILE as given, else NULL */
   const char *format;                   /* --format: the tool of the training config given */
   uint64_t given;                       /* bit (1 << K_x) per value the command line gave */
   const char *read_from[K_COUNT];       /* "FILE:LINE" of a value a training config gave, else NULL */

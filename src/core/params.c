@@ -9,6 +9,11 @@ uint32_t precision_bytes(enum vf_precision p) {
   return p == VF_PREC_FP32 ? 4 : (p == VF_PREC_BF16 || p == VF_PREC_FP16) ? 2 : 0;
 }
 
+uint32_t params_rest_bytes(const struct vf_setup *s, const struct vf_profile *p) {
+  bool upcast = p->quant_rest_fp32 && vf_setup_quant(s) != VF_QUANT_NONE && !vf_shard_weights(s->shard);
+  return upcast ? 4 : precision_bytes(s->weights);
+}
+
 static int push(struct params *ps, const struct param *p) {
   struct param *grown = array_grow(ps->v, &ps->cap, ps->n + 1, sizeof *grown);
   if (!grown) return VF_ENOMEM;
@@ -147,7 +152,7 @@ static int add_untied_head(struct params *ps, const struct vf_model *m, const st
   bool full = s->method == VF_METHOD_FULL, counted = pr->untie_embeddings;
   struct param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
                           .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
-  head.bytes = head.numel * precision_bytes(s->weights);
+  head.bytes = head.numel * params_rest_bytes(s, pr);
   head.quantized = pr->quantize_head && q != VF_QUANT_NONE && !full;
   if (head.quantized) head.bytes = quantized_bytes(q, head.numel);
   if (counted) ps->total += a->vocab * a->hidden;
@@ -163,7 +168,7 @@ int params_build(struct params *ps, const struct vf_model *m, const struct vf_se
   memset(ps, 0, sizeof *ps);
   /* Sized once: every tensor, an adapter pair for each, and a few task-head tensors. */
   if (!(ps->v = array_grow(NULL, &ps->cap, 3 * m->n_tensors + 8, sizeof *ps->v))) return VF_ENOMEM;
-  uint32_t wb = precision_bytes(s->weights);
+  uint32_t wb = params_rest_bytes(s, pr);
   uint32_t adapter_wb = (pr->adapter_fp32 && s->method != VF_METHOD_FULL) ? 4 : wb;
   bool full = s->method == VF_METHOD_FULL;
   enum vf_quant q = vf_setup_quant(s);

@@ -47,4 +47,7 @@ void params_layer(const struct params *ps, int32_t layer, size_t *begin, size_t 
 
 uint32_t precision_bytes(enum vf_precision p);
 
+/* Bytes per element of the parameters a setup leaves unquantized (quant_rest_fp32). */
+uint32_t params_rest_bytes(const struct vf_setup *s, const struct vf_profile *p);
+
 #endif

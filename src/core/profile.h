@@ -85,6 +85,10 @@ struct vf_profile {
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   bool quantize_head;      /* the output head is quantized along with the blocks */
+  /* A quantized model whose weights are not sharded has the parameters it leaves in 16 bits
+   * (embeddings, norms, head) up-cast to fp32 before training: the QLoRA recipes' PEFT
+   * prepare_model_for_kbit_training, which they skip for sharded QLoRA. */
+  bool quant_rest_fp32;
   uint32_t default_accumulation; /* micro batches per step in the framework's stock recipes */
   bool zero_grad_frees;    /* zero_grad() frees gradients (set_to_none) instead of zeroing */
   bool zero_grad_before_backward; /* zero_grad() runs after the next forward, not the step */
@@ -117,6 +121,7 @@ struct vf_profile {
   bool ddp_init_broadcast;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
+  bool validates_first;    /* where the run validates, it does once before its first step too */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */
   bool ckpt_input_grads;   /* checkpointing makes the embeddings' output require grad */
   bool lion_fp32_states;   /* --optimizer lion keeps its momentum in fp32 (bitsandbytes' Lion) */

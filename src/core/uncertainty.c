@@ -49,9 +49,20 @@ struct vf_range vf_range_of(uint64_t point, const struct vf_spread *s) {
   return r;
 }
 
+/* A distribution of sample lengths puts the reserved peak where the replayed batches left
+ * it; the same batches in another order (reserved_worst) can leave it higher, so the
+ * reserved and device ranges reach that far at least. */
+static void reach_worst(const struct vf_estimate *e, struct vf_ranges *out) {
+  if (e->reserved_worst <= e->reserved_peak) return;
+  uint64_t more = e->reserved_worst - e->reserved_peak;
+  if (out->kind[VF_PEAK_RESERVED].high < e->reserved_worst) out->kind[VF_PEAK_RESERVED].high = e->reserved_worst;
+  if (out->kind[VF_PEAK_DEVICE].high < e->device_peak + more) out->kind[VF_PEAK_DEVICE].high = e->device_peak + more;
+}
+
 void vf_estimate_ranges(const struct vf_estimate *e, const struct vf_uncertainty *u, struct vf_ranges *out) {
   const uint64_t point[VF_PEAK_COUNT] = {e->allocated_peak, e->reserved_peak, e->device_peak};
   for (int k = 0; k < VF_PEAK_COUNT; k++) out->kind[k] = vf_range_of(point[k], &u->kind[k]);
+  reach_worst(e, out);
 }
 
 const struct vf_uncertainty *vf_uncertainty_for(const struct vf_uncertainty_table *t, const struct vf_setup *s) {

@@ -95,10 +95,48 @@ static int parse_phase(const struct cursor *c, const char *p, const char *eol, s
   return push(t, e);
 }
 
-/* "a ID BYTES", "f ID" or "c ID CATEGORY", from the id on. */
+/* No run has more streams than this; the allocator model takes 1024. */
+#define MAX_STREAM 1023
+
+/* " STREAM" ending the line, if there is one; *out keeps its value otherwise. */
+static int optional_stream(const struct cursor *c, const char *p, const char *eol, uint32_t *out) {
+  if (p == eol) return 0;
+  uint64_t v;
+  const char *field = p + 1;
+  if (*p != ' ' || number(&field, eol, &v) || field != eol || v > MAX_STREAM)
+    return bad(c, p, "a stream number (0-1023) or the end of the line expected");
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* "m EVENT STREAM" or "w EVENT", from the event on. */
+static int parse_cuda_event(const struct cursor *c, char kind, const char *p, const char *eol,
+                            struct vf_trace *t) {
+  struct vf_trace_event e = {.kind = kind == 'm' ? VF_TRACE_EVENT : VF_TRACE_WAIT};
+  const char *field = p;
+  if (number(&p, eol, &e.id) || e.id == 0 || e.id >= MAX_IDS) return bad(c, field, "event number expected");
+  if (e.id > t->max_event) t->max_event = e.id;
+  if (kind == 'w') return p == eol ? push(t, e) : bad(c, p, "end of line expected");
+  if (p == eol) return bad(c, p, "a stream number expected");
+  int rc = optional_stream(c, p, eol, &e.stream);
+  return rc ? rc : push(t, e);
+}
+
+/* "s" or "s STREAM", from after the 's'. */
+static int parse_sync(const struct cursor *c, const char *p, const char *eol, struct vf_trace *t) {
+  struct vf_trace_event e = {.kind = VF_TRACE_SYNC, .stream = VF_ALLOC_ALL_STREAMS};
+  int rc = optional_stream(c, p, eol, &e.stream);
+  return rc ? rc : push(t, e);
+}
+
+static enum vf_trace_kind storage_kind(char kind) {
+  return kind == 'a' ? VF_TRACE_ALLOC : kind == 'r' ? VF_TRACE_RECORD : VF_TRACE_FREE;
+}
+
+/* "a ID BYTES [STREAM]", "f ID", "r ID STREAM" or "c ID CATEGORY", from the id on. */
 static int parse_storage(const struct cursor *c, char kind, const char *p, const char *eol,
                          struct vf_trace *t) {
-  struct vf_trace_event e = {.kind = kind == 'a' ? VF_TRACE_ALLOC : VF_TRACE_FREE};
+  struct vf_trace_event e = {.kind = (uint8_t)storage_kind(kind)};
   const char *field = p;
   if (number(&p, eol, &e.id) || e.id == 0) return bad(c, field, "storage id expected");
   int rc = reserve_id(t, e.id);
@@ -108,8 +146,13 @@ static int parse_storage(const struct cursor *c, char kind, const char *p, const
   field = p;
   if (kind == 'c')
     return category_of(p, (size_t)(eol - p), &t->category[e.id]) ? bad(c, field, "unknown category") : 0;
-  if (number(&p, eol, &e.bytes) || p != eol) return bad(c, field, "byte count expected");
-  return push(t, e);
+  if (kind == 'r') {
+    rc = optional_stream(c, p - 1, eol, &e.stream);
+    return rc ? rc : push(t, e);
+  }
+  if (number(&p, eol, &e.bytes) || (p != eol && *p != ' ')) return bad(c, field, "byte count expected");
+  rc = optional_stream(c, p, eol, &e.stream);
+  return rc ? rc : push(t, e);
 }
 
 static int parse_line(const struct cursor *c, const char *p, const char *eol, struct vf_trace *t) {
@@ -117,8 +160,10 @@ static int parse_line(const struct cursor *c, const char *p, const char *eol, st
   if (kind == 'e')
     return p + 1 == eol ? push(t, (struct vf_trace_event){.kind = VF_TRACE_EMPTY_CACHE})
                         : bad(c, p + 1, "end of line expected");
-  if (!strchr("afpc", kind) || eol - p < 2 || p[1] != ' ')
-    return bad(c, p, "an event ('a', 'f', 'p', 'e' or 'c') and a space expected");
+  if (kind == 's') return parse_sync(c, p + 1, eol, t);
+  if (!strchr("afpcrmw", kind) || eol - p < 2 || p[1] != ' ')
+    return bad(c, p, "an event ('a', 'f', 'p', 'e', 'c', 'r', 's', 'm' or 'w') and a space expected");
+  if (kind == 'm' || kind == 'w') return parse_cuda_event(c, kind, p + 2, eol, t);
   return kind == 'p' ? parse_phase(c, p + 2, eol, t) : parse_storage(c, kind, p + 2, eol, t);
 }
 

@@ -115,7 +115,7 @@ static void test_adafactor_largest_tensor(void **state) {
   vf_model_cleanup(&m);
 }
 
-static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
+static uint64_t frozen_bytes(const char *model, enum vf_quant q, enum vf_shard shard) {
   struct vf_model m;
   struct vf_setup s;
   struct vf_profile p;
@@ -126,6 +126,8 @@ static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
   s.weights = VF_PREC_BF16;
   s.method = VF_METHOD_QLORA;
   s.quant = q;
+  s.shard = shard;
+  s.gpus = shard == VF_SHARD_NONE ? 1 : 2;
   assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
   assert_int_equal(params_build(&ps, &m, &s, &p, VF_TASK_CAUSAL_LM), 0);
   uint64_t bytes = 0;
@@ -139,12 +141,17 @@ static uint64_t frozen_bytes(const char *model, enum vf_quant q) {
 static void test_qlora_storage(void **state) {
   (void)state;
   /* llama-2-7b: per layer four 4096x4096 and three 11008x4096 projections; embedding,
-   * head and norms (262,410,240 parameters) stay bf16: 524,820,480 bytes.
+   * head and norms (262,410,240 parameters) up-cast to fp32 by PEFT's
+   * prepare_model_for_kbit_training: 1,049,640,960 bytes.
    * NF4: n/2 + an fp32 absmax per 64 = 9,437,184 and 25,362,432 bytes (0.5625 B/param). */
-  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4), 32ull * (4 * 9437184 + 3 * 25362432) + 524820480);
+  uint64_t nf4 = 32ull * (4 * 9437184 + 3 * 25362432);
+  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4, VF_SHARD_NONE), nf4 + 1049640960);
   /* Double quantization: an 8-bit absmax per 64, an fp32 scale per 16,384 and a 256-entry
    * fp32 code: 8,655,872 and 23,260,928 bytes (about 0.516 B/param). */
-  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4_DQ), 32ull * (4 * 8655872 + 3 * 23260928) + 524820480);
+  uint64_t nf4_dq = 32ull * (4 * 8655872 + 3 * 23260928);
+  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4_DQ, VF_SHARD_NONE), nf4_dq + 1049640960);
+  /* Sharded QLoRA skips the up-cast: the rest stays bf16, 524,820,480 bytes. */
+  assert_int_equal(frozen_bytes("llama-2-7b", VF_QUANT_NF4_DQ, VF_SHARD_FSDP), nf4_dq + 524820480);
 }
 
 /* Per-GPU weights + gradients + optimizer states at the optimizer step. */
@@ -322,6 +329,15 @@ static const char toy_gqa_config[] =
     " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
     " \"torch_dtype\": \"float32\"}";
 
+/* The default setup over 8 positions, changed by tweak. */
+static struct vf_setup toy_setup(void (*tweak)(struct vf_setup *)) {
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 8;
+  if (tweak) tweak(&s);
+  return s;
+}
+
 /* A model of cfg under a framework profile with one behaviour switched by flip; setup by
  * tweak. */
 static struct vf_estimate config_run(const char *cfg, const char *framework, void (*flip)(struct vf_profile *, bool),
@@ -334,10 +350,7 @@ static struct vf_estimate config_run(const char *cfg, const char *framework, voi
   load_config(&m, cfg);
   assert_int_equal(profile_read(framework, NULL, &p, &d), 0);
   flip(&p, on);
-  struct vf_setup s;
-  vf_setup_default(&s);
-  s.seq = 8;
-  if (tweak) tweak(&s);
+  struct vf_setup s = toy_setup(tweak);
   vf_alloc_conf_default(&c);
   assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), 0);
   vf_model_cleanup(&m);
@@ -464,21 +477,57 @@ static void test_zero_grad_in_place(void **state) {
 
 static void flat_flag(struct vf_profile *p, bool on) { p->fsdp_flat_params = on; }
 
-/* FSDP1's flat units against FSDP2's per-parameter units, at each one's backward peak.
- * FSDP1 peaks at layer 0's gradient reduction: its parts (164,352 bytes) alive next to
- * their concatenation (164,352), the root holding only its head's part (head and final
- * norm, 66,048 after rounding) until the embedding's arrives. FSDP2 peaks a layer earlier,
- * at layer 1's: its whole gradient (the concatenation's size) next to its shard (82,432, as
- * FSDP1's layer 1 shard), the root's head-and-norm gradient whole (66,048) with the root's
- * shard (66,048), layer 0's all-gather buffer prefetched (164,352) and layer 0's saved
- * tensors still there (43,520). */
+/* FSDP1's flat units against FSDP2's per-parameter units, at each one's backward peak:
+ * both at layer 1's gradient reduction, with layer 1 gathered and layer 0 gathered ahead
+ * (FSDP1's BACKWARD_PRE prefetch, torch 2.13 _runtime_utils.py _pre_backward_hook; FSDP2's
+ * _backward_prefetch buffer), and the root's head-and-norm gradient (FSDP1's head part
+ * waiting for the embedding's, FSDP2's whole gradient, reduce-scattered at the pass's
+ * end: 66,048 either way). FSDP1 holds its flat parts (164,352 bytes) next to their
+ * concatenation (164,352); FSDP2 its whole gradient (164,352) and its shard (82,432). */
 static void test_flat_params(void **state) {
   (void)state;
-  /* FSDP1's alone: the flat parts and the root's head part; FSDP2's alone: the rest. */
-  int64_t parts = 164352, flat_head_part = 66048;
-  int64_t root_shard = 66048, prefetched = 164352, layer0_saved = 43520, whole_head_grad = 66048;
+  int64_t parts = 164352, concatenation = 164352, whole = 164352, shard = 82432;
   assert_int_equal(phase_gain(false, "litgpt", flat_flag, fsdp_synced, VF_PHASE_BACKWARD),
-                   parts + flat_head_part - (root_shard + prefetched + layer0_saved + whole_head_grad));
+                   parts + concatenation - (whole + shard));
+}
+
+/* Where the first validation falls: the index of the first event of the eval phase, and
+ * of the forward. */
+struct first_events {
+  long n, eval, forward;
+};
+
+static void note_first(void *arg, const struct vf_timeline_event *e) {
+  struct first_events *f = arg;
+  f->n++;
+  if (e->phase == VF_PHASE_EVAL && !f->eval) f->eval = f->n;
+  if (e->phase == VF_PHASE_FORWARD && !f->forward) f->forward = f->n;
+}
+
+/* litgpt's fit() validates before its first step (the 2-batch sanity check, or the whole
+ * validation set: finetune/lora.py@v0.5.13), and after the steps: with validates_first the
+ * replay's first validation comes before its first forward. */
+static void test_validates_first(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  load_config(&m, toy_config);
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  assert_true(p.validates_first);
+  vf_setup_default(&s);
+  s.seq = 8, s.eval = VF_EVAL_YES;
+  vf_alloc_conf_default(&c);
+  struct first_events on = {0}, off = {0};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &on, &e, &d), 0);
+  p.validates_first = false;
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &off, &e, &d), 0);
+  assert_true(on.eval && on.eval < on.forward);
+  assert_true(off.eval > off.forward);
+  vf_model_cleanup(&m);
 }
 
 /* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
@@ -672,14 +721,44 @@ static void test_held_logits(void **state) {
 static void quant_inputs(struct vf_profile *p, bool on) { p->quant_input_bytes = on ? 2 : 0; }
 static void graph_held(struct vf_profile *p, bool on) { p->graph_held = on; }
 
-/* A 4-bit projection keeps its bf16 input once per input tensor, however many projections
- * read it: per layer the q/k/v input, the o input, the gate/up input (64 wide each) and the
- * down input (128 wide), 8 tokens x 320 x 2 bytes, and the head's input (1,024 bytes) when
- * the head is quantized; under litgpt the previous micro batch's are there too (below). */
+/* A 4-bit projection keeps its input cast to bf16, once per input tensor however many
+ * projections read it where the input is bf16 already: per layer the q/k/v input, the o
+ * input, the gate/up input (64 wide each) and the down input (128 wide), 8 tokens x 320 x
+ * 2 bytes, and the head's input (1,024 bytes) when the head is quantized (litgpt; the
+ * previous micro batch's are there too, below). From hf's fp32 stream (quant_rest_fp32)
+ * each projection casts its own: q, k, v, o, gate, up (64 wide) and down (128), 8 x 512 x 2. */
 static void test_quantized_inputs(void **state) {
   (void)state;
-  assert_int_equal(phase_gain(false, "hf", quant_inputs, qlora_nf4, VF_PHASE_LOSS), 2 * 5120);
   assert_int_equal(phase_gain(false, "litgpt", quant_inputs, qlora_nf4, VF_PHASE_LOSS), 2 * (2 * 5120 + 1024));
+  assert_int_equal(phase_gain(false, "hf", quant_inputs, qlora_nf4, VF_PHASE_LOSS), 2 * 8192);
+}
+
+static void rest_fp32(struct vf_profile *p, bool on) { p->quant_rest_fp32 = on; }
+static void qlora_nf4_bf16_autocast(struct vf_setup *s) {
+  qlora_nf4(s);
+  s->amp = VF_PREC_BF16;
+}
+static void qlora_nf4_sharded(struct vf_setup *s) {
+  qlora_nf4(s);
+  s->shard = VF_SHARD_FSDP, s->gpus = 2;
+}
+
+/* PEFT's prepare_model_for_kbit_training up-casts what QLoRA leaves in bf16: the toy's
+ * embedding and head (16,384 elements each) take 2 x 32,768 bytes more (the norms' blocks
+ * stay 512 bytes); sharded QLoRA skips it. PEFT before 0.12 (hf 4.41) gives adapters the
+ * base weight's dtype only where it is a floating one, not over a uint8 Params4bit: the q
+ * and v adapters (4 x 512 elements per layer) stay fp32 as made, 1,024 bytes more each. Under bf16 autocast the residual stream is
+ * then fp32, and so is what the 4-bit projections return (Linear4bit casts the product
+ * back to its input's dtype): per layer the MLP's gate and up outputs and the activation
+ * (8 x 128 each) are kept in 4 bytes, not 2; and the head's fp32 weight is cast to bf16
+ * for its matmul, which keeps the copy (256 x 64 x 2). */
+static void test_quant_rest_fp32(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "hf", rest_fp32, qlora_nf4, VF_PHASE_LOAD), 65536);
+  assert_int_equal(phase_gain(false, "hf", rest_fp32, qlora_nf4_sharded, VF_PHASE_LOAD), 0);
+  assert_int_equal(phase_gain(false, "hf@4.41", rest_fp32, qlora_nf4, VF_PHASE_LOAD), 65536 + 2 * 4 * 1024);
+  assert_int_equal(phase_gain(false, "hf", rest_fp32, qlora_nf4_bf16_autocast, VF_PHASE_LOSS),
+                   65536 + 2 * 3 * 8 * 128 * 2 + 32768);
 }
 
 /* Those inputs are attributes of their autograd nodes: while litgpt's loop holds the last
@@ -692,12 +771,33 @@ static void test_graph_held(void **state) {
   assert_int_equal(phase_gain(false, "litgpt", graph_held, qlora_nf4, VF_PHASE_FORWARD), 0);
 }
 
+static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
+
+/* The toy as Phi-3 lays it out: one fused q,k,v projection, one gate_up projection. */
+static const char toy_phi3_config[] =
+    "{\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128,"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"bfloat16\"}";
+
+static void view_of_every_model(struct vf_profile *p, bool on) {
+  p->qkv_view_kept = on;
+  p->n_qkv_view_models = 0;
+}
+
+/* V, a view of the fused q,k,v output, keeps all of it (8 x (64 + 64) x 2 bytes per layer of
+ * q and k) where SDPA is given V itself; from a 4-bit projection in the fp32 stream,
+ * autocast hands SDPA a bf16 copy instead, and the fp32 output goes with the layer. */
+static void test_cast_qkv_keeps_no_view(void **state) {
+  (void)state;
+  assert_int_equal(config_gain(toy_phi3_config, "hf", view_of_every_model, bf16_lora, VF_PHASE_LOSS), 2 * 2048);
+  assert_int_equal(config_gain(toy_phi3_config, "hf", view_of_every_model, qlora_nf4_bf16_autocast, VF_PHASE_LOSS), 0);
+}
+
 /* Gemma-2's soft-capped logits: the tanh output is made with the head's output and kept
  * for its backward, so it is there when litgpt's loop converts the logits to fp32 next to
  * the last micro batch's, which it still holds: holding them (8 x 256 x 4 bytes) adds the
  * tanh output (8 x 256 x 2) to the loss's peak, beyond what the loss would keep instead. */
-static void bf16_lora(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->method = VF_METHOD_LORA; }
-
 static void test_softcap_before_conversion(void **state) {
   (void)state;
   static const char cfg[] =
@@ -1295,6 +1395,37 @@ static void test_loss_tensors_apart(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* Whether the forward gathered weights of a size, or of another. */
+struct gathered_sizes {
+  uint64_t size, other;
+  bool seen, other_seen;
+};
+
+static void see_gathered(void *arg, const struct vf_timeline_event *e) {
+  struct gathered_sizes *g = arg;
+  if (e->op != VF_TIMELINE_ALLOC || e->phase != VF_PHASE_FORWARD || e->category != VF_CAT_WEIGHTS) return;
+  g->seen |= e->bytes == g->size;
+  g->other_seen |= e->bytes == g->other;
+}
+
+/* FSDP gathers a 4-bit weight as it is stored and sharded: the toy's layer under QLoRA on
+ * two GPUs is its packed NF4 (n / 2 + an fp32 absmax per 64: 2,304 bytes for each of q, k,
+ * v, o, 4,608 for each of gate, up, down), its two bf16 norms (128 bytes each, not up-cast
+ * when sharded) and the q and v adapters (four 8 x 64 matrices, in bf16), never its 40,960
+ * projection elements in bf16. */
+static void test_fsdp_gathers_quantized_storage(void **state) {
+  (void)state;
+  struct vf_model m;
+  load(&m, NULL);
+  struct vf_setup s = toy_setup(qlora_nf4_sharded);
+  uint64_t rest = 2 * 128 + 4 * 512 * 2;
+  struct gathered_sizes g = {.size = ROUNDED(4 * 2304 + 3 * 4608 + rest), .other = ROUNDED(40960 * 2 + rest)};
+  hf_timeline(&m, &s, see_gathered, &g);
+  assert_true(g.seen);
+  assert_false(g.other_seen);
+  vf_model_cleanup(&m);
+}
+
 static void padding_mask(struct vf_profile *p, bool on) { p->padding_mask = on; }
 static void varied_bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->lengths = VF_LENGTHS_VARIED; }
 
@@ -1592,10 +1723,13 @@ int main(void) {
       cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_fsdp_no_sync), cmocka_unit_test(test_fsdp_grads_in_compute_dtype), cmocka_unit_test(test_fsdp_adapter_units_train), cmocka_unit_test(test_fsdp_root_reshards), cmocka_unit_test(test_leaf_freed_with_graph),
       cmocka_unit_test(test_quantize_at_load), cmocka_unit_test(test_softmax_saves_input),
       cmocka_unit_test(test_zero_grad_in_place),
-      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_dequant_temporaries),
+      cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_validates_first),      cmocka_unit_test(test_dequant_temporaries),
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
       cmocka_unit_test(test_varied_lengths),   cmocka_unit_test(test_held_logits),
-      cmocka_unit_test(test_quantized_inputs), cmocka_unit_test(test_graph_held),
+      cmocka_unit_test(test_quantized_inputs),
+      cmocka_unit_test(test_quant_rest_fp32),
+      cmocka_unit_test(test_cast_qkv_keeps_no_view),
+      cmocka_unit_test(test_fsdp_gathers_quantized_storage), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
       cmocka_unit_test(test_eval_and_save),

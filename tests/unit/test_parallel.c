@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -833,6 +834,60 @@ static void test_fsdp_upcast(void **state) {
   assert_true(run("llama-3.2-1b", &s, "hf").allocated_peak < lora_fp32.allocated_peak);
 }
 
+/* Counts the forward's all-gathers of a whole unit (bytes: unit) that took new memory. */
+struct unit_gathers {
+  uint64_t unit, reserved, first_step_new;
+  int step;
+};
+
+static void new_unit_segments(void *arg, const struct vf_timeline_event *e) {
+  struct unit_gathers *u = arg;
+  if (e->phase == VF_PHASE_OPTIMIZER) u->step = 1;
+  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->bytes == u->unit && !u->step &&
+      e->reserved > u->reserved)
+    u->first_step_new++;
+  u->reserved = e->reserved;
+}
+
+/* FSDP1 gathers a unit on its unshard stream and, resharding, records its use on the
+ * computation stream: the block returns to the cache only when the host learns that work
+ * is done, at the rate limiter's wait for the event two reshards back (torch 2.13
+ * _runtime_utils.py _unshard/_reshard, _limiter_utils.py). So layer 1's all-gather cannot
+ * reuse layer 0's block and takes a segment of its own, and from layer 2 on each reuses
+ * the one two units back: two new segments in the first forward, where an allocator that
+ * reused a freed block at once would take one. */
+static void test_fsdp1_units_held_until_the_limiter(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  s.eval = VF_EVAL_NO; /* litgpt's validation before the first step gathers every unit too */
+  struct unit_gathers u = {.unit = 121643008}; /* 60,821,504 bf16 elements a llama-3.2-1b layer */
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate("llama-3.2-1b", &s, "litgpt", new_unit_segments, &u, &e, &d)) fail_msg("%s", d.msg);
+  assert_int_equal(u.first_step_new, 2);
+}
+
+/* A tied embedding under FSDP2 (llama-3.2-1b, fp32 weights under bf16 mixed precision on
+ * 2 GPUs): the head's and the embedding's gradients of the gathered weight are bf16 (FSDP2
+ * _fsdp_param.py: the unsharded parameter in param_dtype), summed out of place at the end
+ * of the backward, and the root is reduce-scattered only after that sum (its post-backward
+ * is the pass's last). Traced: 11,658,733,056 B allocated at the peak (the sum, in the
+ * backward); the estimate had 13,109,829,632 (fp32 gradients, the root's shard made at the
+ * head's backward). */
+static void test_fsdp2_tied_root_gradients(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 2, s.seq = 256;
+  s.weights = VF_PREC_FP32, s.amp = VF_PREC_BF16;
+  struct vf_estimate e = run("llama-3.2-1b", &s, "hf");
+  const double traced = 11658733056.0;
+  assert_int_equal(e.peak_phase, VF_PHASE_BACKWARD);
+  assert_true(fabs((double)e.allocated_peak - traced) / traced < 0.02);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_layers),
@@ -862,6 +917,8 @@ int main(void) {
       cmocka_unit_test(test_hsdp_shards_within_a_replica),
       cmocka_unit_test(test_bad_layouts),
       cmocka_unit_test(test_fsdp_upcast),
+      cmocka_unit_test(test_fsdp1_units_held_until_the_limiter),
+      cmocka_unit_test(test_fsdp2_tied_root_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

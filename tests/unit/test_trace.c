@@ -79,6 +79,14 @@ static void malformed_lines_are_refused_with_their_position(void **state) {
       {"vramfit-trace-events 1\na 99999999999 5\n", 2, 3},
       {"vramfit-trace-events 1\n\n", 2, 1},
       {"vramfit-trace-events 1\nf 1 2\n", 2, 4},
+      {"vramfit-trace-events 1\na 1 5 x\n", 2, 6},
+      {"vramfit-trace-events 1\na 1 5 1024\n", 2, 6},
+      {"vramfit-trace-events 1\nr 1\n", 2, 4},
+      {"vramfit-trace-events 1\ns 2 3\n", 2, 2},
+      {"vramfit-trace-events 1\nsx\n", 2, 2},
+      {"vramfit-trace-events 1\nm 1\n", 2, 4},
+      {"vramfit-trace-events 1\nm 0 1\n", 2, 3},
+      {"vramfit-trace-events 1\nw 1 2\n", 2, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     struct vf_trace t;
@@ -88,6 +96,26 @@ static void malformed_lines_are_refused_with_their_position(void **state) {
     assert_int_equal(d.col, cases[i].col);
     vf_trace_cleanup(&t);
   }
+}
+
+/* A block allocated on stream 1 and recorded on stream 0 stays out of the cache after its
+ * free until stream 0 is synchronized: the next 12 MiB takes a segment of its own. */
+static void recorded_streams_hold_blocks_until_a_sync(void **state) {
+  (void)state;
+  struct vf_trace_result r;
+  replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\na 2 12582912 1\nf 2\n"
+         "s 0\na 3 12582912 1\na 4 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 24 * MiB);
+  replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\ns\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 12 * MiB);
+  replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 24 * MiB);
+  /* A wait on an event recorded after the free returns the block; one recorded before
+   * it does not (FSDP1's rate limiter waits on its reshards' events). */
+  replay("vramfit-trace-events 1\np forward\na 1 12582912 1\nr 1 0\nf 1\nm 1 0\nw 1\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 12 * MiB);
+  replay("vramfit-trace-events 1\np forward\nm 1 0\na 1 12582912 1\nr 1 0\nf 1\nw 1\na 2 12582912 1\n", &r);
+  assert_int_equal(r.reserved_peak, 24 * MiB);
 }
 
 static void inconsistent_streams_fail_the_replay(void **state) {
@@ -124,6 +152,7 @@ int main(void) {
       cmocka_unit_test(peaks_are_per_phase),
       cmocka_unit_test(empty_storages_and_empty_cache),
       cmocka_unit_test(malformed_lines_are_refused_with_their_position),
+      cmocka_unit_test(recorded_streams_hold_blocks_until_a_sync),
       cmocka_unit_test(inconsistent_streams_fail_the_replay),
       cmocka_unit_test(too_many_phases),
   };

@@ -42,6 +42,11 @@ row llama-3.2-1b --weights bf16 --method lora --lora-r 16 --lora-targets q,k,v,o
 row llama-3.2-1b --weights bf16 --batch 4 --seq 1024 --grad-ckpt full --accumulation 2 --gpus 2
 row tinyllama-1.1b --weights bf16 --method lora --lora-r 8 --lora-targets q,k,v,o,gate,up,down --batch 4 --seq 2048 --grad-ckpt full --accumulation 2 --gpus 4
 row gpt2-medium --weights fp32 --amp fp16 --batch 8 --seq 1024 --accumulation 1 --gpus 2
+# QLoRA under DDP: PEFT's recipe on each rank (bench/traced/setups.sh, ql-hf-*), as rank 0.
+prefix=ql-ddp-hf framework=hf n=0
+row llama-3.2-1b --weights bf16 --amp bf16 --method qlora --lora-r 16 --lora-targets all-linear --batch 2 --seq 2048 --grad-ckpt full --accumulation 1 --gpus 2
+row qwen2.5-1.5b --weights bf16 --method qlora --batch 4 --seq 1024 --accumulation 2 --gpus 4
+row mistral-7b --weights bf16 --amp bf16 --method qlora --lora-r 64 --lora-targets q,k,v,gate,up,down --batch 4 --seq 2048 --grad-ckpt full --accumulation 1 --gpus 2
 # The Lightning Trainer with strategy="ddp" (--shard none) and FSDPStrategy (--shard fsdp:
 # FSDP1's flat parameters, each decoder layer a unit, the precision's MixedPrecision):
 # 2, 4 and 8 GPUs; full and LoRA; bf16-true (--weights bf16) or bf16-mixed (--weights fp32
@@ -111,3 +116,6 @@ printf '%s\t%s\t%s\n' h2-lg-04 qwen2.5-7b '--framework litgpt --weights bf16 --b
 printf '%s\t%s\t%s\n' h2-hf-11 qwen2.5-7b '--framework hf --weights bf16 --batch 1 --seq 4096 --grad-ckpt full --gpus 8 --shard fsdp'
 printf '%s\t%s\t%s\n' h2-hf-12 gemma-2-2b '--framework hf --weights bf16 --batch 2 --seq 2048 --grad-ckpt full --gpus 4 --shard fsdp'
 printf '%s\t%s\t%s\n' h2-hf-13 llama-3.2-1b '--framework hf --weights fp32 --amp bf16 --batch 4 --seq 2048 --gpus 2 --shard fsdp --accumulation 2'
+# Held out on 2026-12-01: a tied embedding under accelerate's FSDP2 with fp32 weights
+# under bf16 mixed precision.
+printf '%s\t%s\t%s\n' h4-hf-01 llama-3.2-1b '--framework hf --weights fp32 --amp bf16 --batch 2 --seq 256 --accumulation 1 --gpus 2 --shard fsdp'

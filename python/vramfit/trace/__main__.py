@@ -67,7 +67,7 @@ def trace(spec: Spec, events_path: str) -> dict:
                       kernels=rules.KERNELS)
     fakecuda.install(fakecuda.DeviceFacts(spec.gpu.name, spec.gpu.capability,
                                           spec.gpu.total_bytes),
-                     tracker.memory, tracker.empty_cache)
+                     tracker.memory, tracker.empty_cache, tracker)
     policy = rules.SdpaPolicy(capability=spec.gpu.capability,
                               force="flash" if spec.attention == "flash" else None)
     rules.install(policy)

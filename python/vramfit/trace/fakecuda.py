@@ -21,7 +21,7 @@ import contextlib
 import ctypes
 import os
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Protocol
 
 SHIM_ENV = "VRAMFIT_FAKECUDA_SHIM"
 
@@ -51,46 +51,146 @@ def fake_mode() -> Any:
     return FakeCudaMode(allow_non_fake_inputs=True)
 
 
+class StreamLog(Protocol):
+    """What the fake streams tell the allocation tracker (tracker.py ``Tracker``): the
+    current stream (0 the default), streams made, CUDA events recorded and waited for, one
+    stream's waits on another's events, synchronizations, and ``record_stream``."""
+
+    current_stream: int
+
+    def new_stream(self) -> int: ...
+    def record_event(self, stream: int) -> int: ...
+    def wait_event(self, event: int) -> None: ...
+    def stream_waits(self, stream: int, event: int) -> None: ...
+    def synchronize(self, stream: int | None) -> None: ...
+    def record_stream(self, tensor: Any, stream: int) -> None: ...
+
+
+class _Unlogged:
+    """Streams when nothing listens: numbered, never waited on."""
+
+    def __init__(self) -> None:
+        self.current_stream = 0
+        self._streams = 0
+        self._events = 0
+
+    def new_stream(self) -> int:
+        self._streams += 1
+        return self._streams
+
+    def record_event(self, stream: int) -> int:
+        self._events += 1
+        return self._events
+
+    def wait_event(self, event: int) -> None: ...
+    def stream_waits(self, stream: int, event: int) -> None: ...
+    def synchronize(self, stream: int | None) -> None: ...
+    def record_stream(self, tensor: Any, stream: int) -> None: ...
+
+
+_log: StreamLog = _Unlogged()
+
+
 class _Stream:
-    """A CUDA stream stand-in: everything on the fake device is synchronous."""
+    """A CUDA stream stand-in. The fake device runs every op at once; what a stream adds is
+    where the caching allocator files the blocks made while it is current, and the points
+    where the host learns that its work is done (its waits on events and streams), which
+    decide when a block another stream used can be reused (``record_stream``)."""
 
     def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
         self.device = device
         self.priority = priority
-        self.cuda_stream = 0
-        self.stream_id = 0
+        self.stream_id = _log.new_stream()
+        self.cuda_stream = self.stream_id
         self.device_index = 0
         self.device_type = 1
 
-    def wait_stream(self, _other: Any) -> None: ...
-    def wait_event(self, _event: Any) -> None: ...
-    def synchronize(self) -> None: ...
+    @classmethod
+    def default(cls) -> "_Stream":
+        s = cls.__new__(cls)
+        s.device, s.priority, s.stream_id, s.cuda_stream = None, 0, 0, 0
+        s.device_index, s.device_type = 0, 1
+        return s
+
+    def wait_stream(self, other: "_Stream") -> None:
+        if other.stream_id != self.stream_id:
+            _log.stream_waits(self.stream_id, _log.record_event(other.stream_id))
+
+    def wait_event(self, event: "_Event") -> None:
+        event.wait(self)
+
+    def synchronize(self) -> None:
+        _log.synchronize(self.stream_id)
+
     def query(self) -> bool:
         return True
 
     def is_capturing(self) -> bool:
         return False
 
-    def record_event(self, event: Any = None) -> Any:
-        return event or _Event()
+    def record_event(self, event: "_Event | None" = None) -> "_Event":
+        event = event or _Event()
+        event.record(self)
+        return event
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Stream)
+        return isinstance(other, _Stream) and other.stream_id == self.stream_id
 
     def __hash__(self) -> int:
-        return 0
+        return self.stream_id
 
     def __enter__(self) -> "_Stream":
+        _outer.append(_current())
+        _set_current(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None: ...
+    def __exit__(self, *exc: Any) -> None:
+        _set_current(_outer.pop())
+
+
+_DEFAULT = _Stream.default()
+_streams: dict[int, _Stream] = {0: _DEFAULT}  # every stream made current, by number
+_outer: list[_Stream] = []  # the streams current outside the stream contexts entered
+
+
+def _current() -> _Stream:
+    return _streams.get(_log.current_stream, _DEFAULT)
+
+
+def _set_current(stream: "_Stream | None") -> None:
+    if stream is not None:
+        _streams[stream.stream_id] = stream
+        _log.current_stream = stream.stream_id
+
+
+@contextlib.contextmanager
+def _stream_context(stream: "_Stream | None" = None) -> Iterator[None]:
+    """``torch.cuda.stream(s)``: s is current inside (None changes nothing)."""
+    if stream is None:
+        yield
+        return
+    with stream:
+        yield
 
 
 class _Event:
-    def __init__(self, *_: Any, **__: Any) -> None: ...
-    def record(self, _stream: Any = None) -> None: ...
-    def wait(self, _stream: Any = None) -> None: ...
-    def synchronize(self) -> None: ...
+    """A CUDA event stand-in: recording it marks a point in a stream's work, and waiting
+    for it (``synchronize``) tells the host the work up to there is done."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        self.number = 0
+
+    def record(self, stream: "_Stream | None" = None) -> None:
+        self.number = _log.record_event((stream or _current()).stream_id)
+
+    def wait(self, stream: "_Stream | None" = None) -> None:
+        if self.number:
+            _log.stream_waits((stream or _current()).stream_id, self.number)
+
+    def synchronize(self) -> None:
+        if self.number:
+            _log.wait_event(self.number)
+
     def query(self) -> bool:
         return True
 
@@ -108,10 +208,17 @@ class DeviceFacts:
 
 
 def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
-            on_empty_cache: Callable[[], None]) -> None:
+            on_empty_cache: Callable[[], None], streams: StreamLog | None = None) -> None:
     """Makes ``torch.cuda`` describe one GPU with ``facts``; ``memory()`` gives the
-    tracker's current and peak bytes, ``on_empty_cache`` records empty_cache() calls."""
+    tracker's current and peak bytes, ``on_empty_cache`` records empty_cache() calls,
+    ``streams`` hears what the streams do."""
     import torch
+
+    global _log
+    _log = streams or _Unlogged()
+    _log.current_stream = 0
+    _streams.clear()
+    _streams[0] = _DEFAULT
 
     cuda = torch.cuda
     props = types.SimpleNamespace(
@@ -136,15 +243,15 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
         "get_device_properties": lambda *_a: props,
         "is_bf16_supported": lambda *_a, **_k: facts.capability[0] >= 8,
         "is_tf32_supported": lambda: facts.capability[0] >= 8,
-        "synchronize": lambda *_a: None,
+        "synchronize": lambda *_a: _log.synchronize(None),
         "ipc_collect": lambda: None,
         "empty_cache": lambda: on_empty_cache(),
         "Stream": _Stream,
         "Event": _Event,
-        "current_stream": lambda *_a: _Stream(),
-        "default_stream": lambda *_a: _Stream(),
-        "stream": lambda _s=None: contextlib.nullcontext(),
-        "set_stream": lambda _s: None,
+        "current_stream": lambda *_a: _current(),
+        "default_stream": lambda *_a: _DEFAULT,
+        "stream": _stream_context,
+        "set_stream": _set_current,
         "manual_seed": lambda _s: None,
         "manual_seed_all": lambda _s: None,
         "seed": lambda: None,
@@ -182,7 +289,8 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     # streams' events through it (_fsdp_param_group.py ``finalize_backward``), events the
     # fake streams made.
     torch.accelerator.current_stream = answers["current_stream"]
-    _streams_record_nothing(torch)
+    torch.accelerator.set_stream = answers["set_stream"]
+    _streams_record_uses(torch)
     _with_nccl(torch)
     _keep_modules_in_place(torch)
     _swappable(torch)
@@ -193,20 +301,21 @@ def install(facts: DeviceFacts, memory: Callable[[], dict[str, int]],
     _foreach_takes_fake_tensors(torch)
 
 
-def _streams_record_nothing(torch: Any) -> None:
+def _streams_record_uses(torch: Any) -> None:
     """``Tensor.record_stream`` tells the caching allocator that another stream still uses
-    a block (FSDP1 records its gathered and reduced tensors on its own streams:
-    torch/distributed/fsdp/_common_utils.py ``_no_dispatch_record_stream``). The fake
-    device has one stream, whose stand-in C++ does not take; there is nothing to record."""
-    original = torch.Tensor.record_stream
-    if getattr(original, "vramfit_fake_streams", False):
-        return
+    a block, which it then keeps from reuse until that stream's work up to the tensor's
+    free is done (FSDP1 records its gathered and reduced tensors on its streams:
+    torch/distributed/fsdp/_common_utils.py ``_no_dispatch_record_stream``). The C++ method
+    takes no stand-in stream; the use goes to the tracker instead."""
+    original = getattr(torch.Tensor.record_stream, "vramfit_original", torch.Tensor.record_stream)
 
     def record_stream(self: Any, stream: Any) -> None:
         if not isinstance(stream, _Stream):
             original(self, stream)
+        elif self.device.type == "cuda":
+            _log.record_stream(self, stream.stream_id)
 
-    record_stream.vramfit_fake_streams = True
+    record_stream.vramfit_original = original  # type: ignore[attr-defined]
     torch.Tensor.record_stream = record_stream
 
 

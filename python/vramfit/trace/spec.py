@@ -49,6 +49,9 @@ class Spec:
     pp: int = 1
     cp: int = 1
     steps: int = 2
+    # With --lengths varied:MEAN,MAX or a histogram: each micro batch's longest sample, over
+    # every step (vramfit draws them as its estimate does: vf_length_dist_batch)
+    batch_lengths: list[int] = field(default_factory=list)
     gpu: Gpu = field(default_factory=Gpu)
 
     @classmethod
@@ -82,6 +85,16 @@ class Spec:
         for present, why in layout:
             if present:
                 raise Unsupported(why)
+
+    def longest(self, micro_batch: int) -> int:
+        """The longest sample of a micro batch, counted over every step: ``--seq`` with fixed
+        lengths; vramfit's draw for it with a distribution of lengths; with plain varied
+        lengths three quarters of ``--seq`` in the first step and all of it after."""
+        if self.lengths == "fixed":
+            return self.seq
+        if self.batch_lengths:
+            return self.batch_lengths[micro_batch % len(self.batch_lengths)]
+        return self.seq if micro_batch >= self.accumulation else max(1, self.seq * 3 // 4)
 
     @property
     def micro_batches(self) -> int:

@@ -71,6 +71,22 @@ SAME_VALUE = _ops("any", "any.dim", "any.dims", "all", "all.dim", "all.dims", "m
                   "squeeze", "squeeze.dim", "unsqueeze", "reshape", "expand", "lift_fresh",
                   "lift_fresh_copy", "_local_scalar_dense", "mean", "mean.dim")
 SCALARS = _ops("_local_scalar_dense", "is_nonzero", "equal")
+# A copy to host memory that is not non_blocking waits for the stream's work
+# (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: cudaStreamSynchronize).
+HOST_COPIES = _ops("_to_copy", "copy_")
+
+
+def _on_device(args: tuple) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args[:2])
+
+
+def _to_host(func: Any, args: tuple, kwargs: dict) -> bool:
+    if kwargs.get("non_blocking") or (len(args) > 2 and args[2] is True):
+        return False
+    if func is aten.copy_.default:
+        return args[0].device.type == "cpu"
+    device = kwargs.get("device")
+    return device is not None and torch.device(device).type == "cpu"
 
 
 @dataclass
@@ -82,8 +98,15 @@ class Hints:
 
 
 class Tracker(TorchDispatchMode):
-    """Records ``("a", id, bytes)``, ``("f", id)``, ``("p", phase)`` and ``("e",)``
-    (empty_cache) events for storages on the CUDA device."""
+    """Records ``("a", id, bytes[, stream])``, ``("f", id)``, ``("p", phase)`` and ``("e",)``
+    (empty_cache) events for storages on the CUDA device, and what the fake streams do
+    (fakecuda.py ``StreamLog``): ``("r", id, stream)`` for record_stream, ``("m", event,
+    stream)`` for a CUDA event recorded, ``("w", event)`` when the host waits for one,
+    ``("s", stream)`` or ``("s",)`` when it synchronizes a stream or the device.
+
+    Where one stream waited on another's event (``wait_stream``, ``Event.wait``), the host
+    waiting for the first stream's later work knows the other's up to that event is done
+    too: each wait is followed by the waits it implies."""
 
     def __init__(self, hints: Hints | None = None,
                  after_op: Callable[[Any, tuple, dict, Any, "Tracker"], None] | None = None,
@@ -104,6 +127,14 @@ class Tracker(TorchDispatchMode):
         self.peak = 0
         self.peak_phase = ""
         self._phase = ""
+        self.current_stream = 0  # fakecuda.StreamLog
+        self._streams = 0
+        self._clock = 0
+        # CUDA events: number -> (stream, time); per stream, the events it waited on, with
+        # the time it did, and the time up to which the host knows its work is done
+        self._events: dict[int, tuple[int, int]] = {}
+        self._waited: dict[int, list[tuple[int, int]]] = {}
+        self._done: dict[int, int] = {}
 
     # ---- what the driver says ----------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -142,11 +173,66 @@ class Tracker(TorchDispatchMode):
         return {"allocated": self.current, "peak_allocated": self.peak,
                 "reserved": self.current, "peak_reserved": self.peak}
 
+    # ---- streams (fakecuda.StreamLog) ------------------------------------------------------
+    def new_stream(self) -> int:
+        self._streams += 1
+        return self._streams
+
+    def record_event(self, stream: int) -> int:
+        with self._lock:
+            self._clock += 1
+            number = len(self._events) + 1
+            self._events[number] = (stream, self._clock)
+            self.events.append(("m", number, stream))
+            return number
+
+    def stream_waits(self, stream: int, event: int) -> None:
+        with self._lock:
+            self._clock += 1
+            self._waited.setdefault(stream, []).append((self._clock, event))
+
+    def wait_event(self, event: int) -> None:
+        with self._lock:
+            self.events.append(("w", event))
+            self._implied(*self._events[event])
+
+    def synchronize(self, stream: int | None) -> None:
+        with self._lock:
+            self._clock += 1
+            if stream is None:
+                self.events.append(("s",))
+                for s in list(self._waited):
+                    self._done[s] = self._clock
+                return
+            self.events.append(("s", stream))
+            self._implied(stream, self._clock)
+
+    def _implied(self, stream: int, upto: int) -> None:
+        """The host knows `stream`'s work up to time `upto` is done: so is the work of the
+        events it had waited on by then."""
+        if self._done.get(stream, 0) >= upto:
+            return
+        self._done[stream] = upto
+        for when, event in self._waited.get(stream, []):
+            if when <= upto:
+                other, at = self._events[event]
+                if self._done.get(other, 0) < at:
+                    self.events.append(("w", event))
+                    self._implied(other, at)
+
+    def record_stream(self, tensor: torch.Tensor, stream: int) -> None:
+        with self._lock:
+            for leaf in leaves(tensor):
+                block = self._blocks.get(id(leaf.untyped_storage()))
+                if block is not None:
+                    self.events.append(("r", block[0], stream))
+
     # ---- bookkeeping ----------------------------------------------------------------------
     def _record_alloc(self, nbytes: int) -> int:
         sid = self._next
         self._next += 1
-        self.events.append(("a", sid, nbytes))
+        self.events.append(("a", sid, nbytes) if self.current_stream == 0
+                           else ("a", sid, nbytes, self.current_stream))
         self.current += -(-nbytes // ROUND) * ROUND if nbytes else 0
         if self.current > self.peak:
             self.peak = self.current
@@ -249,6 +335,12 @@ class Tracker(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in RANDOM_FILLS or func in HOST_PINNING:
             return args[0]
+        if func in SCALARS and _on_device(args):
+            # Reading a value copies it to the host and waits for the stream
+            # (aten/src/ATen/native/cuda/Copy.cu memcpy_and_sync).
+            self.synchronize(self.current_stream)
+        elif func in HOST_COPIES and _on_device(args) and _to_host(func, args, kwargs):
+            self.synchronize(self.current_stream)
         if func in SCALARS:
             try:
                 return func(*args, **kwargs)

@@ -154,7 +154,7 @@ def trace_point(spec: WorkloadSpec, factory: Callable[..., Any], knobs: dict[str
     buffers = rules.KernelBuffers(rules.cublas_workspace_bytes(spec.gpu.capability))
     tracker = Tracker(Hints(full_masks=True), after_op=buffers.after_op, kernels=rules.KERNELS)
     fakecuda.install(fakecuda.DeviceFacts(spec.gpu.name, spec.gpu.capability, spec.gpu.total_bytes),
-                     tracker.memory, tracker.empty_cache)
+                     tracker.memory, tracker.empty_cache, tracker)
     policy = rules.SdpaPolicy(capability=spec.gpu.capability)
     rules.install(policy)
     record = Run(tracker, say)

@@ -7,7 +7,7 @@
 
 enum { UNSEEN, IN_SET, DEAD };
 
-/* Sorted by (stream, size, address), each entry a free block of the right kind. */
+/* Sorted by its key (set_key) and address, each entry a free block of the right kind. */
 static bool set_ok(const struct vf_alloc_state *s, const struct set *t, int pool, bool mapped,
                    uint8_t *mark) {
   for (uint32_t at = 0; at < t->n; at++) {
@@ -15,7 +15,7 @@ static bool set_ok(const struct vf_alloc_state *s, const struct set *t, int pool
     if (k->blk >= s->nblk || mark[k->blk] != UNSEEN) return false;
     const struct blk *b = &s->blk[k->blk];
     if (b->allocated || b->pool != pool || b->mapped != mapped || b->sid >= s->nstreams ||
-        k->hi != pack(b->sid, b->size))
+        k->hi != set_key(b))
       return false;
     const struct key *p = at ? &t->k[at - 1] : NULL;
     if (p && (p->hi > k->hi || (p->hi == k->hi && s->blk[p->blk].addr >= b->addr)))
@@ -48,8 +48,9 @@ static bool block_ok(const struct vf_alloc_state *s, uint32_t i, const uint8_t *
   /* Every free block is cached: mapped ones for reuse, unmapped ranges for growth. */
   if (!links_ok(s, i, mark) || (mark[i] == IN_SET) == b->allocated) return false;
   if (b->allocated) {
-    t->allocated += b->size;
-    t->requested += b->requested;
+    /* A freed block waiting for other streams' events counts as free in the statistics. */
+    t->allocated += b->events ? 0 : b->size;
+    t->requested += b->events ? 0 : b->requested;
   } else if (b->xseg == NIL && is_split(b)) {
     t->inactive += b->size;
   }
@@ -67,7 +68,6 @@ static bool xsegs_ok(const struct vf_alloc_state *s, const uint8_t *mark, struct
       if (mark[i] != DEAD && s->blk[i].xseg == x && s->blk[i].mapped) mapped += s->blk[i].size;
     if (mapped != s->xseg[x].mapped) return false;
     t->reserved += mapped;
-    t->segments += mapped > 0;
   }
   return true;
 }

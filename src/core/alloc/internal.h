@@ -7,6 +7,7 @@
 #define VF_CORE_ALLOC_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vramfit/alloc.h"
@@ -47,7 +48,22 @@ struct blk {
   uint32_t sid;      /* dense index of the stream (see stream_index) */
   uint32_t gen;      /* bumped when the record is recycled, so stale ids are refused */
   uint32_t xseg;     /* expandable segment index, NIL for a cudaMalloc'd segment */
+  uint16_t events;   /* freed, but other streams' events pending: still out of the cache */
   uint8_t pool, allocated, mapped;
+};
+
+/* A stream's use of a block: recorded on a live block (seq 0), or the event recorded on
+ * that stream when the block was freed (its sequence number on the stream). */
+struct use {
+  uint32_t blk, sid;
+  uint64_t seq;
+};
+
+/* What each stream has been asked to run and what is known done: the times (one clock
+ * for every stream, ticking at each event recorded) of its last event and of the last one
+ * known complete. */
+struct stream_work {
+  uint64_t recorded, completed;
 };
 
 struct key {
@@ -81,12 +97,21 @@ struct vf_alloc_state {
   uint64_t gc_calls[NPOOLS];
   uint32_t streams[MAX_STREAMS]; /* stream ids by dense index */
   uint32_t nstreams, last_sid;
+  struct stream_work work[MAX_STREAMS];
+  uint64_t clock;                /* events recorded on any stream */
+  struct use *uses;              /* record_stream uses and pending events, unordered */
+  size_t nuses, capuses;
   struct vf_alloc_stats st;
 };
 
 static inline uint64_t pack(uint32_t sid, uint64_t size) {
   return (uint64_t)sid << SIZE_BITS | size;
 }
+/* A block's key in its set: free mapped blocks by (stream, size, address), best fit's
+ * order (BlockComparatorSize); unmapped ranges by (stream, address) alone
+ * (BlockComparatorAddress, the order find_expandable_block walks them in), the address
+ * being the tie-break of equal keys. */
+static inline uint64_t set_key(const struct blk *b) { return pack(b->sid, b->mapped ? b->size : 0); }
 static inline uint32_t key_sid(const struct key *k) { return (uint32_t)(k->hi >> SIZE_BITS); }
 static inline uint64_t key_size(const struct key *k) { return k->hi & SIZE_MASK; }
 static inline bool is_split(const struct blk *b) { return b->prev != NIL || b->next != NIL; }

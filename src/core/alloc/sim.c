@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "core/alloc/internal.h"
 #include "vramfit/alloc.h"
 
@@ -95,14 +96,14 @@ static uint32_t lower_bound(const struct set *t, uint64_t hi) {
 /* Where block i belongs: after the equal keys of lower addresses. */
 static uint32_t insert_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
   const struct blk *b = &s->blk[i];
-  uint64_t hi = pack(b->sid, b->size);
+  uint64_t hi = set_key(b);
   uint32_t at = lower_bound(t, hi);
   while (at < t->n && t->k[at].hi == hi && s->blk[t->k[at].blk].addr < b->addr) at++;
   return at;
 }
 
 static uint32_t find_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
-  uint32_t at = lower_bound(t, pack(s->blk[i].sid, s->blk[i].size));
+  uint32_t at = lower_bound(t, set_key(&s->blk[i]));
   while (t->k[at].blk != i) at++;
   return at;
 }
@@ -110,7 +111,7 @@ static uint32_t find_pos(const struct vf_alloc_state *s, const struct set *t, ui
 static void set_insert(const struct vf_alloc_state *s, struct set *t, uint32_t i) {
   uint32_t at = insert_pos(s, t, i);
   memmove(&t->k[at + 1], &t->k[at], (t->n - at) * sizeof *t->k);
-  t->k[at] = (struct key){.hi = pack(s->blk[i].sid, s->blk[i].size), .blk = i};
+  t->k[at] = (struct key){.hi = set_key(&s->blk[i]), .blk = i};
   t->n++;
 }
 
@@ -134,7 +135,7 @@ static bool before(const struct vf_alloc_state *s, const struct key *k, uint64_t
  * finds sooner than a search of the whole set. */
 static void set_move(const struct vf_alloc_state *s, struct set *t, uint32_t from, uint32_t i) {
   struct key *k = t->k;
-  uint64_t hi = pack(s->blk[i].sid, s->blk[i].size);
+  uint64_t hi = set_key(&s->blk[i]);
   uint32_t to = from;
   if (hi < k[from].hi)
     for (; to > 0 && !before(s, &k[to - 1], hi, i); to--) k[to] = k[to - 1];
@@ -236,11 +237,12 @@ static uint32_t splice_new(struct vf_alloc_state *s, uint32_t like, uint64_t add
   return n;
 }
 
+/* Mapping pages adds to reserved memory but no segment: memory_stats()'s "segment" counts
+ * cudaMalloc'd segments alone (torch 2.13's libc10_cuda.so on bench/alloc_check: 0 all
+ * through a replay under expandable segments). */
 static void xseg_mapped(struct vf_alloc_state *s, uint32_t x, uint64_t bytes, bool map) {
   struct xseg *g = &s->xseg[x];
-  if (map && g->mapped == 0) s->st.segments++;
   g->mapped = map ? g->mapped + bytes : g->mapped - bytes;
-  if (!map && g->mapped == 0) s->st.segments--;
   if (map) add_reserved(s, bytes);
   else sub_reserved(s, bytes);
 }
@@ -289,7 +291,13 @@ static int release_pool(struct vf_alloc_state *s, int pool) {
   return 0;
 }
 
+static void process_events(struct vf_alloc_state *s);
+
+/* release_cached_blocks first waits for every stream (synchronize_and_free_events), so
+ * that blocks other streams kept are cached and can go too. */
 static int release_cached_blocks(struct vf_alloc_state *s) {
+  for (uint32_t i = 0; i < s->nstreams; i++) s->work[i].completed = s->work[i].recorded;
+  process_events(s);
   int rc = release_pool(s, POOL_LARGE);
   return rc ? rc : release_pool(s, POOL_SMALL);
 }
@@ -392,8 +400,9 @@ static int new_xseg(struct vf_alloc_state *s, int pool, uint32_t sid, uint32_t *
   return 0;
 }
 
-/* find_expandable_block: a run of free or unmapped blocks of the stream starting at (or
- * just before) an unmapped range, with room for size; else a new segment. */
+/* find_expandable_block: the first unmapped range of the stream, by address, that starts a
+ * run of free or unmapped blocks (from the free block just before it, if any) with room for
+ * size; else a new segment. */
 static int find_expandable(struct vf_alloc_state *s, int pool, uint32_t sid, uint64_t size,
                            uint32_t *out) {
   const struct set *t = &s->unmapped[pool];
@@ -594,6 +603,7 @@ static int stream_index(struct vf_alloc_state *s, uint32_t stream, uint32_t *sid
 
 static int malloc_cached(struct vf_alloc_state *s, struct request *r, uint64_t bytes,
                          uint32_t *out) {
+  process_events(s);
   r->pool = r->size <= VF_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
   /* take_block may split: reserve its record before anything changes. */
   int rc = reserve(s, 1);
@@ -661,19 +671,91 @@ static void cache_freed(struct vf_alloc_state *s, uint32_t i) {
   else set_move(s, t, slot, i);
 }
 
+/* The live block an id names, or NIL. */
+static uint32_t live_block(const struct vf_alloc_state *s, uint64_t id) {
+  uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+  if (id == 0 || i >= s->nblk || s->blk[i].gen != gen || !s->blk[i].allocated || s->blk[i].events) return NIL;
+  return i;
+}
+
+int vf_allocator_record_stream(struct vf_allocator *a, uint64_t id, uint32_t stream) {
+  struct vf_alloc_state *s = a->state;
+  uint32_t i = live_block(s, id), sid;
+  if (i == NIL) return VF_EINVAL;
+  int rc = stream_index(s, stream, &sid);
+  if (rc || sid == s->blk[i].sid) return rc;
+  for (size_t u = 0; u < s->nuses; u++)
+    if (s->uses[u].blk == i && s->uses[u].sid == sid) return 0;
+  struct use *grown = array_grow(s->uses, &s->capuses, s->nuses + 1, sizeof *grown);
+  if (!grown) return VF_ENOMEM;
+  s->uses = grown;
+  s->uses[s->nuses++] = (struct use){.blk = i, .sid = sid};
+  return 0;
+}
+
+int vf_allocator_record_event(struct vf_allocator *a, uint32_t stream, uint64_t *mark) {
+  struct vf_alloc_state *s = a->state;
+  uint32_t sid;
+  int rc = stream_index(s, stream, &sid);
+  if (!rc) *mark = s->work[sid].recorded = ++s->clock;
+  return rc;
+}
+
+void vf_allocator_sync(struct vf_allocator *a, uint32_t stream, uint64_t mark) {
+  struct vf_alloc_state *s = a->state;
+  for (uint32_t i = 0; i < s->nstreams; i++) {
+    struct stream_work *w = &s->work[i];
+    uint64_t upto = mark < w->recorded ? mark : w->recorded;
+    if ((stream == VF_ALLOC_ALL_STREAMS || s->streams[i] == stream) && upto > w->completed) w->completed = upto;
+  }
+}
+
+/* insert_events: an event on each stream that used the block, recorded as it is freed. */
+static bool insert_events(struct vf_alloc_state *s, uint32_t i) {
+  for (size_t u = 0; u < s->nuses; u++)
+    if (s->uses[u].blk == i) {
+      s->uses[u].seq = s->work[s->uses[u].sid].recorded = ++s->clock;
+      s->blk[i].events++;
+    }
+  return s->blk[i].events > 0;
+}
+
+/* process_events: blocks whose every event is complete return to the cache. */
+static void process_events(struct vf_alloc_state *s) {
+  for (size_t u = 0; u < s->nuses;) {
+    struct use *e = &s->uses[u];
+    if (!e->seq || s->work[e->sid].completed < e->seq) {
+      u++;
+      continue;
+    }
+    uint32_t i = e->blk;
+    *e = s->uses[--s->nuses];
+    if (--s->blk[i].events == 0) {
+      s->blk[i].allocated = 0;
+      cache_freed(s, i);
+    }
+  }
+}
+
 int vf_allocator_free(struct vf_allocator *a, uint64_t id) {
   struct vf_alloc_state *s = a->state;
   if (id == 0) return 0;
-  uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
-  if (i >= s->nblk || s->blk[i].gen != gen || !s->blk[i].allocated) return VF_EINVAL;
+  uint32_t i = live_block(s, id);
+  if (i == NIL) return VF_EINVAL;
   struct blk *b = &s->blk[i];
-  b->allocated = 0;
   s->st.allocated -= b->size;
   s->st.requested -= b->requested;
   if (!s->conf.caching_disabled) {
-    cache_freed(s, i);
+    if (!insert_events(s, i)) {
+      s->blk[i].allocated = 0;
+      cache_freed(s, i);
+    }
     return 0;
   }
+  /* Without caching, cudaFree waits for the device: no use outlives the free. */
+  for (size_t u = s->nuses; u-- > 0;)
+    if (s->uses[u].blk == i) s->uses[u] = s->uses[--s->nuses];
+  b->allocated = 0;
   sub_reserved(s, b->size);
   s->st.segments--;
   drop_blk(s, i);
@@ -723,6 +805,9 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
     s->gc_calls[p] = 0;
   }
   s->nxseg = 0;
+  memset(s->work, 0, s->nstreams * sizeof *s->work);
+  s->clock = 0;
+  s->nuses = 0;
   s->nstreams = 0;
   s->last_sid = 0;
   s->next_addr = UINT64_C(1) << 32;
@@ -748,6 +833,7 @@ void vf_allocator_cleanup(struct vf_allocator *a) {
     free(s->unmapped[p].k);
   }
   free(s->blk);
+  free(s->uses);
   free(s->scratch);
   free(s->xseg);
   free(s);

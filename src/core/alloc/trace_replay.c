@@ -13,6 +13,10 @@ struct replay {
   struct vf_allocator alloc;
   uint64_t *block;    /* block id per storage id; 0 when not live, NO_BLOCK when empty */
   uint64_t *charged;  /* bytes the block added to allocated, per storage id */
+  struct cuda_event {
+    uint32_t stream;
+    uint64_t mark;
+  } *events;          /* per CUDA event: where it was recorded (mark 0: never) */
   uint64_t live_by_category[VF_CAT_COUNT];
 };
 
@@ -20,9 +24,11 @@ static int replay_init(struct replay *p, const struct vf_trace *t, const struct 
   memset(p, 0, sizeof *p);
   p->block = calloc(t->max_id + 1, sizeof *p->block);
   p->charged = calloc(t->max_id + 1, sizeof *p->charged);
-  if (!p->block || !p->charged || vf_allocator_init(&p->alloc, c, 0)) {
+  p->events = calloc(t->max_event + 1, sizeof *p->events);
+  if (!p->block || !p->charged || !p->events || vf_allocator_init(&p->alloc, c, 0)) {
     free(p->block);
     free(p->charged);
+    free(p->events);
     return VF_ENOMEM;
   }
   return 0;
@@ -32,6 +38,7 @@ static void replay_cleanup(struct replay *p) {
   vf_allocator_cleanup(&p->alloc);
   free(p->block);
   free(p->charged);
+  free(p->events);
 }
 
 static uint64_t allocated_now(const struct replay *p) {
@@ -41,12 +48,13 @@ static uint64_t allocated_now(const struct replay *p) {
 }
 
 static int step(struct replay *p, const struct vf_trace *t, const struct vf_trace_event *e) {
-  uint8_t cat = e->kind == VF_TRACE_PHASE || e->kind == VF_TRACE_EMPTY_CACHE ? 0 : t->category[e->id];
+  bool storage = e->kind == VF_TRACE_ALLOC || e->kind == VF_TRACE_FREE || e->kind == VF_TRACE_RECORD;
+  uint8_t cat = storage ? t->category[e->id] : 0;
   switch (e->kind) {
   case VF_TRACE_ALLOC: {
     if (p->block[e->id]) return VF_EFORMAT;
     uint64_t before = allocated_now(p);
-    int rc = vf_allocator_malloc(&p->alloc, e->bytes, 0, &p->block[e->id]);
+    int rc = vf_allocator_malloc(&p->alloc, e->bytes, e->stream, &p->block[e->id]);
     if (rc) return rc;
     if (!p->block[e->id]) p->block[e->id] = NO_BLOCK;
     p->charged[e->id] = allocated_now(p) - before;
@@ -58,6 +66,17 @@ static int step(struct replay *p, const struct vf_trace *t, const struct vf_trac
     if (p->block[e->id] != NO_BLOCK) vf_allocator_free(&p->alloc, p->block[e->id]);
     p->block[e->id] = 0;
     p->live_by_category[cat] -= p->charged[e->id];
+    return 0;
+  case VF_TRACE_RECORD:
+    if (!p->block[e->id]) return VF_EFORMAT;
+    return p->block[e->id] == NO_BLOCK ? 0 : vf_allocator_record_stream(&p->alloc, p->block[e->id], e->stream);
+  case VF_TRACE_SYNC: vf_allocator_sync(&p->alloc, e->stream, VF_ALLOC_ALL_WORK); return 0;
+  case VF_TRACE_EVENT:
+    p->events[e->id].stream = e->stream;
+    return vf_allocator_record_event(&p->alloc, e->stream, &p->events[e->id].mark);
+  case VF_TRACE_WAIT:
+    /* An event never recorded is complete (cudaEventSynchronize). */
+    if (p->events[e->id].mark) vf_allocator_sync(&p->alloc, p->events[e->id].stream, p->events[e->id].mark);
     return 0;
   case VF_TRACE_EMPTY_CACHE: return vf_allocator_empty_cache(&p->alloc);
   default: return 0;

@@ -18,7 +18,7 @@ uint32_t attention_readers(const struct ctx *x) { return fused_qkv(x) ? 1 : 3; }
 
 static void qkv_projections(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
-  quant_input(x, sv, d->h, false);
+  quant_input(x, sv, d->h, attention_readers(x), false);
   adapter_input(x, sv, d->h, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
   if (fused_qkv(x)) {
     adapter_projection(x, sv, d->h, d->q + 2 * d->kv, BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V));
@@ -30,7 +30,8 @@ static void qkv_projections(struct ctx *x, struct saved *sv) {
 }
 
 /* What a fused q,k,v projection leaves alive beyond q, k and v: when V is not copied for
- * expansion it stays a view of the whole output, which attention keeps; and a LoRA branch
+ * expansion, nor cast (autocast casts a 4-bit projection's output, in the stream's dtype,
+ * for SDPA), it stays a view of the whole output, which attention keeps; and a LoRA branch
  * adapting only some of q, k, v zero-pads its output into place, and the padding's
  * backward keeps the unpadded output. */
 static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
@@ -38,7 +39,8 @@ static void fused_qkv_extras(struct ctx *x, struct saved *sv, bool expand) {
   if (!fused_qkv(x)) return;
   bool view_kept = x->p->qkv_view_kept ||
                    model_listed(x->p->qkv_view_models, x->p->n_qkv_view_models, x->m->arch.model_type);
-  if (view_kept && !expand) tape_keep(x, sv, d->T * (d->q + d->kv) * d->c);
+  bool cast = quant_weight(x, false) && quant_output_bytes(x) != d->c;
+  if (view_kept && !expand && !cast) tape_keep(x, sv, d->T * (d->q + d->kv) * d->c);
   uint32_t qkv = BIT(VF_KIND_Q) | BIT(VF_KIND_K) | BIT(VF_KIND_V), hit = x->s->lora_targets & qkv;
   if (!x->p->lora_zero_pad || !adapter_lora_method(x->s->method) || !hit || hit == qkv) return;
   uint64_t width = (hit & BIT(VF_KIND_Q) ? d->q : 0) + (hit & BIT(VF_KIND_K) ? d->kv : 0) +
@@ -168,7 +170,7 @@ static void math_attention_forward(struct ctx *x, struct saved *sv) {
 /* The output projection, and the dropout after it (BERT, GPT-2). */
 static void attention_output(struct ctx *x, struct saved *sv) {
   enum vf_family f = x->m->arch.family;
-  quant_input(x, sv, x->d.q, false);
+  quant_input(x, sv, x->d.q, 1, false);
   /* Over SDPA, output_proj reads the attention's own saved output unless it is copied. */
   if (x->attn.kind == VF_ATTN_EAGER || x->p->attn_out_copies > 1) adapter_input(x, sv, x->d.q, BIT(VF_KIND_O));
   adapter_projection(x, sv, x->d.q, x->d.h, BIT(VF_KIND_O));

@@ -1,7 +1,9 @@
 /* The dtypes tensors take: autocast, which computes in a narrower dtype than the weights
  * are stored in and casts them for every matmul, and 4-bit quantization (bitsandbytes),
- * which dequantizes a weight for every matmul. Sources: aten/src/ATen/autocast_mode.cpp
- * (cached_cast); bitsandbytes' 4-bit matmul (its autograd node's ctx.tensors); FSDP
+ * which dequantizes a weight for every matmul, in the dtype the model was loaded in, and
+ * returns its input's dtype. Sources: aten/src/ATen/autocast_mode.cpp (cached_cast);
+ * bitsandbytes nn/modules.py Linear4bit.forward and its 4-bit matmul (its autograd node's
+ * ctx.tensors); PEFT's prepare_model_for_kbit_training (quant_rest_fp32); FSDP
  * MixedPrecision param_dtype and ZeRO-3's 16-bit partitions; accelerate's FSDP2
  * (fsdp_autocast). */
 #include "core/estimate/internal.h"
@@ -19,13 +21,13 @@ bool autocast_runs(const struct ctx *x) {
  * the compute dtype. */
 bool autocast_casts(const struct ctx *x) {
   bool gathered = vf_shard_weights(x->s->shard);
-  return autocast_runs(x) && x->d.c < precision_bytes(x->s->weights) && !gathered;
+  return autocast_runs(x) && x->d.c < params_rest_bytes(x->s, x->p) && !gathered;
 }
 
 /* Bytes per element of the residual stream: the weights' dtype under autocast (the
  * embedding's output and every residual add stay in it), else the compute dtype. */
 uint32_t autocast_stream_bytes(const struct ctx *x) {
-  return autocast_casts(x) ? precision_bytes(x->s->weights) : x->d.c;
+  return autocast_casts(x) ? params_rest_bytes(x->s, x->p) : x->d.c;
 }
 
 /* Autocast casts each fp32 weight to the compute dtype once per forward; the copies are
@@ -41,7 +43,8 @@ void autocast_copies(struct ctx *x, int32_t layer, struct saved *sv, bool recomp
   params_layer(x->ps, layer, &begin, &end);
   for (size_t i = begin; i < end; i++) {
     const struct param *p = &x->ps->v[i];
-    if (!p->linear || (p->expert && mlp_experts_uncast(x))) continue;
+    /* A 4-bit weight is no floating-point tensor autocast could cast: it is dequantized. */
+    if (!p->linear || p->quantized || (p->expert && mlp_experts_uncast(x))) continue;
     uint32_t id = tape_take(x, p->numel * x->d.c, WEIGHT_TEMPORARIES);
     if (saved) tape_hold(x, sv, id, p->numel * x->d.c, WEIGHT_TEMPORARIES);
     else if (p->trainable) ids_push(x, &x->autocast.cache, id);
@@ -59,21 +62,37 @@ bool quant_weight(const struct ctx *x, bool head) {
   return quant_model(x->s) && (!head || x->p->quantize_head);
 }
 
-/* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the
- * compute-dtype weight, and what the dequantizer allocates on the way, which may differ
+/* Bytes per element a 4-bit matmul computes in: the dtype the model was loaded in, which
+ * the QLoRA recipes give bitsandbytes as its compute dtype (BitsAndBytesConfig
+ * bnb_4bit_compute_dtype, Fabric's BitsandbytesPrecision dtype), whatever dtype the
+ * parameters left unquantized or autocast take. */
+static uint32_t quant_compute_bytes(const struct ctx *x) { return precision_bytes(x->s->weights); }
+
+/* Bytes per element of a quantized projection's output: bitsandbytes' Linear4bit casts its
+ * input to the compute dtype and the product back to the input's dtype (nn/modules.py
+ * Linear4bit.forward `.to(inp_dtype)`), so the output is in the residual stream's dtype. */
+uint32_t quant_output_bytes(const struct ctx *x) { return autocast_stream_bytes(x); }
+
+/* Bytes per element alive while a 4-bit weight is dequantized for a matmul: the weight in
+ * the compute dtype, and what the dequantizer allocates on the way, which may differ
  * between the forward's matmul and the backward's input gradient. */
 uint64_t dequant_bytes(const struct ctx *x, bool forward) {
-  return x->d.c + (forward ? x->p->dequant_forward_extra_bytes : x->p->dequant_extra_bytes);
+  return quant_compute_bytes(x) + (forward ? x->p->dequant_forward_extra_bytes : x->p->dequant_extra_bytes);
 }
 
-/* bitsandbytes' 4-bit matmul keeps its input for the input gradient, once per input tensor
- * however many projections read it, as an attribute of its autograd node (ctx.tensors),
- * which the backward does not release and checkpointing does not see. */
-void quant_input(struct ctx *x, struct saved *sv, uint64_t in, bool head) {
+/* bitsandbytes' 4-bit matmul keeps its input, cast to the compute dtype, for the input
+ * gradient as an attribute of its autograd node (ctx.tensors), which the backward does not
+ * release and checkpointing does not see. The `readers` projections of one input share it
+ * where the input is in the compute dtype already (the cast returns the tensor itself);
+ * from a stream of another dtype each casts its own copy. */
+void quant_input(struct ctx *x, struct saved *sv, uint64_t in, uint32_t readers, bool head) {
   if (!quant_weight(x, head) || !x->p->quant_input_bytes) return;
-  size_t before = sv->n;
-  tape_keep(x, sv, x->d.T * in * x->p->quant_input_bytes);
-  if (sv->n > before) sv->on_graph[before] = x->p->graph_held && x->s->grad_ckpt == VF_CKPT_NONE;
+  uint32_t copies = autocast_stream_bytes(x) == quant_compute_bytes(x) ? 1 : readers;
+  for (uint32_t i = 0; i < copies; i++) {
+    size_t before = sv->n;
+    tape_keep(x, sv, x->d.T * in * x->p->quant_input_bytes);
+    if (sv->n > before) sv->on_graph[before] = x->p->graph_held && x->s->grad_ckpt == VF_CKPT_NONE;
+  }
 }
 
 /* A weight quantized while the model loads exists first in 16 bits on the GPU, next to

@@ -107,11 +107,13 @@ static uint64_t embedding_sort_bytes(const struct ctx *x) {
  * gradients: the head's matmul gave the first (in first), the embedding's backward makes
  * the second, and autograd sums them into a new tensor while both are alive
  * (torch/csrc/autograd/input_buffer.cpp accumulate: out of place while the first is still
- * referenced). Returns what replaces first. */
+ * referenced). Both are of the weight autograd sees: under FSDP's mixed precision the
+ * gathered one, in the compute dtype (FSDP2 _fsdp_param.py init_dtype_attrs: the unsharded
+ * parameter in param_dtype), not the fp32 shard's. Returns what replaces first. */
 uint32_t embedding_backward(struct ctx *x, uint32_t first) {
   if (!x->base_trainable || !x->pp.has_embedding) return first;
   bool tied = head_tied(x);
-  uint64_t bytes = x->d.vocab * x->d.h * x->d.g;
+  uint64_t bytes = x->d.vocab * x->d.h * grads_autograd_bytes(x);
   late_embedding_grads(x);
   /* Accumulating, an untied embedding's gradient too is made before it is added in. */
   uint32_t second = tied || grads_accumulating_in_place(x) ? tape_take(x, bytes, VF_CAT_GRADIENTS) : 0;

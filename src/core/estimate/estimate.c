@@ -28,7 +28,7 @@ int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, con
 
 /* What a pipeline rank's replay leaves to report. */
 struct rank_result {
-  struct result r;
+  struct result r, reversed; /* reversed: the drawn lengths in the other order */
   uint64_t rank, layers, paged;
   uint64_t params, trainable_params; /* the whole model's */
 };
@@ -48,7 +48,20 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   out->layers = pipeline_rank_layers(x->m->arch.layers, s->pp, x->pp.chunks, rank, x->p->pp_even_layers);
   zero_rank(x, out->layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);
-  if (!rc && lengths == VF_LENGTHS_VARIED) replay_strand_shorter_batches(&out->r);
+  /* Without the samples' lengths, two of the longest batches in a row are all the replay
+   * can say. With them it has replayed batches of those lengths; the same batches in the
+   * other order (the longest but the last coming first) leave the cache otherwise, and the
+   * higher of the two is the top of the range. */
+  if (!rc && lengths == VF_LENGTHS_VARIED && !s->length_dist.n) replay_strand_shorter_batches(&out->r);
+  out->reversed = out->r;
+  if (!rc && lengths == VF_LENGTHS_VARIED && s->length_dist.n) {
+    vf_timeline_fn listener = x->replay.listener; /* a timeline is of the drawn order */
+    x->replay.listener = NULL;
+    x->sched.lengths_reversed = true;
+    rc = replay_layers(x, out->layers, alloc, &out->reversed);
+    x->sched.lengths_reversed = false;
+    x->replay.listener = listener;
+  }
   out->paged = optim_paged_bytes(x);
   out->params = ps.total;
   out->trainable_params = ps.trainable;
@@ -137,6 +150,10 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->accumulation = x->accumulation;
   out->lengths = x->s->lengths;
   out->eval = x->s->eval;
+  if (x->s->length_dist.n && x->s->lengths == VF_LENGTHS_VARIED) {
+    uint64_t other = replay_reserved(&best->reversed);
+    out->reserved_worst = other > out->reserved_peak ? other : out->reserved_peak;
+  }
 }
 
 /* What the layers here cannot replay is refused with the reason, never estimated as

@@ -12,9 +12,30 @@
 
 #include "core/estimate/internal.h"
 
+/* Bytes of one parameter gathered: its elements in the compute dtype (FSDP's param_dtype,
+ * ZeRO-3's 16-bit partitions); a 4-bit weight in the form it is stored and sharded in
+ * (bitsandbytes' packed data in a 16-bit quant_storage FSDP1 flattens; torchao's
+ * NF4Tensor all-gathers its packed data and scalers, nf4tensor.py fsdp_pre_all_gather). */
+static uint64_t gathered_bytes(const struct ctx *x, const struct param *p) {
+  return p->quantized ? p->bytes : p->numel * x->d.c;
+}
+
+/* Bytes gathered of a layer's weights (-1: the root's), or of the root's embedding weights
+ * or its others (part 1 or 0; -1: all). */
+static uint64_t gather_sum(const struct ctx *x, int32_t layer, int part) {
+  uint64_t n = 0;
+  size_t begin, end;
+  params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = begin; i < end; i++) {
+    const struct param *p = &x->ps->v[i];
+    if (!zero3_persists(x, p) && (part < 0 || p->embedding == (part == 1))) n += gathered_bytes(x, p);
+  }
+  return n;
+}
+
 /* Sharded training gathers a layer's full weights for its forward and backward. */
 uint64_t fsdp_gather_bytes(const struct ctx *x, int32_t layer) {
-  return vf_shard_weights(x->s->shard) ? zero3_gathered_elems(x, layer, false) * x->d.c : 0;
+  return vf_shard_weights(x->s->shard) ? gather_sum(x, layer, -1) : 0;
 }
 
 /* Accelerate's FSDP2 units outside the layers (profile field fsdp_embedding_unit): an
@@ -27,14 +48,7 @@ bool fsdp_embedding_unit(const struct ctx *x) {
 }
 
 /* Bytes gathered of the root's embedding weights, or of its others. */
-static uint64_t root_part_bytes(const struct ctx *x, bool embedding) {
-  uint64_t n = 0;
-  size_t begin, end;
-  params_layer(x->ps, -1, &begin, &end);
-  for (size_t i = begin; i < end; i++)
-    if (x->ps->v[i].embedding == embedding && !zero3_persists(x, &x->ps->v[i])) n += x->ps->v[i].numel;
-  return n * x->d.c;
-}
+static uint64_t root_part_bytes(const struct ctx *x, bool embedding) { return gather_sum(x, -1, embedding); }
 
 /* FSDP2 all-gathers a unit into one buffer and copies each parameter out of it (torch 2.13
  * _fsdp_collectives.py foreach_all_gather_copy_out): both exist until the copy-out ends. In
@@ -48,14 +62,66 @@ static bool fsdp2_buffers(const struct ctx *x) {
   return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
 }
 
+static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes);
+
 /* In the backward each unit's pre-backward, its copy-out done, all-gathers the unit that ran
  * its forward before it (_fsdp_param_group.py _backward_prefetch, the default): that buffer
  * waits for its unit's own pre-backward. The root's pre-backward prefetches the last layer,
  * the first layer's an embedding unit (-1). */
 void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
+  if (fsdp1_streams(x) && layer >= 0) {
+    x->fsdp.prefetched = fsdp1_unshard(x, fsdp_gather_bytes(x, layer));
+    return;
+  }
   uint64_t bytes = layer >= 0 ? fsdp_gather_bytes(x, layer) : fsdp_embedding_unit(x) ? root_part_bytes(x, true) : 0;
   if (fsdp2_buffers(x) && !pipe_fsdp(x))
     x->fsdp.prefetched = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+}
+
+/* FSDP1 on its streams (torch 2.13 distributed/fsdp/_runtime_utils.py _unshard, _reshard,
+ * _pre_backward_hook; _flat_param.py _free_unsharded_flat_param; _limiter_utils.py): a
+ * unit is all-gathered on the unshard stream; resharding records its use on the
+ * computation stream and frees it, so its block returns to the cache only once the
+ * computation stream's work up to there is done. With limit_all_gathers (True by default
+ * since torch 2.1, and left so by accelerate, Lightning and Fabric) each reshard records an
+ * event and each unshard first waits for the one two reshards back (_FreeEventQueue, two
+ * all-gathers in flight): that wait is where the host learns the work is done. In the
+ * backward a unit's pre-backward prefetches the next unit of the backward as soon as its
+ * own is gathered (backward_prefetch BACKWARD_PRE, the default). */
+bool fsdp1_streams(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && x->d.dsize > 1 && !pipe_fsdp(x) &&
+         !zero3_coordinator(x);
+}
+
+static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes) {
+  uint32_t *q = x->fsdp.free_events;
+  if (q[FSDP1_IN_FLIGHT - 1]) {
+    tape_wait(x, q[0]);
+    for (int i = 0; i + 1 < FSDP1_IN_FLIGHT; i++) q[i] = q[i + 1];
+    q[FSDP1_IN_FLIGHT - 1] = 0;
+  }
+  return tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+}
+
+void fsdp_reshard(struct ctx *x, uint32_t gathered) {
+  if (!gathered || !fsdp1_streams(x)) {
+    tape_give(x, gathered);
+    return;
+  }
+  tape_record(x, gathered, STREAM_COMPUTE);
+  tape_give(x, gathered);
+  uint32_t *q = x->fsdp.free_events;
+  int n = 0;
+  while (n < FSDP1_IN_FLIGHT && q[n]) n++;
+  q[n < FSDP1_IN_FLIGHT ? n : FSDP1_IN_FLIGHT - 1] = tape_event(x);
+}
+
+static uint32_t fsdp1_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
+  uint32_t params = x->fsdp.prefetched;
+  x->fsdp.prefetched = 0;
+  if (!params) params = fsdp1_unshard(x, bytes);
+  if (!x->fsdp.forwarding && layer > 0) x->fsdp.prefetched = fsdp1_unshard(x, fsdp_gather_bytes(x, layer - 1));
+  return params;
 }
 
 static uint32_t fsdp2_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
@@ -80,6 +146,7 @@ uint32_t fsdp_gather(struct ctx *x, int32_t layer) {
   if (zero3_coordinator(x))
     return layer < 0 ? tape_take_on(x, x->zero.zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
   uint64_t bytes = fsdp_gather_bytes(x, layer);
+  if (fsdp1_streams(x) && layer >= 0) return fsdp1_gather(x, layer, bytes);
   if (!pipe_fsdp(x)) return fsdp2_gather(x, layer, bytes);
   uint32_t *held = &x->fsdp.held_gather[layer + 1];
   if (!*held) *held = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);

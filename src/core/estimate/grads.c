@@ -73,6 +73,12 @@ static uint64_t unsharded_grad_bytes(const struct ctx *x) {
   return x->p->fsdp_grads_in_compute_dtype && x->s->amp != VF_PREC_NONE ? x->d.c : x->d.g;
 }
 
+/* The bytes per element of the gradients autograd makes for a weight: a sharded unit's
+ * gathered weights' (unsharded_grad_bytes), else the weight's own. */
+uint64_t grads_autograd_bytes(const struct ctx *x) {
+  return vf_shard_weights(x->s->shard) ? unsharded_grad_bytes(x) : x->d.g;
+}
+
 /* The gradient parts of `elems` elements a flat unit holds until its concatenation (0
  * when not flat). */
 static uint32_t flat_parts(struct ctx *x, uint64_t elems) {
@@ -99,6 +105,25 @@ static void no_sync_grads(struct ctx *x, int32_t layer, struct ids *g) {
   else if (grads_flat(x)) tape_transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
   tape_give(x, fresh);
   if (x->sched.last_micro && !pipe_fsdp(x)) grads_reduce_unsharded(x, layer, g);
+}
+
+/* A unit's gradients reduce-scattered to its shard. Each micro batch is reduce-scattered
+ * anew; accumulating, its shard is added into the kept one (torch 2.13
+ * _fsdp_collectives.py foreach_reduce: sharded_param.grad._local_tensor +=
+ * new_sharded_grad) and goes. */
+static void reduce_to_shard(struct ctx *x, int32_t layer, struct ids *g) {
+  uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
+  uint32_t reduced = tape_take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER);
+  if (x->grads.kept) tape_give(x, reduced);
+  else ids_push(x, g, reduced);
+}
+
+/* FSDP2's root unit is reduce-scattered by its post-backward, once every gradient of the
+ * pass has arrived (torch 2.13 _fsdp_state.py _root_post_backward_final_callback runs the
+ * post-backward of every group not yet reduced), after the embedding's: the head's and a
+ * tied embedding's gradients are summed first, and the shard is made after. */
+static bool root_reduced_last(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && !grads_flat(x) && x->pp.has_head && !grads_no_sync(x);
 }
 
 static void give_parts(struct ctx *x, uint32_t parts[2]) {
@@ -128,16 +153,18 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct ids *
   }
   uint64_t late = layer < 0 && sharded_embedding_grad_late(x) ? root_grad_elems(x, true) : 0;
   uint64_t full = (layer_grad_elems(x, layer) - late) * unsharded_grad_bytes(x);
-  uint32_t unsharded = tape_take_on(x, full, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
+  /* FSDP1's flat gradient is autograd's, made on the computation stream; its
+   * post-backward hook records its use on the post-backward stream, which reduce-scatters
+   * it, before letting it go (torch 2.13 _runtime_utils.py _post_backward_hook:
+   * _no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)). */
+  bool recorded = fsdp1_streams(x);
+  uint32_t unsharded =
+      tape_take_on(x, full, WEIGHT_TEMPORARIES, recorded ? STREAM_COMPUTE : STREAM_REDUCE_SCATTER);
   give_parts(x, parts);
-  uint64_t shard = layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize;
-  /* Each micro batch is reduce-scattered anew; accumulating, its shard is added into the
-   * kept one (torch 2.13 _fsdp_collectives.py foreach_reduce: sharded_param.grad._local_tensor
-   * += new_sharded_grad) and goes. */
-  uint32_t reduced = tape_take_on(x, shard, VF_CAT_GRADIENTS, STREAM_REDUCE_SCATTER);
-  if (x->grads.kept) tape_give(x, reduced);
-  else ids_push(x, g, reduced);
+  if (layer < 0 && root_reduced_last(x)) return unsharded;
+  reduce_to_shard(x, layer, g);
   if (keep_unsharded) return unsharded;
+  if (recorded) tape_record(x, unsharded, STREAM_REDUCE_SCATTER);
   tape_give(x, unsharded);
   return 0;
 }
@@ -181,6 +208,7 @@ uint32_t grads_finish_root(struct ctx *x, struct ids *g, uint32_t early) {
     uint64_t late = sharded_embedding_grad_late(x) ? root_grad_elems(x, true) * unsharded_grad_bytes(x) : 0;
     uint32_t embedding = tape_take_on(x, late, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
     uint32_t root = embedding_backward(x, early);
+    if (root_reduced_last(x)) reduce_to_shard(x, -1, g);
     tape_give(x, embedding);
     return root;
   }

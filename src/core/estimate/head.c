@@ -99,7 +99,7 @@ struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   const struct dims *d = &x->d;
   layer_norm_saves(x, sv, x->task == VF_TASK_SEQ_CLS ? 0 : 1, x->base_trainable);
   if (x->task == VF_TASK_CAUSAL_LM) {
-    quant_input(x, sv, d->h, true);
+    quant_input(x, sv, d->h, 1, true);
     adapter_input(x, sv, d->h, BIT(VF_KIND_HEAD));
     adapter_projection(x, sv, d->h, d->vocab, BIT(VF_KIND_HEAD));
     /* Autocast casts the head's weight like any matmul's (autocast_mode.cpp lower-precision

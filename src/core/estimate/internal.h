@@ -47,7 +47,10 @@
 
 /* ---- The tape: the step's allocations and frees, in order ---- */
 
-enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3, OP_GRAPH_FREE = 4 };
+/* OP_RECORD: a block used on another stream too (record_stream); OP_EVENT: a CUDA event
+ * the host may wait for; OP_WAIT: the host waits for one, and every stream's work queued
+ * before it is done (the GPU taken to run the streams in the order the host queued). */
+enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3, OP_GRAPH_FREE = 4, OP_RECORD = 5, OP_EVENT = 6, OP_WAIT = 7 };
 
 /* Live bytes are counted per category, with the temporaries sized by the weights (casts,
  * dequantizations, optimizer scratch, unsharded gradients) apart from those sized by the
@@ -184,7 +187,9 @@ struct grads_state {
 };
 
 /* fsdp.c */
+#define FSDP1_IN_FLIGHT 2 /* _FreeEventQueue._max_num_inflight_all_gathers */
 struct fsdp_state {
+  uint32_t free_events[FSDP1_IN_FLIGHT]; /* FSDP1's last reshards' events, oldest first */
   uint32_t root;          /* the root FSDP unit, gathered through the step */
   bool forwarding;        /* in the step's forward, before the root's post-forward */
   uint32_t gather_buffer; /* FSDP2's last forward all-gather buffer, kept (fsdp2_buffers) */
@@ -222,6 +227,7 @@ struct pipe_state {
 struct sched_state {
   struct saved *sv; /* per replayed layer, plus the head */
   int micro;        /* index of the micro batch replayed, from 0 */
+  bool lengths_reversed; /* a distribution's lengths drawn in the other order */
   bool last_micro;  /* this micro batch ends an accumulation cycle */
   uint32_t forward_workspace, backward_workspace; /* the cuBLAS workspaces, once made */
 };
@@ -330,6 +336,24 @@ static inline uint32_t tape_take(struct ctx *x, uint64_t bytes, enum vf_category
 
 static inline void tape_give(struct ctx *x, uint32_t id) {
   if (id) tape_push(&x->tape, OP_FREE, id, 0, 0, 0);
+}
+
+/* Tensor.record_stream: block id is used on `stream` too. */
+static inline void tape_record(struct ctx *x, uint32_t id, uint8_t stream) {
+  if (!id) return;
+  tape_push(&x->tape, OP_RECORD, id, 0, 0, 0);
+  if (!x->tape.rc) x->tape.ev[x->tape.n - 1].stream = stream;
+}
+
+/* A CUDA event recorded now; its id is the host's to wait for (tape_wait). */
+static inline uint32_t tape_event(struct ctx *x) {
+  uint32_t id = ++x->tape.next_id;
+  tape_push(&x->tape, OP_EVENT, id, 0, 0, 0);
+  return id;
+}
+
+static inline void tape_wait(struct ctx *x, uint32_t event) {
+  if (event) tape_push(&x->tape, OP_WAIT, event, 0, 0, 0);
 }
 
 /* A free that waits for the autograd graph: a leaf's AccumulateGrad node holds the leaf and
@@ -442,7 +466,8 @@ void autocast_region_ends(struct ctx *x);
 bool quant_model(const struct vf_setup *s);
 bool quant_weight(const struct ctx *x, bool head);
 uint64_t dequant_bytes(const struct ctx *x, bool forward);
-void quant_input(struct ctx *x, struct saved *sv, uint64_t in, bool head);
+uint32_t quant_output_bytes(const struct ctx *x);
+void quant_input(struct ctx *x, struct saved *sv, uint64_t in, uint32_t readers, bool head);
 void quant_load_weight(struct ctx *x, const struct param *p);
 void quant_backward(struct ctx *x, int32_t layer);
 
@@ -454,6 +479,7 @@ void grads_reduce_unsharded(struct ctx *x, int32_t layer, struct ids *g);
 void grads_layer(struct ctx *x, int32_t layer, struct ids *g);
 uint32_t grads_head(struct ctx *x, struct ids *g);
 bool grads_accumulating_in_place(const struct ctx *x);
+uint64_t grads_autograd_bytes(const struct ctx *x);
 uint32_t grads_finish_root(struct ctx *x, struct ids *g, uint32_t early);
 void grads_zero(struct ctx *x);
 
@@ -487,6 +513,8 @@ void fsdp_before_loss(struct ctx *x);
 void fsdp_regather_root(struct ctx *x);
 void fsdp_drop_prefetched(struct ctx *x);
 void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g);
+void fsdp_reshard(struct ctx *x, uint32_t gathered);
+bool fsdp1_streams(const struct ctx *x);
 void fsdp_load_full_state_dict(struct ctx *x);
 
 /* pipeline.c */
@@ -505,6 +533,7 @@ void pipe_micro_begins(struct ctx *x);
 
 /* parallel.c */
 void parallel_dims(struct ctx *x);
+void parallel_length(struct ctx *x, uint64_t seq);
 void parallel_row_output(struct ctx *x);
 uint64_t parallel_sequence_bytes(const struct ctx *x);
 void parallel_ring_exchange(struct ctx *x, bool backward);

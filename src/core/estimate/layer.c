@@ -251,5 +251,5 @@ void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct ids *
   grads_layer(x, layer, g);
   tape_give(x, attn);
   tape_release(x, sv);
-  tape_give(x, gathered);
+  fsdp_reshard(x, gathered);
 }

@@ -19,9 +19,10 @@ bool mlp_experts_uncast(const struct ctx *x) {
   return x->m->arch.experts && x->p->experts_in_weight_dtype && autocast_casts(x);
 }
 
-/* Bytes per element of what the MLP computes: the compute dtype, or for experts autocast
- * leaves alone their weights' dtype. */
+/* Bytes per element of what the MLP computes: the compute dtype, for experts autocast
+ * leaves alone their weights' dtype, and for 4-bit projections the dtype they return. */
 uint64_t mlp_bytes(const struct ctx *x) {
+  if (quant_weight(x, false)) return quant_output_bytes(x);
   return mlp_experts_uncast(x) ? precision_bytes(x->s->weights) : x->d.c;
 }
 
@@ -39,7 +40,7 @@ void mlp_forward(struct ctx *x, struct saved *sv) {
     tape_keep(x, sv, T * d->h * c);
   }
   parallel_token_exchange(x);
-  quant_input(x, sv, d->h, false);
+  quant_input(x, sv, d->h, mlp_readers(x), false);
   adapter_input(x, sv, d->h, BIT(VF_KIND_GATE) | BIT(VF_KIND_UP));
   if (a->glu) adapter_projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   adapter_projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
@@ -51,7 +52,7 @@ void mlp_forward(struct ctx *x, struct saved *sv) {
   bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && autocast_runs(x);
   for (uint32_t i = 0; i < kept; i++) tape_keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->layers_train) tape_keep(x, sv, T * d->ffn * c); /* the down projection's input */
-  quant_input(x, sv, d->ffn, false);
+  quant_input(x, sv, d->ffn, 1, false);
   adapter_input(x, sv, d->ffn, BIT(VF_KIND_DOWN));
   adapter_projection(x, sv, d->ffn, d->h, BIT(VF_KIND_DOWN));
   parallel_token_exchange(x);

@@ -10,14 +10,21 @@
 /* The sizes one GPU sees: tensor parallelism splits the heads, the MLP and the vocabulary,
  * context parallelism the sequence, sequence parallelism the tokens of the norms and residual
  * adds; model states are sharded over the data-parallel GPUs. */
+/* The sizes that follow a micro batch's (padded) length. */
+void parallel_length(struct ctx *x, uint64_t seq) {
+  const struct vf_setup *s = x->s;
+  struct dims *d = &x->d;
+  d->T = s->batch * (seq / s->cp);
+  d->Ts = d->sp ? d->T / s->tp : d->T;
+  d->s_kv = seq / s->cp;
+}
+
 void parallel_dims(struct ctx *x) {
   const struct vf_arch *a = &x->m->arch;
   const struct vf_setup *s = x->s;
   struct dims *d = &x->d;
-  d->T = s->batch * (s->seq / s->cp);
   d->sp = s->sequence_parallel == VF_SP_YES && s->tp > 1;
-  d->Ts = d->sp ? d->T / s->tp : d->T;
-  d->s_kv = s->seq / s->cp;
+  parallel_length(x, s->seq);
   d->h = a->hidden;
   d->q = a->heads * a->head_dim / s->tp;
   d->kv = a->kv_heads * a->head_dim / s->tp;
@@ -25,8 +32,8 @@ void parallel_dims(struct ctx *x) {
   d->heads = a->heads / s->tp;
   d->vocab = a->vocab / s->tp;
   d->labels = a->num_labels;
-  d->c = precision_bytes(s->amp != VF_PREC_NONE ? s->amp : s->weights);
-  d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? precision_bytes(s->weights) : 4;
+  d->c = s->amp != VF_PREC_NONE ? precision_bytes(s->amp) : params_rest_bytes(s, x->p);
+  d->w = s->method == VF_METHOD_FULL || !x->p->adapter_fp32 ? params_rest_bytes(s, x->p) : 4;
   d->g = d->w;
   /* FSDP and ZeRO shard over the data-parallel and context-parallel GPUs (torchtitan's
    * dp_shard_cp mesh, Megatron's data-parallel group with context parallelism); HSDP over

@@ -20,7 +20,7 @@ static enum vf_phase unit_phase(int unit) {
 }
 
 struct live {
-  uint64_t block, bytes;
+  uint64_t block, bytes; /* block: the allocator's, or an event's mark (OP_EVENT) */
   uint8_t cat;
 };
 
@@ -68,6 +68,12 @@ static int replay(const struct ctx *x, const struct tape *t, const struct vf_all
       unit = e->unit;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
+    } else if (e->op == OP_RECORD) {
+      rc = vf_allocator_record_stream(a, l->block, e->stream);
+    } else if (e->op == OP_EVENT) {
+      rc = vf_allocator_record_event(a, STREAM_COMPUTE, &l->block);
+    } else if (e->op == OP_WAIT) {
+      vf_allocator_sync(a, VF_ALLOC_ALL_STREAMS, l->block);
     } else if (e->op == OP_FREE || e->op == OP_GRAPH_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
@@ -101,6 +107,7 @@ static void rewind(struct ctx *x, uint64_t layers) {
   x->tape.rc = 0;
   x->sched.forward_workspace = x->sched.backward_workspace = 0;
   x->zero.reduce_buckets = x->fsdp.root = x->fsdp.prefetched = 0;
+  memset(x->fsdp.free_events, 0, sizeof x->fsdp.free_events);
 }
 
 static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf, struct vf_allocator *a,

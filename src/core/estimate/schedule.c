@@ -15,8 +15,12 @@ uint64_t schedule_micro_index(const struct ctx *x) {
   return j + 1 == per ? m - 1 : j;
 }
 
+/* Micro batches past the second optimizer step are marked as the second step's, which
+ * keeps the highest of them. */
 static void mark(struct ctx *x, enum stretch st) {
-  tape_push(&x->tape, OP_UNIT, 0, 0, 0, (uint8_t)(1 + x->sched.micro * ST_COUNT + st));
+  int per = x->accumulation < 3 ? (int)x->accumulation : 3;
+  int slot = x->sched.micro < per ? x->sched.micro : per + x->sched.micro % per;
+  tape_push(&x->tape, OP_UNIT, 0, 0, 0, (uint8_t)(1 + slot * ST_COUNT + st));
 }
 
 /* The stretch of a layer in a pass: its bottom, middle or top one. */
@@ -63,7 +67,7 @@ static uint32_t forward_layers(struct ctx *x, uint32_t input) {
     mark(x, layer_stretch(x, l, ST_FORWARD_BOTTOM));
     uint32_t gathered = fsdp_gather(x, (int32_t)l);
     layer_forward(x, &sv[l], (int32_t)l);
-    tape_give(x, gathered);
+    fsdp_reshard(x, gathered);
     layer_offload(x, &sv[l]);
     uint32_t out = tape_take(x, stream, VF_CAT_ACTIVATIONS);
     tape_give(x, input);
@@ -168,7 +172,7 @@ static void generate_sample(struct ctx *x) {
  * eval mode under no_grad, so each layer's tensors go as soon as the layer is done, and the
  * loss over the whole logits at once (litgpt calls chunked_cross_entropy with chunk_size 0);
  * the optimizer's states, and gradients a late zero_grad has not freed, are still there. */
-static void eval_pass(struct ctx *x) {
+static void eval_pass(struct ctx *x, bool then_generate) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_EVAL);
   x->saving.in_flight = 1;
   uint64_t stream = x->d.Ts * x->d.h * x->d.c;
@@ -186,7 +190,7 @@ static void eval_pass(struct ctx *x) {
   tape_drop_graph(x);
   tape_give(x, input);
   tape_give(x, root);
-  generate_sample(x);
+  if (then_generate) generate_sample(x);
 }
 
 /* Saving a checkpoint reads the weights where they are; only sharded weights are gathered
@@ -202,18 +206,31 @@ static void save_pass(struct ctx *x) {
   tape_give(x, root);
 }
 
-/* A replay's tape: the model loaded, two optimizer steps, the evaluation and the save. */
+/* The steps replayed: two (states appear in the first, the second has everything), or
+ * VF_LENGTH_STEPS where batches are padded to lengths drawn from a distribution. */
+static int steps(const struct ctx *x) {
+  return x->s->lengths == VF_LENGTHS_VARIED && x->s->length_dist.n ? VF_LENGTH_STEPS : 2;
+}
+
+/* A replay's tape: the model loaded, the optimizer steps, the evaluation and the save. */
 void schedule_write(struct ctx *x) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
-  /* Two optimizer steps: states appear in the first, the second has everything. With
-   * accumulation each step is up to three micro batches: the first makes the gradients, a
-   * middle one adds into them still accumulating (under FSDP's no_sync every unit's whole
-   * gradient is alive then, next to the one being added), the last adds and ends the step.
-   * All further micro batches look like the middle one. */
-  int micro = x->accumulation < 3 ? (int)x->accumulation : 3;
-  for (x->sched.micro = 0; x->sched.micro < 2 * micro; x->sched.micro++)
+  /* A loop that validates before its first step (profile field validates_first) cuts the
+   * cache for a validation batch of the longest length first. */
+  if (x->eval && x->p->validates_first) eval_pass(x, false); /* litgpt generates after its later ones only */
+  /* With accumulation each step is up to three micro batches: the first makes the
+   * gradients, a middle one adds into them still accumulating (under FSDP's no_sync every
+   * unit's whole gradient is alive then, next to the one being added), the last adds and
+   * ends the step. All further micro batches look like the middle one. Each micro batch is
+   * padded to its own length; the last is the longest. */
+  int micro = x->accumulation < 3 ? (int)x->accumulation : 3, n = steps(x) * micro;
+  const struct vf_setup *s = x->s;
+  for (x->sched.micro = 0; x->sched.micro < n; x->sched.micro++) {
+    int k = x->sched.lengths_reversed && x->sched.micro + 1 < n ? n - 2 - x->sched.micro : x->sched.micro;
+    parallel_length(x, vf_length_dist_batch(&s->length_dist, s->batch, s->seq, (uint64_t)k, (uint64_t)n));
     one_step(x, x->sched.micro % micro == micro - 1);
-  if (x->eval) eval_pass(x);
+  }
+  if (x->eval) eval_pass(x, true);
   save_pass(x);
 }

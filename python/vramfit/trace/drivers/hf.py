@@ -5,6 +5,12 @@ asks, and trained by ``Trainer.train()`` for ``spec.steps`` optimizer steps over
 token ids of the right shape: the Trainer's optimizer, accumulation, autocast, gradient
 clipping and ``zero_grad`` are the release's own. What the tracer adds is only the phase
 markers (module hooks and a wrapper around the accelerator's backward).
+
+QLoRA follows PEFT's quantization guide: from_pretrained's bitsandbytes path (the
+quantizer's own code, each weight quantized on the device by bitsandbytes as it loads), then
+``prepare_model_for_kbit_training`` and LoRA. bitsandbytes' Python code runs as it is; its
+kernels are torch.library ops whose fake implementations give their outputs, and the buffers
+the CUDA kernels add are rules.py's (rule 4).
 """
 from __future__ import annotations
 
@@ -99,15 +105,18 @@ def weights_dtype(spec: Spec) -> Any:
 
 
 def adapted(spec: Spec, model: Any, model_type: str) -> Any:
-    """The model with the setup's PEFT adapters (LoRA, DoRA), or as it is."""
-    if spec.quantized:
-        raise Unsupported("--quant/--method qlora: bitsandbytes quantization is not traced "
-                          "by the hf driver yet")
+    """The model with the setup's PEFT adapters (LoRA, DoRA), or as it is. A quantized
+    model is first prepared as PEFT's quantization guide does (``prepare_model_for_kbit_training``:
+    every parameter frozen, the ones left in 16 bits up-cast to fp32, and, with checkpointing,
+    the embeddings' output made to require grad)."""
     if spec.method in ("adapter", "adapter-v2"):
         raise Unsupported(f"--method {spec.method}: LLaMA-Adapter is litgpt's; hf has no such method")
     if not spec.lora:
         return model
     import peft
+    if spec.quantized:
+        model = peft.prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=spec.grad_ckpt == "full")
     lora = peft.LoraConfig(r=spec.lora_r, lora_alpha=2 * spec.lora_r,
                            lora_dropout=LORA_DROPOUT, use_dora=spec.method == "dora",
                            target_modules=_lora_targets(spec, model_type),
@@ -118,6 +127,51 @@ def adapted(spec: Spec, model: Any, model_type: str) -> Any:
         return peft.get_peft_model(model, lora)
     except ValueError as e:  # PEFT refuses the configuration (tuners/lora/layer.py)
         raise Unsupported(f"PEFT {peft.__version__} refuses this LoRA: {e}") from e
+
+
+# --quant: bitsandbytes' 4-bit types; nf4-dq quantizes the scales again (double quantization).
+QUANT = {"nf4": False, "nf4-dq": True}
+
+
+def _bnb_config(spec: Spec) -> Any:
+    """The BitsAndBytesConfig of the QLoRA recipes (PEFT's and transformers' quantization
+    guides): NF4, computing in the dtype the model is loaded in."""
+    import transformers as tf
+
+    quant = "nf4-dq" if spec.quant == "none" else spec.quant
+    if quant not in QUANT:
+        raise Unsupported(f"--quant {quant}: the hf tracer runs bitsandbytes' 4-bit NF4 "
+                          "(--quant nf4 or nf4-dq)")
+    return tf.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                 bnb_4bit_use_double_quant=QUANT[quant],
+                                 bnb_4bit_compute_dtype=weights_dtype(spec))
+
+
+def _quantized(spec: Spec, model: Any, config: Any) -> None:
+    """from_pretrained with a quantization_config (modeling_utils.py): the quantizer swaps
+    the linear layers for bitsandbytes' Linear4bit on the meta device
+    (``preprocess_model``), then loading moves each checkpoint tensor to the GPU, where
+    the quantizer's conversion (integrations/bitsandbytes.py ``Bnb4bitQuantize``) makes
+    it a ``Params4bit``, quantized there by bitsandbytes' own code; the 16-bit tensor goes
+    with the next one. The other parameters are given their memory as without it."""
+    import torch
+    from transformers.quantizers.auto import get_hf_quantizer
+
+    quantizer, _, device_map = get_hf_quantizer(config, _bnb_config(spec), None, True, {})
+    quantizer.preprocess_model(model=model, dtype=weights_dtype(spec), device_map=device_map,
+                               checkpoint_files=None, use_kernels=False)
+    convert = quantizer.get_quantize_ops()
+    for name, param in list(model.named_parameters()):
+        if not quantizer.param_needs_quantization(model, name):
+            continue
+        value = torch.empty(param.shape, dtype=weights_dtype(spec), device="cuda")
+        module, leaf = name.rsplit(".", 1)
+        quantized = convert.convert({name: value}, model=model, full_layer_name=name)[name]
+        setattr(model.get_submodule(module), leaf, quantized)
+        del value
+    materialize(model, "cuda")
+    model.hf_quantizer = quantizer
+    quantizer.postprocess_model(model)
 
 
 def _build(spec: Spec, run: Run) -> Any:
@@ -132,7 +186,10 @@ def _build(spec: Spec, run: Run) -> Any:
     # fully_shard moves each unit's shard to the GPU as it wraps it.
     with torch.device("meta"):
         model = _model_class(spec).from_config(config, dtype=weights_dtype(spec), **_attention(spec))
-    materialize(model, "cpu" if spec.gpus > 1 and spec.shard == "fsdp" else "cuda")
+    if spec.quantized:
+        _quantized(spec, model, config)
+    else:
+        materialize(model, "cpu" if spec.gpus > 1 and spec.shard == "fsdp" else "cuda")
     model.tie_weights()
     model = adapted(spec, model, config.model_type)
     run.note(f"{model.__class__.__name__} {config.model_type}, "
@@ -143,9 +200,8 @@ def _build(spec: Spec, run: Run) -> Any:
 class Batches:
     """A dataset of token ids. Fixed lengths: every sample has ``seq`` tokens. Varied
     lengths (DataCollatorWithPadding's case): within each micro batch the first sample is
-    the longest and the others shorter, so the batch is padded and carries a real
-    attention mask; the first step's longest sample has 3/4 of ``seq`` tokens, the second
-    step's ``seq``. With many GPUs accelerate gives each rank every ``gpus``-th batch
+    the longest (``Spec.longest``) and the others shorter, so the batch is padded and
+    carries a real attention mask. With many GPUs accelerate gives each rank every ``gpus``-th batch
     (data_loader.py ``BatchSamplerShard``), so there are ``gpus`` times as many, and the
     batches of one step are ``gpus`` apart."""
 
@@ -160,8 +216,7 @@ class Batches:
         if spec.lengths == "fixed":
             return spec.seq
         micro_batch, within = i // (spec.batch * spec.gpus), i % spec.batch
-        step = micro_batch // spec.accumulation
-        longest = spec.seq if step > 0 else max(1, spec.seq * 3 // 4)
+        longest = spec.longest(micro_batch)
         return max(1, longest - within * longest // (2 * spec.batch))
 
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -212,8 +267,11 @@ def check_layout(spec: Spec) -> None:
         raise Unsupported(f"--gpus {spec.gpus} --shard {spec.shard}: the hf tracer runs the "
                           "Trainer's DDP (--shard none) or FSDP (--shard fsdp)")
     if spec.shard == "fsdp" and spec.quantized:
-        raise Unsupported("--shard fsdp with quantized weights: the hf tracer does not trace "
-                          "bitsandbytes quantization")
+        # The sharded recipe (PEFT's FSDP-QLoRA guide) quantizes on the host into a 16-bit
+        # quant_storage that FSDP can flatten, and skips prepare_model_for_kbit_training.
+        raise Unsupported("--shard fsdp with quantized weights: the hf tracer runs QLoRA on one "
+                          "GPU or under DDP (--shard none); sharded QLoRA's host-side loading "
+                          "is not traced")
 
 
 def _data_parallel(spec: Spec) -> dict[str, Any]:

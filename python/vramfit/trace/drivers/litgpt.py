@@ -266,10 +266,10 @@ def _data_module(spec: Spec) -> Any:
                     "token_counts": {"raw": n, "raw_plus_prompt_template": n}}
 
     def train_lengths() -> list[int]:
-        per_step = spec.batch * spec.accumulation
-        short = max(2, spec.seq * 3 // 4) if spec.lengths == "varied" else spec.seq
-        return every_rank([short if i < per_step * (spec.steps - 1) else spec.seq
-                           for i in range(per_step * spec.steps)])
+        # every sample of a micro batch as long as its longest; at least 2 tokens, which
+        # litgpt's input and target shift needs
+        return every_rank([max(2, spec.longest(i // spec.batch))
+                           for i in range(spec.batch * spec.accumulation * spec.steps)])
 
     def every_rank(lengths: list[int]) -> list[int]:
         # Fabric's DistributedSampler gives rank 0 the samples 0, N, 2N, ...

@@ -189,23 +189,20 @@ class Tokenizer:
 
 
 class Samples:
-    """A map-style dataset of token ids: every sample ``seq`` tokens long (fixed lengths),
-    or, with varied lengths, the first optimizer step's samples three quarters as long, so
-    padded_collate_sft pads each batch to another length as real data does. With many GPUs
-    each rank's DistributedSampler takes every ``ranks``-th sample (shuffle off), so there
-    are ``ranks`` times as many."""
+    """A map-style dataset of token ids: every sample of a micro batch as long as that
+    micro batch's longest (``Spec.longest``: ``longest``, one per micro batch of the run),
+    so padded_collate_sft pads each batch to its own length as real data does. With many
+    GPUs each rank's DistributedSampler takes every ``ranks``-th sample (shuffle off), so
+    there are ``ranks`` times as many."""
 
-    def __init__(self, tokenizer: Tokenizer, batch: int, accumulation: int, steps: int,
-                 seq: int, lengths: str, ranks: int = 1) -> None:
-        self.batch, self.accumulation, self.steps = batch, accumulation, steps
-        self.seq, self.lengths, self.ranks = seq, lengths, ranks
+    def __init__(self, tokenizer: Tokenizer, batch: int, longest: list[int], ranks: int = 1) -> None:
+        self.batch, self.longest, self.ranks = batch, longest, ranks
 
     def __len__(self) -> int:
-        return self.batch * self.accumulation * self.steps * self.ranks
+        return self.batch * len(self.longest) * self.ranks
 
     def __getitem__(self, i: int) -> dict[str, list[int]]:
-        step = i // (self.batch * self.accumulation * self.ranks)
-        length = self.seq if self.lengths == "fixed" or step > 0 else max(1, self.seq * 3 // 4)
+        length = self.longest[i // (self.batch * self.ranks)]
         return {"tokens": [1] * length, "labels": [1] * length}
 
 
@@ -280,8 +277,8 @@ def recipe_config(spec: Spec, model_config: dict[str, Any], out_dir: str) -> dic
         "resume_from_checkpoint": False,
         "save_adapter_weights_only": False,
         "dataset": {"_component_": f"{__name__}.Samples", "batch": spec.batch,
-                    "accumulation": spec.accumulation, "steps": spec.steps, "seq": spec.seq,
-                    "lengths": spec.lengths, "ranks": spec.gpus},
+                    "longest": [spec.longest(m) for m in range(spec.micro_batches)],
+                    "ranks": spec.gpus},
         "seed": 0, "shuffle": False, "batch_size": spec.batch,
         "optimizer": optimizer,
         "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
