@@ -94,21 +94,68 @@ def test_dora_all_linear_and_checkpointing():
     assert options["grad_ckpt"] == "full"
 
 
-def test_bitsandbytes_4bit_layers_make_qlora():
+def quantized_4bit(model: Any) -> Any:
+    """Every projection of the layers a bitsandbytes nf4 layer with double quantization, as
+    from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)) makes them."""
     import bitsandbytes as bnb
 
-    model = llama(False)
     for layer in model.model.layers:
-        proj = layer.self_attn.q_proj
-        layer.self_attn.q_proj = bnb.nn.Linear4bit(proj.in_features, proj.out_features, bias=False,
-                                                   compute_dtype=torch.bfloat16, quant_type="nf4",
-                                                   compress_statistics=True, device="meta")
-    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        for block in (layer.self_attn, layer.mlp):
+            for name, proj in list(block.named_children()):
+                if isinstance(proj, torch.nn.Linear):
+                    setattr(block, name, bnb.nn.Linear4bit(proj.in_features, proj.out_features, bias=False,
+                                                           compute_dtype=torch.bfloat16, quant_type="nf4",
+                                                           compress_statistics=True, device="meta"))
+    return model
+
+
+def test_bitsandbytes_4bit_layers_make_qlora(tmp_path):
+    base = quantized_4bit(llama(False))
+    model = peft.get_peft_model(base, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
     described = describe(model)
     assert described.options["quant"] == "nf4-dq" and described.options["method"] == "qlora"
     shapes = {name: (dtype, shape) for name, dtype, shape in described.tensors}
     assert shapes["model.layers.0.self_attn.q_proj.weight"] == ("BF16", [256, 256])
     assert not any("lora_" in name or "base_layer" in name for name in shapes)
+    live = vramfit.estimate(model, batch=2, seq=256)
+    command = cli("estimate", config_file(base, tmp_path), "--batch", "2", "--seq", "256", "--weights", "bf16",
+                  "--task", "causal-lm", "--attention", "sdpa", "--quant", "nf4-dq", "--method", "qlora",
+                  "--lora-r", "8", "--lora-targets", "q,v")
+    same_estimate(live, command)
+    assert live["setup"]["quant"] == "nf4-dq" and live["setup"]["method"] == "qlora"
+
+
+CATALOGUE = os.path.join(ROOT, "data", "models")
+
+
+def from_catalogue(name: str, tmp_path) -> tuple[Any, str]:
+    """The catalogue's config.json of NAME read by transformers (AutoConfig) and its model made
+    on the meta device, as a user makes one from a Hub id without downloading weights."""
+    folder = tmp_path / name
+    folder.mkdir()
+    with open(os.path.join(CATALOGUE, name + ".json")) as f:
+        (folder / "config.json").write_text(f.read())
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    auto = transformers.AutoModelForMaskedLM if config.model_type in ("bert", "roberta") else \
+        transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        return auto.from_config(config, dtype=torch.bfloat16), str(folder / "config.json")
+
+
+# Decoders of each family, mixture-of-experts ones (transformers holds their experts fused), an
+# encoder: the command's estimate of the catalogue's config.json is the live model's.
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-0.5b", "gemma-3-1b", "phi-4", "gpt2", "pythia-1b",
+                                  "falcon-7b", "mixtral-8x7b", "qwen3-30b-a3b", "bert-base-uncased"])
+def test_catalogue_models_on_the_meta_device(name, tmp_path):
+    model, config = from_catalogue(name, tmp_path)
+    live = vramfit.estimate(model, batch=2, seq=512)
+    flags = [f for k, v in describe(model).options.items() for f in ("--" + k.replace("_", "-"), str(v))]
+    command = cli("estimate", config, "--batch", "2", "--seq", "512", *flags)
+    assert live["model"]["params"] == sum(p.numel() for p in model.parameters())
+    if name == "bert-base-uncased":  # the command counts a pooler BertForMaskedLM does not have
+        command["model"]["params"] -= 768 * 768 + 768
+        command["model"]["trainable_params"] -= 768 * 768 + 768
+    same_estimate(live, command)
 
 
 def test_plan_of_a_live_model():
@@ -126,3 +173,15 @@ def test_what_cannot_be_described_is_refused_with_the_reason():
                                                          rank_pattern={"layers.0.self_attn.q_proj": 4}))
     with pytest.raises(ValueError, match=r"LoRA ranks \[4, 8\]"):
         vramfit.estimate(model)
+
+
+@pytest.mark.parametrize("bad, flags", [({"batch": 0}, ["--batch", "0"]), ({"seq": "long"}, ["--seq", "long"]),
+                                        ({"gpu": "no-such-gpu"}, ["--gpu", "no-such-gpu"]),
+                                        ({"weights": "fp13"}, ["--weights", "fp13"])])
+def test_bad_arguments_raise_the_commands_message(bad, flags, tmp_path):
+    model = llama()
+    with pytest.raises(ValueError) as e:
+        vramfit.estimate(model, **bad)
+    run = subprocess.run([os.environ.get("VRAMFIT", os.path.join(ROOT, "build", "vramfit")), "estimate",
+                          config_file(model, tmp_path), *flags, "--json"], capture_output=True, text=True)
+    assert run.returncode == 2 and str(e.value) == run.stderr.strip()

@@ -43,6 +43,14 @@ TARGET_ORDER = ("q", "k", "v", "o", "gate", "up", "down", "head")
 # and the copies of modules_to_save (peft/utils/other.py ModulesToSaveWrapper).
 ADAPTER_PART = re.compile(r"\.(lora_[A-Za-z_]+|modules_to_save)\.")
 WRAPPER_PART = re.compile(r"\.(base_layer|original_module)(?=\.)")
+# The masked-LM heads of BERT and RoBERTa (modeling_bert.py BertOnlyMLMHead, modeling_roberta.py
+# RobertaLMHead, transformers 5.23.0): the command adds them for --task masked-lm (a task head
+# belongs to the setup), so the folder holds the encoder without them, as the config describes it.
+TASK_HEAD = {"masked-lm": re.compile(r"^(cls|lm_head)\.")}
+# transformers 5.23.0 holds a MoE layer's experts fused, gate_up_proj [experts, 2 x width,
+# hidden] and down_proj [experts, hidden, width] (integrations/moe.py, conversion_mapping.py);
+# its checkpoints, and the command, have one gate, up and down projection per expert.
+FUSED_EXPERTS = re.compile(r"^(?P<at>.*\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
 
 
 @dataclass
@@ -161,17 +169,30 @@ def _weights(params: list[tuple[str, Any]]) -> str | None:
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
-def _tensors(hf: Any) -> tuple[list[tuple[str, str, list[int]]], str | None]:
+def _tensors(hf: Any, task: str | None) -> tuple[list[tuple[str, str, list[int]]], str | None]:
+    head = TASK_HEAD.get(task or "")
     own = [(WRAPPER_PART.sub("", n), p) for n, p in hf.named_parameters()  # tied ones once
-           if not ADAPTER_PART.search("." + n + ".")]
+           if not ADAPTER_PART.search("." + n + ".") and not (head and head.match(n))]
     weights = _weights([(n, p) for n, p in own if type(p).__name__ not in ("Params4bit", "Int8Params")])
     tensors = []
     for name, p in own:
         dtype, shape = _stored(p, weights)
         if dtype not in SAFETENSORS:
             raise _refuse(f"{name}: dtype {dtype} has no safetensors name")
-        tensors.append((name, SAFETENSORS[dtype][0], shape))
+        tensors += _as_checkpointed(name, SAFETENSORS[dtype][0], shape)
     return tensors, weights
+
+
+def _as_checkpointed(name: str, dtype: str, shape: list[int]) -> list[tuple[str, str, list[int]]]:
+    """A tensor as the checkpoint names it: fused experts (FUSED_EXPERTS) one per expert."""
+    fused = FUSED_EXPERTS.match(name)
+    if not fused or len(shape) != 3:
+        return [(name, dtype, shape)]
+    at, experts, rows, cols = fused["at"], shape[0], shape[1], shape[2]
+    if fused["kind"] == "down_proj":
+        return [(f"{at}.{e}.down_proj.weight", dtype, [rows, cols]) for e in range(experts)]
+    return [(f"{at}.{e}.{kind}_proj.weight", dtype, [rows // 2, cols])
+            for e in range(experts) for kind in ("gate", "up")]
 
 
 def _task(hf: Any) -> str | None:
@@ -197,9 +218,10 @@ def describe(model: Any) -> Description:
     _, hf = find_hf_model(model)
     config: dict[str, Any] = json.loads(hf.config.to_json_string())
     config.setdefault("architectures", [type(hf).__name__])
-    tensors, weights = _tensors(hf)
+    task = _task(hf)
+    tensors, weights = _tensors(hf, task)
     quant = _quantization(hf)
-    options: dict[str, Any] = {"weights": WEIGHTS.get(weights or ""), "task": _task(hf), "quant": quant,
+    options: dict[str, Any] = {"weights": WEIGHTS.get(weights or ""), "task": task, "quant": quant,
                                "grad_ckpt": "full" if _checkpointing(hf) else None,
                                "attention": ATTENTION.get(str(getattr(hf.config, "_attn_implementation", "")))}
     options.update(_method(model, hf, quant))
