@@ -92,7 +92,7 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) --target fuzzers
 	sh scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-check: test trace-test py-lint py-install asan fuzz
+check: test trace-test py-lint py-install wheel asan fuzz
 	@echo "make check: all tests passed (plain, Python, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
 
 bench: build

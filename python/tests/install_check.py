@@ -2,7 +2,9 @@
 `pip install ./python` put vramfit: the package imports from there (not from the sources),
 its version is CMakeLists.txt's, it loads the libvramfit.so inside it, and an estimate of a
 model on the meta device equals the command's estimate of its config.json (parameters exactly,
-the peaks within 1%). Prints 'N passed, N failed'."""
+the peaks within 1%). With --base, run where nothing but vramfit was installed (pip install
+./python, or the wheel): no other distribution came with it, importing it imports no torch,
+and a catalogue model's estimate is the command's. Prints 'N passed, N failed'."""
 from __future__ import annotations
 
 import json
@@ -11,9 +13,6 @@ import re
 import subprocess
 import sys
 import tempfile
-
-import torch
-import transformers
 
 import vramfit
 from vramfit.binding import library_path
@@ -37,6 +36,34 @@ check(version is not None and vramfit.__version__ == version.group(1), f"version
 check(library_path() == os.path.join(package, "lib", "libvramfit.so"), f"library {library_path()}")
 check(os.path.exists(os.path.join(package, "py.typed")), "py.typed")
 
+
+def command(*args: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([os.environ["VRAMFIT_BINARY"], *args, "--json"], capture_output=True, text=True,
+                             env=dict(os.environ, XDG_STATE_HOME=tmp))
+    return json.loads(out.stdout)
+
+
+def finish() -> None:
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if sys.argv[1:] == ["--base"]:
+    from importlib.metadata import distributions
+
+    others = sorted({d.metadata["Name"] for d in distributions()} - {"vramfit", "pip", "setuptools"})
+    check(not others, f"installed with vramfit: {others}")
+    check("torch" not in sys.modules, "import vramfit imported torch")
+    live = vramfit.estimate("llama-3.2-1b", batch=2, seq=512, method="lora")
+    check(live == command("estimate", "llama-3.2-1b", "--batch", "2", "--seq", "512", "--method", "lora"),
+          "vramfit.estimate('llama-3.2-1b') against the command")
+    print(f"install_check: llama-3.2-1b: peak device_bytes {live['peak']['device_bytes']}")
+    finish()
+
+import torch  # noqa: E402  (the base install has neither)
+import transformers  # noqa: E402
+
 config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
                                   num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
 with torch.device("meta"):
@@ -46,15 +73,12 @@ with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "config.json")
     with open(path, "w") as f:
         f.write(model.config.to_json_string())
-    env = dict(os.environ, XDG_STATE_HOME=tmp)
-    out = subprocess.run([os.environ["VRAMFIT_BINARY"], "estimate", path, "--batch", "4", "--seq", "512",
-                          "--gpu", "24GiB", "--weights", "bf16", "--task", "causal-lm", "--attention", "sdpa",
-                          "--method", "full", "--json"], capture_output=True, text=True, env=env)
-command = json.loads(out.stdout)
-check(live["model"]["params"] == command["model"]["params"] == sum(p.numel() for p in model.parameters()),
+    cli = command("estimate", path, "--batch", "4", "--seq", "512", "--gpu", "24GiB", "--weights", "bf16",
+                  "--task", "causal-lm", "--attention", "sdpa", "--method", "full")
+check(live["model"]["params"] == cli["model"]["params"] == sum(p.numel() for p in model.parameters()),
       "parameters")
 for key in ("allocated_bytes", "reserved_bytes", "device_bytes"):
-    got, want = live["peak"][key], command["peak"][key]
+    got, want = live["peak"][key], cli["peak"][key]
     check(abs(got - want) <= 0.01 * want, f"peak {key}: {got} against {want}")
     print(f"install_check: peak {key}: vramfit.estimate {got}, vramfit estimate config.json {want}")
 try:
@@ -62,5 +86,4 @@ try:
     check(False, "batch 0 accepted")
 except ValueError as e:
     check("--batch" in str(e), f"the CLI's message: {e}")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()
