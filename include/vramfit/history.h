@@ -1,5 +1,5 @@
 /* The run history: every launch `vramfit probe` makes and every `vramfit watch -- CMD`, with
- * what was measured, and the last plan `vramfit plan` made. One SQLite database per user
+ * what was measured, and the plans `vramfit plan` made, each for its project. One SQLite database per user
  * and machine (history.sqlite3 under $XDG_STATE_HOME/vramfit/, default
  * ~/.local/state/vramfit/): transactions keep it whole when a writer crashes mid-write, and
  * the write-ahead log with a busy timeout lets several vramfit processes write at once. */
@@ -62,14 +62,24 @@ VF_API void vf_history_runs_free(struct vf_run *runs, size_t n);
 VF_API int vf_history_measured(struct vf_history *h, const char *setup, struct vf_run *out,
                                struct vf_diag *d);
 
-/* Keeps a plan (`vramfit plan --json` output) as the last one, with a label saying what it
- * is for ("llama-3.1-8b on a100-40gb"). */
-VF_API int vf_history_save_plan(struct vf_history *h, const char *label, const char *json,
-                                struct vf_diag *d);
-/* The last plan kept: its JSON and label (both vf_free) and when it was kept. VF_ENOTFOUND
- * when there is none. */
-VF_API int vf_history_last_plan(struct vf_history *h, char **json, char **label, double *when,
-                                struct vf_diag *d);
+/* The project a path belongs to, as an absolute folder: the git work tree that holds it (the
+ * nearest folder at or above it with a .git), else the path's own folder (the path itself
+ * when it is a folder). Plans are kept for projects, so that a project's checks never meet
+ * another project's plan. VF_EIO when the path cannot be resolved, VF_ERANGE when buf is too
+ * small. */
+VF_API int vf_history_project(const char *path, char *buf, size_t size);
+
+/* Keeps a plan (`vramfit plan --json` output) with a label saying what it is for
+ * ("llama-3.1-8b on a100-40gb") and the projects it was made for: made_in, the project of
+ * the folder it was made in, and config, the project of the training config or workload it
+ * was made of (NULL: none). */
+VF_API int vf_history_save_plan(struct vf_history *h, const char *label, const char *json, const char *made_in,
+                                const char *config, struct vf_diag *d);
+/* The last plan kept for project (made in it, or of a config in it): its JSON and label
+ * (both vf_free) and when it was kept. VF_ENOTFOUND when there is none (plans kept before
+ * plans had projects belong to none). */
+VF_API int vf_history_last_plan(struct vf_history *h, const char *project, char **json, char **label,
+                                double *when, struct vf_diag *d);
 
 /* ---- measurements that correct estimates (pure) ---- */
 

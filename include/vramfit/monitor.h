@@ -118,6 +118,25 @@ struct vf_underuse {
 VF_API void vf_underuse_analyze(const double *t, const double *util, const double *power_ratio,
                                 size_t n, double window_s, struct vf_underuse *out);
 
+/* The share of a GPU a run may use, and its batch grow to: the planner's default safety. */
+#define VF_HEADROOM_USE 0.90
+
+struct vf_headroom {
+  bool flagged;      /* under half of the GPU for the whole window after warm-up */
+  double held_bytes; /* the most the watched processes held over the window */
+  double share;      /* held_bytes / the GPU's memory */
+  double growth;     /* how many times the batch could grow before the run holds
+                      * VF_HEADROOM_USE of the GPU, taking all of what it holds to grow with
+                      * the batch: at least this, since a fixed part only adds room */
+};
+
+/* Judges the memory the watched processes held on one GPU (t seconds ascending, t[0] when
+ * they first held memory there; held bytes) against its total: flagged when the window of
+ * the last window_s seconds lies wholly after warmup_s and the most held in it stays under
+ * half of the GPU. Pure: no allocation, any n. */
+VF_API void vf_headroom_analyze(const double *t, const double *held, size_t n, double total_bytes, double warmup_s,
+                                double window_s, struct vf_headroom *out);
+
 /* ---- out-of-memory reports in logs -------------------------------------------------------- */
 
 /* The words 'vramfit watch' puts in its leak warnings, which vf_oom_parse looks for. */

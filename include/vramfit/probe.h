@@ -130,6 +130,31 @@ VF_API const char *vf_probe_move_name(enum vf_probe_move m);
 /* The largest batch that fitted; 0 when none did (yet). */
 static inline uint64_t vf_probe_result(const struct vf_probe *p) { return p->fit; }
 
+/* What to train with once the search is over: the largest fit is the boundary, and a run at
+ * the boundary has no room for a longer batch, a later evaluation or another process. */
+struct vf_probe_advice {
+  uint64_t batch;        /* the largest batch up to the largest fit whose peak, grown by the
+                          * margin, the GPU still holds; 0 when nothing fitted */
+  uint64_t accumulation; /* micro batches per optimizer step: 1 without a target */
+  uint64_t peak_bytes;   /* the peak the measured peaks put at batch; 0: no peaks */
+  uint64_t limit_bytes;  /* what a launch can hold, which the margin is kept under; 0: no peaks */
+  bool within_margin;    /* false when even batch 1 leaves less than the margin (batch is 1) */
+};
+
+/* The advice for a search that is over, with margin (a share of the peak, >= 0) and target,
+ * the effective batch to keep (batch x accumulation; 0: none). Where peaks were measured,
+ * batch is the largest whose peak (the fitted curve) times 1 + margin stays under what a
+ * launch can hold; without them the peak is taken to grow in proportion to the batch: the
+ * largest fit divided by 1 + margin. With a target, accumulation is the fewest micro
+ * batches that reach it at that batch, and batch then the smallest that reaches it at that
+ * accumulation: batch x accumulation is the target, or above it by less than accumulation. */
+VF_API void vf_probe_advise(const struct vf_probe *p, double margin, uint64_t target, struct vf_probe_advice *out);
+
+/* Whether the measured peaks did not grow with the batch: two or more fits at least four
+ * times apart whose peaks differ by less than NVML's noise (a command that ignores the
+ * batch it is given). *low and *high are the smallest and the largest of those fits. */
+VF_API bool vf_probe_flat(const struct vf_probe *p, struct vf_probe_point *low, struct vf_probe_point *high);
+
 /* The largest micro batch in [min, max] whose estimated device peak fits s->capacity_bytes
  * (bisection over vf_estimate, which rises with the batch); s->batch is ignored. *out is 0
  * when even min does not fit. VF_EINVAL without a capacity; vf_estimate's errors. Pure. */

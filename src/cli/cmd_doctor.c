@@ -21,14 +21,17 @@ static const char usage[] =
     "               was not full, or a setting too large for the GPU ('vramfit watch --log'\n"
     "               files count too)\n"
     "  --plan FILE  'vramfit plan --json' (or 'estimate --json') output: does its peak fit in\n"
-    "               the memory free now? (default: the last plan 'vramfit plan' made here)\n"
+    "               the memory free now? (default: the last plan 'vramfit plan' made for\n"
+    "               this project: made in this folder's git work tree, or of a config in\n"
+    "               it)\n"
     "  --json       print {\"findings\": [{\"level\", \"topic\", \"message\"}], \"problems\",\n"
     "               \"log\": {\"file\", \"report\": null | {\"source\", \"certain\", \"line\", \"count\",\n"
     "               \"gpu\", \"excerpt\", \"progress_lines\", \"leak_warning\", \"numbers\": {...},\n"
     "               \"processes\": [{\"pid\", \"bytes\", \"this_run\"}], \"cause\", \"explanation\",\n"
     "               \"fix\"}}} instead\n\n"
     "Exit 0 when nothing is wrong, 1 when a problem was found, 2 for an unreadable file,\n"
-    "3 when there is neither a driver to check nor a log to read.\n";
+    "3 when there is neither a driver to check nor a log to read. With --log, a machine\n"
+    "without a driver is no problem: the log is read and judged alone.\n";
 
 #define NAME "doctor"
 
@@ -55,12 +58,13 @@ static int parse_args(int argc, char **argv, struct args *a) {
   return 0;
 }
 
-/* Without --plan: the last plan 'vramfit plan' kept, when there is one. */
+/* Without --plan: the last plan 'vramfit plan' kept for this project, when there is one.
+ * Without a GPU here it is only named: the log of a run elsewhere is no reason to fail. */
 static int check_last_plan(struct doctor *d) {
   char *json, *about;
-  if (history_last_plan(&json, &about)) return 0;
-  doctor_report(d, DOCTOR_INFO, "plan", "the last plan made here: %s", about);
-  int rc = doctor_check_plan(d, about, json);
+  if (history_last_plan(NAME, &json, &about)) return 0;
+  doctor_report(d, DOCTOR_INFO, "plan", "the last plan made for this project: %s", about);
+  int rc = d->nvml ? doctor_check_plan(d, about, json) : 0;
   free(json);
   free(about);
   return rc;
@@ -71,7 +75,9 @@ static int run(struct doctor *d, const struct args *a) {
   vf_diag_clear(&diag);
   bool driver = vf_nvml_open(&d->nvml, &diag) == 0;
   if (!d->json) printf("environment\n");
-  if (!driver) doctor_report(d, DOCTOR_FAIL, "driver", "%s", diag.msg);
+  /* Reading a log needs no GPU: without one, the missing driver is only said. */
+  if (!driver) doctor_report(d, a->log ? DOCTOR_INFO : DOCTOR_FAIL, "driver", "%s%s", diag.msg,
+                             a->log ? " (the log is read all the same)" : "");
   doctor_check_env(d);
   int rc = a->plan ? doctor_check_plan(d, a->plan, NULL) : check_last_plan(d);
   if (!rc && a->log) rc = doctor_check_log(d, a->log);

@@ -227,11 +227,12 @@ static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, c
   for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
 }
 
-/* The plan, kept for 'vramfit doctor': "llama-3.1-8b on a100-40gb". */
-static void keep_plan(const char *model, const struct vf_gpu_spec *gpu, const char *gpu_arg, json_t *plan) {
+/* The plan, kept for 'vramfit doctor' and 'vramfit watch' in this project and the project
+ * of the config it was made of: "llama-3.1-8b on a100-40gb". */
+static void keep_plan(const struct setup_config *sc, const struct vf_gpu_spec *gpu, const char *gpu_arg, json_t *plan) {
   char label[512];
-  snprintf(label, sizeof label, "%s on %s", model, gpu->name[0] ? gpu->name : gpu_arg);
-  history_save_plan(label, plan);
+  snprintf(label, sizeof label, "%s on %s", sc->model, gpu->name[0] ? gpu->name : gpu_arg);
+  history_save_plan(label, plan, sc->n_files ? sc->files[0] : NULL);
 }
 
 /* Plans a loaded setup; the plan's JSON (with where its setting was read) in *out. */
@@ -257,7 +258,7 @@ static int plan_setup(struct plan_args *a, const struct setup_config *sc, const 
     json_object_set_new(o, "warnings", setup_config_warnings_json(&a->setup, ctx, sc));
   }
   int code = rc ? cli_diag_error("plan", rc, &d) : p->tiers[VF_TIER_BALANCED].found ? EXIT_OK : EXIT_NO;
-  if (code == EXIT_OK) keep_plan(sc->model, &ctx->gpu, a->setup.gpu, o);
+  if (code == EXIT_OK) keep_plan(sc, &ctx->gpu, a->setup.gpu, o);
   if (!rc && !a->json) plan_text(&ctx->model, &ctx->gpu, p, a->safety, layout), history_note_print(&note);
   history_note_cleanup(&note);
   free(p);

@@ -13,11 +13,16 @@
 
 static const char usage[] =
     "usage: vramfit probe [--min N] [--max N] [--timeout S] [--grace S] [--json]\n"
+    "                     [--margin F] [--target-effective-batch N]\n"
     "                     [--model MODEL [estimate options]] -- CMD ARGS...\n"
     "       vramfit probe --workload FILE --stage NAME [--gpu G] [options] -- CMD ARGS...\n\n"
     "Finds the largest micro batch that fits by running your own training command at\n"
     "different batches. '{batch}' in ARGS is replaced by the batch to try, and VRAMFIT_BATCH\n"
     "holds it. Make the command short: a few steps (the second step is the peak).\n\n"
+    "The answer is the boundary (the largest batch that fits), the batch to train with (the\n"
+    "largest whose peak, grown by the margin, still fits) and the accumulation that keeps\n"
+    "the effective batch. It warns when the peaks do not grow with the batch (the command\n"
+    "ignores it) and when the answer is --max (a larger batch may fit too).\n\n"
     "  --min N       smallest batch to try (1)\n"
     "  --max N       largest batch to try (4096)\n"
     "  --timeout S   a launch still running after S seconds counts as fitting ('timeout'):\n"
@@ -25,6 +30,15 @@ static const char usage[] =
     "  --grace S     seconds from SIGTERM to SIGKILL when a launch's tree is ended (default:\n"
     "                the --timeout, within 1 to 10 s; 10 without --timeout)\n"
     "  --json        machine-readable output\n"
+    "  --margin F    share of the peak kept free at the recommended batch, from 0 to 1\n"
+    "                (default: the estimate's range with --model, else 0.10); without\n"
+    "                peaks (no NVML) the largest fit divided by 1 + F\n"
+    "  --target-effective-batch N\n"
+    "                micro batch x accumulation to keep: the accumulation is the fewest\n"
+    "                micro batches that reach N at the recommended batch, which then\n"
+    "                shrinks to the least that still reaches it (per GPU: with D\n"
+    "                data-parallel GPUs, give N / D; with --stage: the stage's planned\n"
+    "                micro batch x accumulation)\n"
     "  --model MODEL start at the estimator's largest batch that fits the GPU (--gpu, else\n"
     "                the one NVML finds) for MODEL with the options of 'vramfit estimate'\n"
     "                (--seq, --method, --weights, ...; not --batch); fits by the estimate\n"
@@ -60,11 +74,16 @@ static const char usage[] =
 
 #define NAME "probe"
 
-enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_GRACE, O_JSON, O_MODEL, O_WORKLOAD, O_STAGE };
+enum { O_MIN = O_SETUP_END, O_MAX, O_TIMEOUT, O_GRACE, O_JSON, O_MODEL, O_WORKLOAD, O_STAGE, O_MARGIN, O_TARGET };
+
+/* The margin without --margin and without an estimate's range. */
+#define DEFAULT_MARGIN 0.10
 
 struct request {
   uint64_t min, max;
+  uint64_t target; /* --target-effective-batch; 0: none */
   double timeout_s, grace_s;
+  double margin;   /* --margin; < 0: not given */
   bool json;
   char **cmd;
   const char *model, *workload, *stage;
@@ -81,8 +100,24 @@ static int parse_seconds(const char *flag, const char *text, bool zero, double *
   return 0;
 }
 
+static int parse_margin(const char *text, double *out) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || *end || !isfinite(v) || v < 0 || v >= 1)
+    return cli_usage_error(NAME, "--margin expects a share of the peak from 0 to below 1 (0.1: 10%%), got '%s'", text);
+  *out = v;
+  return 0;
+}
+
+static int parse_target(const char *text, uint64_t *out) {
+  if (cli_parse_u64(NAME, "--target-effective-batch", text, out)) return EXIT_BAD_INPUT;
+  return *out ? 0 : cli_usage_error(NAME, "--target-effective-batch expects at least 1");
+}
+
 static int take_option(int c, const char *name, char **argv, struct request *r) {
   if (c == O_MIN) return cli_parse_u64(NAME, "--min", optarg, &r->min) ? EXIT_BAD_INPUT : 0;
+  if (c == O_MARGIN) return parse_margin(optarg, &r->margin);
+  if (c == O_TARGET) return parse_target(optarg, &r->target);
   if (c == O_MAX) return cli_parse_u64(NAME, "--max", optarg, &r->max) ? EXIT_BAD_INPUT : 0;
   if (c == O_TIMEOUT) return parse_seconds("--timeout", optarg, false, &r->timeout_s);
   if (c == O_GRACE) return parse_seconds("--grace", optarg, true, &r->grace_s);
@@ -106,8 +141,9 @@ static int parse_args(int argc, char **argv, struct request *r) {
       {"timeout", required_argument, NULL, O_TIMEOUT}, {"json", no_argument, NULL, O_JSON},
       {"model", required_argument, NULL, O_MODEL},     {"grace", required_argument, NULL, O_GRACE},
       {"workload", required_argument, NULL, O_WORKLOAD}, {"stage", required_argument, NULL, O_STAGE},
+      {"margin", required_argument, NULL, O_MARGIN}, {"target-effective-batch", required_argument, NULL, O_TARGET},
       {NULL, 0, NULL, 0}};
-  *r = (struct request){.min = 1, .max = 4096, .grace_s = -1};
+  *r = (struct request){.min = 1, .max = 4096, .grace_s = -1, .margin = -1};
   setup_request_init(&r->setup, NAME);
   optind = 1;
   opterr = 0;
@@ -179,6 +215,8 @@ static void print_failure(const struct probe_launch *l, uint64_t batch) {
 
 struct start {
   uint64_t hint;          /* the estimator's largest batch that fits; 0: none */
+  double range;           /* how far above its point the estimate's range reaches there, a
+                           * share of the point; 0: no estimate */
   struct vf_probe_prior prior; /* the estimate's curve around it; slope 0: none */
   struct vf_gpu_spec gpu; /* the GPU the estimate was fitted to */
   char *setup;            /* the estimate's setup for the history; NULL without --model */
@@ -198,6 +236,18 @@ static void estimate_curve(const struct setup_context *ctx, const struct vf_setu
     peaks[i] = e.device_peak;
   }
   vf_probe_prior_fit(batches, peaks, n, &st->prior);
+}
+
+/* How far above the estimate at the hint its range reaches: the estimator's measured spread
+ * for setups like this one, the margin a run at the answer needs by default. */
+static void estimate_range(const struct setup_context *ctx, const struct vf_setup *s, struct start *st) {
+  struct vf_setup at = *s;
+  at.batch = st->hint;
+  struct vf_estimate e;
+  struct vf_ranges r;
+  if (vf_estimate(&ctx->model, &at, ctx->profile, &ctx->conf, &e, NULL) || !e.device_peak) return;
+  vf_estimate_ranges(&e, vf_uncertainty_for(&ctx->uncertainty, &at), &r);
+  st->range = (double)r.kind[VF_PEAK_DEVICE].high / (double)e.device_peak - 1;
 }
 
 /* A workload's stage: the command gets the stage's knobs, the search the estimate's start. */
@@ -229,6 +279,7 @@ static int estimate_hint(struct request *r, struct start *st) {
                                                           &ctx.conf, r->min, r->max, &st->hint, &d)
                                   : 0;
   if (st->hint) estimate_curve(&ctx, &r->setup.setup, st);
+  if (st->hint) estimate_range(&ctx, &r->setup.setup, st);
   st->setup = rc ? NULL : history_setup_json(&r->setup, r->model, &ctx);
   setup_context_cleanup(&ctx);
   if (rc) return cli_diag_error(NAME, rc, &d);
@@ -365,20 +416,105 @@ static json_t *stage_json(const struct search *s, const struct start *st) {
                    (json_int_t)st->stage.planned, "confirmed", stage_confirmed(s, st));
 }
 
+/* ---- the advice ---- */
+
+enum margin_source { FROM_OPTION, FROM_ESTIMATE, FROM_DEFAULT };
+
+/* The margin: --margin, else the estimate's range, else the default. */
+static double margin_of(const struct request *r, const struct start *st, enum margin_source *from) {
+  *from = r->margin >= 0 ? FROM_OPTION : st->range > 0 ? FROM_ESTIMATE : FROM_DEFAULT;
+  return *from == FROM_OPTION ? r->margin : *from == FROM_ESTIMATE ? st->range : DEFAULT_MARGIN;
+}
+
+struct advice {
+  struct vf_probe_advice a;
+  double margin;
+  enum margin_source from;
+  uint64_t target;    /* 0: none */
+  const char *wanted; /* where the target came from */
+};
+
+static void print_advice(const struct advice *v) {
+  static const char *const said[] = {"--margin", "the estimate's range", "the default"};
+  const struct vf_probe_advice *a = &v->a;
+  printf("recommended: batch %llu, accumulation %llu", (unsigned long long)a->batch,
+         (unsigned long long)a->accumulation);
+  if (v->target)
+    printf(" (effective batch %llu for %s %llu)", (unsigned long long)(a->batch * a->accumulation), v->wanted,
+           (unsigned long long)v->target);
+  char peak[32], limit[32];
+  cli_format_bytes(a->peak_bytes, peak, sizeof peak);
+  cli_format_bytes(a->limit_bytes, limit, sizeof limit);
+  if (!a->peak_bytes)
+    printf(": the largest fit less a %.3g%% margin (%s); no peaks were measured\n", 100 * v->margin,
+           said[v->from]);
+  else
+    printf(": peak %s, under the %s a launch can hold %s a %.3g%% margin (%s)%s\n", peak, limit,
+           a->within_margin ? "with" : "but not with", 100 * v->margin, said[v->from],
+           a->within_margin ? "" : ": no batch leaves it");
+}
+
+static json_t *advice_json(const struct advice *v) {
+  static const char *const names[] = {"option", "estimate", "default"};
+  const struct vf_probe_advice *a = &v->a;
+  if (!a->batch) return json_null();
+  return json_pack("{s:I, s:I, s:I, s:I, s:f, s:s, s:b}", "batch", (json_int_t)a->batch, "accumulation",
+                   (json_int_t)a->accumulation, "effective_batch", (json_int_t)(a->batch * a->accumulation),
+                   "peak_device_bytes", (json_int_t)a->peak_bytes, "margin", v->margin, "margin_source",
+                   names[v->from], "within_margin", a->within_margin);
+}
+
+/* What the answer cannot say by itself: peaks that did not grow with the batch (a command
+ * that ignores it), and a fit at --max (the boundary may lie above; not when --min and --max
+ * ask about one batch). */
+static json_t *warnings(const struct search *s, const struct request *r) {
+  json_t *out = json_array();
+  char text[512], low_peak[32], high_peak[32];
+  struct vf_probe_point low, high;
+  if (vf_probe_flat(&s->p, &low, &high)) {
+    cli_format_bytes(low.peak_bytes, low_peak, sizeof low_peak);
+    cli_format_bytes(high.peak_bytes, high_peak, sizeof high_peak);
+    snprintf(text, sizeof text, "the peaks did not grow with the batch (%s at batch %llu, %s at batch %llu): "
+             "the command seems to ignore the batch it is given; put {batch} in its arguments or have it "
+             "read VRAMFIT_BATCH", low_peak, (unsigned long long)low.batch, high_peak,
+             (unsigned long long)high.batch);
+    json_array_append_new(out, json_string(text));
+  }
+  if (vf_probe_result(&s->p) == r->max && r->min < r->max) {
+    snprintf(text, sizeof text, "batch %llu, the --max, fits: a larger batch may fit too; raise --max to "
+             "look further", (unsigned long long)r->max);
+    json_array_append_new(out, json_string(text));
+  }
+  size_t i;
+  json_t *w;
+  json_array_foreach(out, i, w) fprintf(stderr, "vramfit probe: warning: %s\n", json_string_value(w));
+  return out;
+}
+
 static int report(struct search *s, const struct request *r, const struct start *st, int code) {
+  /* A stage keeps the effective batch its plan gave it, unless told otherwise. */
+  struct advice v = {.target = r->target ? r->target : st->stage.effective,
+                     .wanted = r->target ? "--target-effective-batch" : "the stage's planned effective batch"};
+  v.margin = margin_of(r, st, &v.from);
+  vf_probe_advise(&s->p, v.margin, v.target, &v.a);
+  json_t *warned = code == EXIT_OK ? warnings(s, r) : json_array();
   /* A failed launch still leaves the trials so far for scripts. */
   if (r->json && (code == EXIT_OK || s->p.launches)) {
     json_t *o = json_pack("{s:I, s:I, s:o, s:O}", "max_batch", (json_int_t)vf_probe_result(&s->p),
                           "launches", (json_int_t)s->p.launches, "estimate_batch",
                           st->hint ? json_integer((json_int_t)st->hint) : json_null(), "trials", s->trials);
     json_object_set_new(o, "settled_by_peaks", settled_json(&s->p));
+    json_object_set_new(o, "recommended", code == EXIT_OK ? advice_json(&v) : json_null());
+    json_object_set_new(o, "warnings", json_incref(warned));
     if (st->stage.cmd) json_object_set_new(o, "stage", stage_json(s, st));
     int rc = cli_print_json(o);
     if (rc) code = rc;
   } else if (code == EXIT_OK) {
     print_result(s, r);
+    if (v.a.batch) print_advice(&v);
     if (st->stage.cmd) print_stage_result(s, st);
   }
+  json_decref(warned);
   if (code == EXIT_OK && st->stage.cmd && !stage_confirmed(s, st)) return EXIT_NO;
   return code == EXIT_OK && !vf_probe_result(&s->p) ? EXIT_NO : code;
 }

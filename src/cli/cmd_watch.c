@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "cli/gpu_view.h"
+#include "cli/history_cli.h"
 #include "cli/watch.h"
 
 static const char usage[] =
@@ -30,12 +31,17 @@ static const char usage[] =
     "  -- CMD ARGS   run CMD, watch its process tree, exit with its exit code; the run is\n"
     "                kept in the history ('vramfit history')\n"
     "  --grace S     seconds from SIGTERM to SIGKILL when CMD's tree is ended (default 10)\n"
-    "  --warmup S    ignore a process's first S seconds when judging growth (default 120)\n"
-    "  --window S    judge growth and under-use over the last S seconds (default 600 for\n"
-    "                growth, 300 for under-use)\n\n"
+    "  --warmup S    ignore a process's first S seconds when judging growth, and the\n"
+    "                first S seconds the watched processes hold memory when judging\n"
+    "                headroom (default 120)\n"
+    "  --window S    judge growth, under-use and headroom over the last S seconds (default\n"
+    "                600 for growth, 300 for under-use and headroom)\n\n"
     "Warns when a process's memory keeps growing after warm-up (steps that level off are\n"
-    "the allocator's normal caching), with the time left until the GPU is full at that rate,\n"
-    "and when utilization and power stay low while a watched process holds memory.\n\n"
+    "the allocator's normal caching), with the time left until the GPU is full at that rate;\n"
+    "when utilization and power stay low while a watched process holds memory; and when the\n"
+    "watched processes hold less than half of a GPU's memory for the whole window after\n"
+    "warm-up ('memory headroom': the share used and how far the batch could grow before they\n"
+    "hold 90% of it, with what the last plan made for this project recommends).\n\n"
     "CMD runs in its own process group (its stdin is /dev/null when ours is a terminal).\n"
     "Ctrl-C, SIGTERM or SIGHUP to vramfit, and q in the view, pass the signal on to every\n"
     "process of CMD's tree (SIGINT for Ctrl-C and q, SIGTERM otherwise), and SIGKILL follows\n"
@@ -264,6 +270,25 @@ static int open_outputs(struct run *r) {
   return 0;
 }
 
+/* What the last plan made for this project recommends, for the memory headroom warning. */
+static void last_plan(struct watch *w) {
+  char *json, *about;
+  if (history_last_plan(NAME, &json, &about)) return;
+  json_t *root = json_loads(json, 0, NULL), *rec = json_object_get(root, "recommended");
+  json_t *batch = json_object_get(rec, "batch"), *peak = json_object_get(rec, "peak_device_bytes");
+  char at[48] = "";
+  if (json_is_integer(peak)) {
+    snprintf(at, sizeof at, " at a peak of ");
+    cli_format_bytes((uint64_t)json_integer_value(peak), at + strlen(at), sizeof at - strlen(at));
+  }
+  if (json_is_integer(batch))
+    snprintf(w->plan, sizeof w->plan, "the last plan made for this project (%s) recommends batch %lld%s", about,
+             (long long)json_integer_value(batch), at);
+  json_decref(root);
+  free(json);
+  free(about);
+}
+
 /* Ends what is left of the command's tree (all of it when the loop failed); after a signal
  * was passed on, SIGKILL comes when its grace period would have ended. */
 static void end_child(struct run *r) {
@@ -291,6 +316,7 @@ int cmd_watch(int argc, char **argv) {
   r.stop_fd = vf_proc_catch_stop_signals();
   signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us before the command ends */
   rc = open_outputs(&r);
+  if (!rc) last_plan(&r.w);
   if (!rc && r.w.o.cmd) rc = start_child(&r);
   if (!rc && loop(&r) != 0) {
     fprintf(stderr, "vramfit watch: out of memory\n");

@@ -17,7 +17,7 @@ static const struct command commands[] = {
     {"plan", cmd_plan, "the best setting that fits a GPU"},
     {"apply", cmd_apply, "write settings into training config files"},
     {"gpus", cmd_gpus, "list GPUs (NVML) or the GPU catalogue"},
-    {"watch", cmd_watch, "monitor GPU memory, warn about leaks and under-use"},
+    {"watch", cmd_watch, "monitor GPU memory, warn about leaks, under-use and unused memory"},
     {"doctor", cmd_doctor, "check the environment and explain an OOM log"},
     {"probe", cmd_probe, "find the largest batch that fits by running your command"},
     {"history", cmd_history, "the runs probe and watch measured on this machine"},

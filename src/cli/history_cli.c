@@ -229,12 +229,20 @@ void history_note_cleanup(struct history_note *n) {
 
 /* ---- plans ---- */
 
-void history_save_plan(const char *label, json_t *plan) {
+/* The project of path (NULL: none) into buf; "" when it cannot be told. */
+static const char *project_of(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  return path && vf_history_project(path, buf, size) == 0 ? buf : NULL;
+}
+
+void history_save_plan(const char *label, json_t *plan, const char *config) {
   char *text = json_dumps(plan, JSON_COMPACT);
   struct vf_history *h = text ? history_open_for_writing("plan") : NULL;
   struct vf_diag d;
   vf_diag_clear(&d);
-  if (h && vf_history_save_plan(h, label, text, &d)) {
+  char here[PATH_MAX], of_config[PATH_MAX];
+  if (h && vf_history_save_plan(h, label, text, project_of(".", here, sizeof here),
+                                project_of(config, of_config, sizeof of_config), &d)) {
     char why[1200];
     vf_diag_format(&d, why, sizeof why);
     fprintf(stderr, "vramfit plan: warning: the plan was not kept for 'vramfit doctor': %s\n", why);
@@ -243,16 +251,17 @@ void history_save_plan(const char *label, json_t *plan) {
   free(text);
 }
 
-int history_last_plan(char **json, char **about) {
+int history_last_plan(const char *cmd, char **json, char **about) {
   *json = *about = NULL;
-  struct vf_history *h = open_for_reading("doctor");
+  char here[PATH_MAX];
+  struct vf_history *h = project_of(".", here, sizeof here) ? open_for_reading(cmd) : NULL;
   if (!h) return VF_ENOTFOUND;
   char *label;
   double when;
   struct vf_diag d;
   vf_diag_clear(&d);
-  int rc = vf_history_last_plan(h, json, &label, &when, &d);
-  unreadable("doctor", rc, &d);
+  int rc = vf_history_last_plan(h, here, json, &label, &when, &d);
+  unreadable(cmd, rc, &d);
   vf_history_close(h);
   if (rc) return rc;
   char stamp[32];

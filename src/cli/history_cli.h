@@ -65,11 +65,14 @@ void history_note_print(const struct history_note *n);
 void history_note_json(const struct history_note *n, json_t *o);
 void history_note_cleanup(struct history_note *n);
 
-/* plan: keeps its --json object as the last plan, for doctor. */
-void history_save_plan(const char *label, json_t *plan);
+/* plan: keeps its --json object as the last plan of its projects (vf_history_project): the
+ * current folder's, and config's (the training config or workload it was made of; NULL:
+ * none), for doctor and watch. */
+void history_save_plan(const char *label, json_t *plan, const char *config);
 
-/* doctor: the last plan kept, as JSON text and a line saying what and when ("llama-3.1-8b on
- * a100-40gb, 2026-11-20 14:03"); VF_ENOTFOUND when there is none. Caller frees both. */
-int history_last_plan(char **json, char **about);
+/* doctor, watch (cmd): the last plan kept for the current folder's project, as JSON text and
+ * a line saying what and when ("llama-3.1-8b on a100-40gb, 2026-11-20 14:03"); VF_ENOTFOUND
+ * when there is none. Caller frees both. */
+int history_last_plan(const char *cmd, char **json, char **about);
 
 #endif

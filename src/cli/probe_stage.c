@@ -106,6 +106,8 @@ static int prepare(struct workload_context *c, const char *workload, const char 
   if (code) return code;
   snprintf(s->name, sizeof s->name, "%s", stage);
   s->planned = (uint64_t)s->point.values[c->w.batch];
+  int64_t accumulation = c->w.accumulation >= 0 ? s->point.values[c->w.accumulation] : 1;
+  s->effective = s->planned * (uint64_t)(accumulation > 0 ? accumulation : 1);
   s->gpu = c->env.gpu;
   if (!(s->knobs = json_object()) || fill_command(&c->w, s, cmd))
     return cli_error(NAME, EXIT_INTERNAL, "out of memory");

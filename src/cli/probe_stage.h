@@ -11,6 +11,7 @@ struct probe_stage {
   char **cmd;               /* the command with the stage's knobs filled in */
   struct vf_wl_point point; /* the plan's values for the stage (batch included) */
   uint64_t planned;         /* the plan's micro batch, which the stage is confirmed at */
+  uint64_t effective;       /* the plan's micro batch x accumulation, which the advice keeps */
   uint64_t hint;            /* the largest micro batch the estimate fits on the GPU; 0: none */
   struct vf_probe_prior prior; /* the estimate's curve around it; slope 0: none */
   struct vf_gpu_spec gpu;

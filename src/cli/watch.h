@@ -47,10 +47,13 @@ struct wgpu {
   int err;
   bool tree_seen; /* the watched tree has had memory here */
   struct series used, util, power;
+  struct series held; /* what the watched processes held here, while they held any */
   struct vf_underuse under;
+  struct vf_headroom headroom;
 };
 
 #define WATCH_MAX_WARN 16
+#define WATCH_WARN_LEN 512 /* a warning, with what the last plan recommends */
 
 struct watch {
   struct watch_opts o;
@@ -65,9 +68,10 @@ struct watch {
   unsigned tree_peak_gpu;
   double now;      /* seconds since the start */
   uint64_t samples;
+  char plan[256];  /* what the last plan made for this project recommends; "" when none */
   size_t nwarn;    /* warnings raised by the latest sample */
   unsigned warn_gpu[WATCH_MAX_WARN];
-  char warn[WATCH_MAX_WARN][320];
+  char warn[WATCH_MAX_WARN][WATCH_WARN_LEN];
 };
 
 /* Takes one sample of every GPU at time now and updates trends and warnings. VF_ENOMEM. */

@@ -88,7 +88,7 @@ static void csv_row(FILE *f, const char *time, const struct watch *w, unsigned g
   }
   csv_field(f, procs);
   fputc(',', f);
-  char warnings[WATCH_MAX_WARN * 330] = "";
+  char warnings[WATCH_MAX_WARN * (WATCH_WARN_LEN + 3)] = "";
   for (size_t k = 0; k < w->nwarn; k++)
     if (w->warn_gpu[k] == gpu)
       snprintf(warnings + strlen(warnings), sizeof warnings - strlen(warnings), "%s%s",

@@ -91,6 +91,24 @@ static void judge_proc(struct watch *w, struct wproc *p, double headroom) {
   }
 }
 
+/* Says once, when it starts, that the watched processes leave most of the GPU's memory
+ * unused after warm-up (memory under-use: the guides' "raise the batch"). */
+static void judge_headroom(struct watch *w, unsigned gpu) {
+  struct wgpu *g = &w->gpus[gpu];
+  bool before = g->headroom.flagged;
+  vf_headroom_analyze(g->held.t, g->held.v, g->held.n, (double)g->s.total_bytes, w->o.trend.warmup_s,
+                      w->o.underuse_window_s, &g->headroom);
+  if (!g->headroom.flagged || before) return;
+  char held[32], total[32], span[32];
+  cli_format_bytes((uint64_t)g->headroom.held_bytes, held, sizeof held);
+  cli_format_bytes(g->s.total_bytes, total, sizeof total);
+  watch_duration(w->o.underuse_window_s, span, sizeof span);
+  warn(w, gpu, "GPU %u memory headroom: the watched processes held at most %s (%.0f%% of %s) for the last %s "
+               "after warm-up; the batch could grow at least %.1fx before they hold %.0f%% of it%s%s",
+       gpu, held, 100 * g->headroom.share, total, span, g->headroom.growth, 100 * VF_HEADROOM_USE,
+       w->plan[0] ? "; " : " ('vramfit probe' finds how far)", w->plan);
+}
+
 static int track_procs(struct watch *w, unsigned gpu) {
   const struct vf_gpu_sample *s = &w->gpus[gpu].s;
   uint64_t tree = 0;
@@ -109,7 +127,10 @@ static int track_procs(struct watch *w, unsigned gpu) {
     if (s->fields & VF_FIELD_MEMORY) judge_proc(w, p, (double)s->free_bytes);
   }
   if (tree > w->tree_peak) w->tree_peak = tree, w->tree_peak_gpu = gpu;
-  return 0;
+  if (!tree || !(s->fields & VF_FIELD_MEMORY)) return 0;
+  int rc = series_add(&w->gpus[gpu].held, w->now, (double)tree, w->o.underuse_window_s);
+  if (!rc) judge_headroom(w, gpu);
+  return rc;
 }
 
 /* Under-use is judged only while a watched process holds memory on the GPU. */
@@ -186,6 +207,7 @@ void watch_free(struct watch *w) {
     series_free(&w->gpus[i].used);
     series_free(&w->gpus[i].util);
     series_free(&w->gpus[i].power);
+    series_free(&w->gpus[i].held);
   }
   free(w->procs);
   free(w->gpus);

@@ -25,7 +25,7 @@ struct tui {
   bool color, utf8;
   char out[OUT_LINES][OUT_WIDTH];
   size_t out_next, out_count, partial;
-  char warnings[KEPT_WARNINGS][320];
+  char warnings[KEPT_WARNINGS][WATCH_WARN_LEN];
   size_t warn_next, warn_count;
   uint64_t warned_at; /* the sample whose warnings were kept */
 };

@@ -183,7 +183,7 @@ int plan_workload(struct setup_request *r, const char *file, double safety, uint
   if (o && p->found) {
     char label[VF_WL_PATH + 64];
     snprintf(label, sizeof label, "%s on %s", file, c->env.gpu.name[0] ? c->env.gpu.name : r->gpu);
-    history_save_plan(label, o);
+    history_save_plan(label, o, file);
   }
   if (o && json) code = cli_print_json(json_incref(o));
   else if (o) plan_text(&c->w, &c->env.gpu, r->gpu, p);

@@ -264,11 +264,15 @@ static bool fit_curve(const struct vf_probe *p, struct curve *f) {
   return true;
 }
 
+/* The curve's bytes at batch, never below 0. */
+static uint64_t peak_at(const struct curve *f, uint64_t batch) {
+  double v = at(f, (double)batch);
+  return v > 0 ? (uint64_t)llround(v) : 0;
+}
+
 uint64_t vf_probe_predict(const struct vf_probe *p, uint64_t batch) {
   struct curve f;
-  if (!fit_curve(p, &f)) return 0;
-  double v = at(&f, (double)batch);
-  return v > 0 ? (uint64_t)llround(v) : 0;
+  return fit_curve(p, &f) ? peak_at(&f, batch) : 0;
 }
 
 /* ---- the next launch ---- */
@@ -490,6 +494,57 @@ int vf_probe_record(struct vf_probe *p, uint64_t batch, enum vf_probe_outcome o,
   /* A confirmation that fitted: the curve falls short, so the next one reaches twice as far. */
   p->reach = m == VF_PROBE_CONFIRM && fitted && batch - lo <= UINT64_MAX / 4 ? 2 * (batch - lo) : 0;
   return 0;
+}
+
+/* ---- once the search is over ---- */
+
+struct margin_arg {
+  const struct curve *f;
+  double grown, limit; /* 1 + margin; what a launch can hold */
+};
+
+static bool leaves_margin(uint64_t batch, void *arg) {
+  const struct margin_arg *m = arg;
+  return at(m->f, (double)batch) * m->grown <= m->limit;
+}
+
+/* By the measured peaks: the largest batch up to the largest fit that leaves the margin
+ * under what a launch can hold (the ceiling, or what the launches reached where the GPU gave
+ * less: fragmentation). */
+static void advise_by_peaks(const struct vf_probe *p, const struct curve *f, double grown, struct vf_probe_advice *out) {
+  struct margin_arg m = {f, grown, ceiling_of(p, f).low};
+  out->within_margin = leaves_margin(1, &m);
+  out->batch = out->within_margin ? last_fitting(1, p->fit, leaves_margin, &m) : 1;
+  out->limit_bytes = (uint64_t)llround(m.limit);
+}
+
+void vf_probe_advise(const struct vf_probe *p, double margin, uint64_t target, struct vf_probe_advice *out) {
+  *out = (struct vf_probe_advice){.accumulation = 1, .within_margin = true};
+  if (!p->fit) return;
+  double grown = 1 + fmax(margin, 0);
+  struct curve f;
+  bool peaks = fit_curve(p, &f);
+  if (peaks) advise_by_peaks(p, &f, grown, out);
+  else out->batch = (uint64_t)fmax(1, floor((double)p->fit / grown));
+  if (target) {
+    out->accumulation = (target + out->batch - 1) / out->batch;
+    out->batch = (target + out->accumulation - 1) / out->accumulation;
+  }
+  if (peaks) out->peak_bytes = peak_at(&f, out->batch);
+}
+
+bool vf_probe_flat(const struct vf_probe *p, struct vf_probe_point *low, struct vf_probe_point *high) {
+  if (p->npoints < 2) return false;
+  *low = *high = p->points[0];
+  uint64_t least = p->points[0].peak_bytes, most = least;
+  for (unsigned i = 1; i < p->npoints; i++) {
+    const struct vf_probe_point *q = &p->points[i];
+    if (q->batch < low->batch) *low = *q;
+    if (q->batch > high->batch) *high = *q;
+    least = q->peak_bytes < least ? q->peak_bytes : least;
+    most = q->peak_bytes > most ? q->peak_bytes : most;
+  }
+  return high->batch >= 4 * low->batch && (double)(most - least) < PEAK_NOISE;
 }
 
 /* Whether batch's estimated device peak fits. A batch the estimator refuses as implausibly

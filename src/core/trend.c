@@ -1,4 +1,4 @@
-/* Memory trends of a watched process, and GPU under-use. PyTorch's caching allocator makes
+/* Memory trends of a watched process, GPU under-use and unused memory. PyTorch's caching allocator makes
  * a process's memory a staircase: steps while segments are first reserved, then a plateau;
  * a late step (the first evaluation, a longer batch) is normal too. A leak is growth that
  * goes on: a robust (Theil-Sen) slope over a recent window, and a rise in each third of
@@ -13,6 +13,7 @@
 #define FLAT_BYTES (2 * MIB)    /* NVML's per-process figure moves in 2 MiB pages */
 #define LOW_UTIL_PERCENT 30.0
 #define LOW_POWER_RATIO 0.40
+#define LOW_MEMORY_SHARE 0.5 /* the guides' "under-used": 14%, 30-50% of the GPU */
 
 void vf_trend_config_default(struct vf_trend_config *c) {
   c->warmup_s = 120;
@@ -111,4 +112,18 @@ void vf_underuse_analyze(const double *t, const double *util, const double *powe
   bool covered = t[0] <= from;
   bool low_power = out->power_ratio < 0 || out->power_ratio < LOW_POWER_RATIO;
   out->flagged = covered && out->util_mean < LOW_UTIL_PERCENT && low_power;
+}
+
+void vf_headroom_analyze(const double *t, const double *held, size_t n, double total_bytes, double warmup_s,
+                         double window_s, struct vf_headroom *out) {
+  *out = (struct vf_headroom){0};
+  if (n == 0 || total_bytes <= 0) return;
+  double from = t[n - 1] - window_s;
+  for (size_t i = 0; i < n; i++)
+    if (t[i] >= from) out->held_bytes = fmax(out->held_bytes, held[i]);
+  out->share = out->held_bytes / total_bytes;
+  out->growth = out->held_bytes > 0 ? VF_HEADROOM_USE * total_bytes / out->held_bytes : 0;
+  /* The allocator reserves its segments during the first steps: judged after warm-up only. */
+  bool after_warmup = from >= t[0] + warmup_s;
+  out->flagged = after_warmup && out->held_bytes > 0 && out->share < LOW_MEMORY_SHARE;
 }

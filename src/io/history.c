@@ -1,5 +1,6 @@
 /* The run history store (include/vramfit/history.h): one SQLite database. */
 #include <errno.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,14 +9,16 @@
 #include <time.h>
 
 #include "base/diag.h"
+#include "base/fileio.h"
 #include "vramfit/history.h"
 
 #define BUSY_MS 10000 /* how long a writer waits for another to finish its transaction */
-#define SCHEMA_VERSION "1" /* PRAGMA user_version: what a later vramfit migrates from */
+#define SCHEMA_VERSION 2 /* PRAGMA user_version: what a later vramfit migrates from */
 
 struct vf_history {
   sqlite3 *db;
   char path[1024];
+  int version; /* the store's schema: 1 kept plans without projects */
 };
 
 static const char schema[] =
@@ -26,7 +29,12 @@ static const char schema[] =
     " gpu TEXT, gpu_uuid TEXT, driver TEXT, seconds REAL);"
     "CREATE INDEX IF NOT EXISTS runs_by_setup ON runs (setup, started);"
     "CREATE TABLE IF NOT EXISTS plans ("
-    " id INTEGER PRIMARY KEY, saved REAL NOT NULL, label TEXT NOT NULL, json TEXT NOT NULL);";
+    " id INTEGER PRIMARY KEY, saved REAL NOT NULL, label TEXT NOT NULL, json TEXT NOT NULL,"
+    " made_in TEXT, config_project TEXT);";
+
+/* Version 1 kept plans without their projects: they stay, belonging to none. */
+static const char migrate_1[] = "ALTER TABLE plans ADD COLUMN made_in TEXT;"
+                                "ALTER TABLE plans ADD COLUMN config_project TEXT;";
 
 int vf_history_dir(char *buf, size_t size) {
   const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
@@ -66,16 +74,36 @@ static int exec_retrying_busy(sqlite3 *db, const char *sql) {
   return rc;
 }
 
-/* A writer makes the tables a fresh store lacks. */
+/* The store's schema version (PRAGMA user_version; 0 for a store without tables yet). */
+static int read_version(sqlite3 *db) {
+  sqlite3_stmt *st;
+  int v = 0;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) return 0;
+  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+/* Inside the writer's transaction: the tables a fresh store lacks, the columns an older one
+ * lacks, then the version. */
+static int make_schema(struct vf_history *h) {
+  int was = read_version(h->db);
+  int rc = sqlite3_exec(h->db, schema, NULL, NULL, NULL);
+  if (rc == SQLITE_OK && was == 1) rc = sqlite3_exec(h->db, migrate_1, NULL, NULL, NULL);
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA user_version=%d", SCHEMA_VERSION);
+  if (rc == SQLITE_OK) rc = sqlite3_exec(h->db, sql, NULL, NULL, NULL);
+  return rc;
+}
+
+/* A writer brings the store to this version. */
 static int prepare(struct vf_history *h, struct vf_diag *d) {
   /* WAL: readers never block the writer, and a crash mid-write leaves the last commit. Its
    * NORMAL sync keeps the database whole on power loss too, at the risk of the last run. */
   if (exec_retrying_busy(h->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL") != SQLITE_OK ||
       sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
     return db_error(h, d);
-  int rc = sqlite3_exec(h->db, schema, NULL, NULL, NULL);
-  if (rc == SQLITE_OK)
-    rc = sqlite3_exec(h->db, "PRAGMA user_version=" SCHEMA_VERSION, NULL, NULL, NULL);
+  int rc = make_schema(h);
   if (rc == SQLITE_OK) rc = sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL);
   if (rc == SQLITE_OK) return 0;
   int err = db_error(h, d);
@@ -97,6 +125,7 @@ int vf_history_open(const char *dir, bool create, struct vf_history **out, struc
     rc = db_error(h, d);
   if (!rc) sqlite3_busy_timeout(h->db, BUSY_MS);
   if (!rc && create) rc = prepare(h, d);
+  if (!rc) h->version = read_version(h->db);
   if (rc) return vf_history_close(h), rc;
   *out = h;
   return 0;
@@ -250,34 +279,67 @@ int vf_history_measured(struct vf_history *h, const char *setup, struct vf_run *
   return rc;
 }
 
-int vf_history_save_plan(struct vf_history *h, const char *label, const char *json,
-                         struct vf_diag *d) {
+static int copy_out(const char *s, char *buf, size_t size) {
+  int n = snprintf(buf, size, "%s", s);
+  return n >= 0 && (size_t)n < size ? 0 : VF_ERANGE;
+}
+
+/* Whether dir holds a .git: a folder, or the file a git worktree has instead. */
+static bool work_tree_root(const char *dir) {
+  char at[PATH_MAX + 8];
+  struct stat st;
+  snprintf(at, sizeof at, "%s/.git", strcmp(dir, "/") ? dir : "");
+  return stat(at, &st) == 0;
+}
+
+int vf_history_project(const char *path, char *buf, size_t size) {
+  char real[PATH_MAX], dir[PATH_MAX], at[PATH_MAX];
+  struct stat st;
+  if (!realpath(path, real) || stat(real, &st)) return VF_EIO;
+  if (S_ISDIR(st.st_mode)) snprintf(dir, sizeof dir, "%s", real);
+  else path_folder(real, dir, sizeof dir);
+  for (snprintf(at, sizeof at, "%s", dir); !work_tree_root(at);) {
+    if (strcmp(at, "/") == 0) return copy_out(dir, buf, size);
+    path_folder(at, real, sizeof real);
+    snprintf(at, sizeof at, "%s", real);
+  }
+  return copy_out(at, buf, size);
+}
+
+int vf_history_save_plan(struct vf_history *h, const char *label, const char *json, const char *made_in,
+                         const char *config, struct vf_diag *d) {
   sqlite3_stmt *st;
-  int rc = prepare_statement(h, "INSERT INTO plans (saved, label, json) VALUES (?, ?, ?)", &st, d);
+  int rc = prepare_statement(h, "INSERT INTO plans (saved, label, json, made_in, config_project)"
+                                " VALUES (?, ?, ?, ?, ?)", &st, d);
   if (rc) return rc;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   int bound = sqlite3_bind_double(st, 1, (double)now.tv_sec + (double)now.tv_nsec / 1e9);
   if (bound == SQLITE_OK) bound = sqlite3_bind_text(st, 2, label, -1, SQLITE_TRANSIENT);
   if (bound == SQLITE_OK) bound = sqlite3_bind_text(st, 3, json, -1, SQLITE_TRANSIENT);
+  if (bound == SQLITE_OK) bound = bind_text(st, 4, made_in);
+  if (bound == SQLITE_OK) bound = bind_text(st, 5, config);
   return finish_write(h, st, bound, d);
 }
 
-int vf_history_last_plan(struct vf_history *h, char **json, char **label, double *when,
-                         struct vf_diag *d) {
+static int read_plan(sqlite3_stmt *st, char **json, char **label, double *when) {
+  *when = sqlite3_column_double(st, 0);
+  *label = text_copy(st, 1);
+  *json = text_copy(st, 2);
+  return *label && *json ? 0 : VF_ENOMEM;
+}
+
+int vf_history_last_plan(struct vf_history *h, const char *project, char **json, char **label,
+                         double *when, struct vf_diag *d) {
   *json = *label = NULL;
+  if (h->version < 2) return VF_ENOTFOUND;
   sqlite3_stmt *st;
-  int rc = prepare_statement(h, "SELECT saved, label, json FROM plans ORDER BY id DESC LIMIT 1", &st, d);
+  int rc = prepare_statement(h, "SELECT saved, label, json FROM plans WHERE made_in = ?1 OR config_project = ?1"
+                                " ORDER BY id DESC LIMIT 1", &st, d);
   if (rc) return rc;
+  sqlite3_bind_text(st, 1, project, -1, SQLITE_TRANSIENT);
   int step = sqlite3_step(st);
-  if (step == SQLITE_ROW) {
-    *when = sqlite3_column_double(st, 0);
-    *label = text_copy(st, 1);
-    *json = text_copy(st, 2);
-    rc = *label && *json ? 0 : VF_ENOMEM;
-  } else {
-    rc = step == SQLITE_DONE ? VF_ENOTFOUND : db_error(h, d);
-  }
+  rc = step == SQLITE_ROW ? read_plan(st, json, label, when) : step == SQLITE_DONE ? VF_ENOTFOUND : db_error(h, d);
   sqlite3_finalize(st);
   if (rc) {
     free(*json);

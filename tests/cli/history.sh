@@ -10,28 +10,11 @@ source "$(dirname "$0")/lib/harness.sh"
 export FAKE_NVML_LIB=${FAKE_NVML_LIB:-${VF_BUILD_DIR:-}/tests/libfake_nvml.so}
 source "$(dirname "$0")/lib/nvml.sh"
 
-# The trainer: peak FIXED + PER x batch MiB; out of memory above 24 GiB (having filled it).
-# It stays until NVML has seen what it holds (the fake NVML makes PEAKFILE.seen), and holds
-# nothing once it is gone, so the next launch starts from nothing.
-export PEAKFILE=$TMP/peak FIXED=3000 PER=700
-cat >"$TMP/train.sh" <<'EOF'
-#!/bin/sh
-peak=$((FIXED + PER * $1))
-trap 'rm -f "$PEAKFILE" "$PEAKFILE.seen"' EXIT
-rm -f "$PEAKFILE.seen"
-[ "$peak" -gt 24576 ] && echo 24576MiB >"$PEAKFILE" || echo "${peak}MiB" >"$PEAKFILE"
-for _ in $(seq 600); do [ -e "$PEAKFILE.seen" ] && break; sleep 0.05; done
-if [ "$peak" -gt 24576 ]; then
-  echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
-  exit 1
-fi
-EOF
-chmod +x "$TMP/train.sh"
-cat >"$TMP/l4.nvml" <<EOF
-gpu index=0 name="NVIDIA L4" uuid=GPU-l4 total=24GiB
-proc gpu=0 pid=child used=file:$PEAKFILE
-EOF
-export FAKE_NVML_SCRIPT=$TMP/l4.nvml
+source "$(dirname "$0")/lib/trainer.sh"
+
+# The trainer: peak 3000 + 700 x batch MiB on a 24 GiB L4.
+export FIXED=3000 PER=700
+trainer "$TMP" 24
 STORE=$XDG_STATE_HOME/vramfit/history.sqlite3
 
 # ---- an empty history ---------------------------------------------------------------------
@@ -43,7 +26,7 @@ print('ok')"
 if [ -e "$STORE" ]; then bad "listing made a store"; else ok; fi
 
 # ---- probe steered by the peaks: 30 fits (3000 + 700 x 30 MiB), 31 does not ---------------
-under "$TMP/l4.nvml" probe --json -- "$TMP/train.sh" {batch}
+under "$TMP/gpu.nvml" probe --json -- "$TMP/train.sh" {batch}
 expect 0 "steered probe"
 pycheck "steered probe json" "$TMP/out" "
 t = j['trials']
@@ -58,7 +41,7 @@ assert all(x['peak_device_bytes'] == (3000 + 700 * x['batch']) * 2**20 for x in 
 p = [x for x in t if x['move'] == 'predicted']
 assert p and all(x['predicted_peak_bytes'] for x in p), t
 print('ok')"
-under "$TMP/l4.nvml" probe -- "$TMP/train.sh" {batch}
+under "$TMP/gpu.nvml" probe -- "$TMP/train.sh" {batch}
 has "steering by the measured peaks: 24.00 GiB free on NVIDIA L4" "steering line"
 grep -Eq "^batch 30: ok, 23.44 GiB peak \(predicted 23.44 GiB\), [0-9.]+ s$" "$TMP/out" && ok ||
   bad "predicted trial line: $(cat "$TMP/out")"
@@ -67,14 +50,14 @@ has "batch 31 not launched: the measured peaks put it at 24.12 GiB, over the 24.
 
 # With the estimate's setup: the launches are kept with it.
 SETUP=(gpt2 --seq 1024 --amp bf16)
-under "$TMP/l4.nvml" probe --model "${SETUP[@]}" --json -- "$TMP/train.sh" {batch}
+under "$TMP/gpu.nvml" probe --model "${SETUP[@]}" --json -- "$TMP/train.sh" {batch}
 expect 0 "probe with --model"
 pycheck "probe from the estimate" "$TMP/out" "
 assert j['max_batch'] == 30 and j['estimate_batch'], j
 assert j['launches'] <= 4, [(x['batch'], x['move']) for x in j['trials']]
 print('ok')"
 # Out of memory at once: kept too.
-under "$TMP/l4.nvml" probe --model "${SETUP[@]}" --min 31 --max 31 -- "$TMP/train.sh" {batch}
+under "$TMP/gpu.nvml" probe --model "${SETUP[@]}" --min 31 --max 31 -- "$TMP/train.sh" {batch}
 expect 1 "probe where --min runs out of memory"
 run history --json
 pycheck "history json" "$TMP/out" "
@@ -138,20 +121,45 @@ assert plain['measured']['batch'] == 30 and j['calibration']['measured_batch'] =
 assert j['given']['peak_device_bytes'] < plain['given']['peak_device_bytes'], (j['given'], plain['given'])
 print('ok')"
 
-# ---- doctor checks the last plan made here ----------------------------------------------------
-under "$TMP/l4.nvml" doctor
+# ---- doctor checks the last plan made for this project ----------------------------------------
+under "$TMP/gpu.nvml" doctor
 expect 0 "doctor with the last plan"
-has "the last plan made here: gpt2 on 24GiB, " "doctor names the plan"
+has "the last plan made for this project: gpt2 on 24GiB, " "doctor names the plan"
 grep -Eq "^  ok    plan       the plan needs [0-9.]+ GiB on GPU 0; 24.00 GiB is free of 24.00 GiB$" "$TMP/out" && ok ||
   bad "doctor plan line: $(cat "$TMP/out")"
 # --plan still wins.
 printf '{"recommended": {"peak_device_bytes": 30000000000}}' >"$TMP/big.json"
-under "$TMP/l4.nvml" doctor --plan "$TMP/big.json"
+under "$TMP/gpu.nvml" doctor --plan "$TMP/big.json"
 expect 1 "doctor --plan"
-hasnt "the last plan made here" "--plan over the kept plan"
+hasnt "the last plan made" "--plan over the kept plan"
+
+# Plans belong to their project (the git work tree they were made in, and the config's): a
+# plan made in one never reaches doctor in another.
+mkdir -p "$TMP/proj-a/.git" "$TMP/proj-b/.git" "$TMP/proj-b/conf" "$TMP/proj-c/.git"
+cp "$SRC/tests/data/configs/trl/sft_qlora.yaml" "$TMP/proj-b/conf/"
+in_project() { # in_project DIR ARGS...: vramfit in DIR, with the fake L4
+  local dir=$1
+  shift
+  (cd "$dir" && FAKE_NVML_SCRIPT=$TMP/gpu.nvml timeout 20 "$VRAMFIT" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null)
+  rc=$?
+}
+in_project "$TMP/proj-a" plan "${SETUP[@]}" --gpu 24GiB --batch 2
+expect 0 "plan in project a"
+in_project "$TMP/proj-c" doctor
+expect 0 "doctor in a project without plans"
+hasnt "the last plan" "another project's plan is not this one's"
+in_project "$TMP/proj-a" doctor
+has "the last plan made for this project: gpt2 on 24GiB, " "the project's own plan"
+# Made in project a of a config in project b: both have it.
+in_project "$TMP/proj-a" plan "$TMP/proj-b/conf/sft_qlora.yaml" --gpu 24GiB
+expect 0 "plan of another project's config"
+in_project "$TMP/proj-b/conf" doctor
+has "the last plan made for this project: mistralai/Mistral-7B-v0.1 on 24GiB, " "the config's project"
+in_project "$TMP/proj-a" doctor
+has "the last plan made for this project: mistralai/Mistral-7B-v0.1 on 24GiB, " "the project it was made in"
 
 # ---- watch -- CMD is kept too -------------------------------------------------------------------
-under "$TMP/l4.nvml" watch --interval 0.1 -- "$TMP/train.sh" 10
+under "$TMP/gpu.nvml" watch --interval 0.1 -- "$TMP/train.sh" 10
 expect 0 "watched run"
 run history --json --limit 1
 pycheck "watch kept" "$TMP/out" "
@@ -166,13 +174,13 @@ cp "$STORE" "$TMP/good.sqlite3"
 rm -f "$STORE"-wal "$STORE"-shm
 printf 'not a database at all, just some text that is long enough to be read as a header' >"$STORE"
 fails 2 "vramfit history: .*history.sqlite3: .*not a database" history
-under "$TMP/l4.nvml" probe --min 2 --max 2 -- "$TMP/train.sh" {batch}
+under "$TMP/gpu.nvml" probe --min 2 --max 2 -- "$TMP/train.sh" {batch}
 expect 0 "probe with a broken store"
 if [ "$(wc -l <"$TMP/err")" = 1 ] && grep -q "warning: runs are not kept in the history: .*history.sqlite3" "$TMP/err"; then ok; else
   bad "broken store warning: $(cat "$TMP/err")"; fi
 run estimate "${SETUP[@]}" --gpu 24GiB
 if [ "$rc" = 0 ] && grep -q "warning: the history cannot be read" "$TMP/err"; then ok; else bad "estimate, broken store: $rc $(cat "$TMP/err")"; fi
-XDG_STATE_HOME=$TMP/train.sh under "$TMP/l4.nvml" probe --min 2 --max 2 -- "$TMP/train.sh" {batch}
+XDG_STATE_HOME=$TMP/train.sh under "$TMP/gpu.nvml" probe --min 2 --max 2 -- "$TMP/train.sh" {batch}
 expect 0 "probe with a store folder that cannot be made"
 has "warning: runs are not kept in the history" "unwritable warning" "$TMP/err"
 

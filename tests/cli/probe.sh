@@ -158,6 +158,41 @@ fails 2 "--batch is what probe finds" probe --model gpt2 --batch 4 -- true
 fails 2 "--seq is an estimate option: it needs --model" probe --seq=512 -- true
 fails 2 "--method: 'x' is not one of" probe --model gpt2 --method x -- true
 
+# ---- the advice: the boundary, the batch under the margin, the accumulation --------------------
+# Without peaks the batch under the margin is the boundary divided by 1 + margin.
+probe_with 37 --json -- "$TRAINER" --batch-size={batch}
+check "advice without peaks" "
+r = j['recommended']
+assert (r['batch'], r['accumulation'], r['effective_batch']) == (33, 1, 33), r   # 37 / 1.1
+assert (r['margin'], r['margin_source'], r['peak_device_bytes']) == (0.1, 'default', 0), r
+assert j['warnings'] == [], j['warnings']
+print('ok')"
+probe_with 37 --margin 0.25 --target-effective-batch 256 --json -- "$TRAINER" --batch-size={batch}
+check "advice with a margin and a target" "
+r = j['recommended']
+# 37 / 1.25 = 29; 256 takes 9 micro batches of 29, and 29 of them 9 reach 256 too.
+assert (r['batch'], r['accumulation'], r['effective_batch']) == (29, 9, 261), r
+assert (r['margin'], r['margin_source']) == (0.25, 'option'), r
+print('ok')"
+probe_with 37 --target-effective-batch 64 -- "$TRAINER" --batch-size={batch}
+grep -qx "recommended: batch 32, accumulation 2 (effective batch 64 for --target-effective-batch 64): the largest fit less a 10% margin (the default); no peaks were measured" \
+  "$TMP/out" && ok || bad "advice line: $(cat "$TMP/out")"
+# With --model, the estimate's range is the margin.
+probe_with 37 "${SETUP[@]}" --gpu 24GiB --json -- "$TRAINER" --batch-size={batch}
+check "margin from the estimate's range" "
+r = j['recommended']
+assert r['margin_source'] == 'estimate' and 0.01 <= r['margin'] < 0.5, r
+assert r['batch'] == int(37 / (1 + r['margin'])), r
+print('ok')"
+# The answer at --max: a larger batch may fit.
+probe_with 37 --max 20 -- "$TRAINER" --batch-size={batch}
+grep -q "^vramfit probe: warning: batch 20, the --max, fits: a larger batch may fit too; raise --max" "$TMP/err" &&
+  ok || bad "--max warning: $(cat "$TMP/err")"
+fails 2 "--margin expects a share of the peak from 0 to below 1" probe --margin 1 -- true
+fails 2 "--margin expects a share of the peak" probe --margin 10% -- true
+fails 2 "--target-effective-batch expects at least 1" probe --target-effective-batch 0 -- true
+fails 2 "--target-effective-batch expects a whole number" probe --target-effective-batch x -- true
+
 # ---- the peak, from the fake NVML -------------------------------------------------------------
 FAKE=${FAKE_NVML_LIB:-${VF_BUILD_DIR:-}/tests/libfake_nvml.so}
 if [ -f "$FAKE" ]; then
@@ -177,6 +212,35 @@ print('ok')"
   "starting at batch "*", the estimate's largest on NVIDIA H100 80GB HBM3 ("*) ok ;;
   *) bad "--gpu auto start: $has_start $(cat "$TMP/err")" ;;
   esac
+
+  # Peaks that grow (3000 + 700 x batch MiB on 24 GiB): the boundary is 30, and the batch
+  # under a 10% margin the largest whose peak x 1.1 stays under 24 GiB: 27.
+  export VRAMFIT_NVML=$FAKE FIXED=3000 PER=700
+  source "$(dirname "$0")/lib/trainer.sh"
+  trainer "$TMP" 24
+  timeout 60 "$VRAMFIT" probe --json -- "$TMP/train.sh" {batch} >"$TMP/out" 2>"$TMP/err" </dev/null
+  check "advice by the peaks" "
+r = j['recommended']
+assert j['max_batch'] == 30, j['max_batch']
+assert (r['batch'], r['accumulation']) == (27, 1), r
+assert abs(r['peak_device_bytes'] - (3000 + 700 * 27) * 2**20) < 2**20, r
+print('ok')"
+  timeout 60 "$VRAMFIT" probe --margin 0.2 --target-effective-batch 256 -- "$TMP/train.sh" {batch} \
+    >"$TMP/out" 2>"$TMP/err" </dev/null
+  # (3000 + 700 b) x 1.2 <= 24576 MiB: 24; 256 in 11 micro batches of 24, or of 24 again.
+  grep -qx "recommended: batch 24, accumulation 11 (effective batch 264 for --target-effective-batch 256): peak 19.34 GiB, under the 24.00 GiB a launch can hold with a 20% margin (--margin)" \
+    "$TMP/out" && ok || bad "advice line by the peaks: $(cat "$TMP/out")"
+  # A command that ignores the batch: the peaks stay where they are, and probe says so
+  # (before, it answered 4096 without a word).
+  PER=0 timeout 60 "$VRAMFIT" probe -- "$TMP/train.sh" >"$TMP/out" 2>"$TMP/err" </dev/null
+  grep -qx "largest batch that fits: 4096 ([0-9]* launches)" "$TMP/out" && ok || bad "ignored batch: $(cat "$TMP/out")"
+  grep -q "^vramfit probe: warning: the peaks did not grow with the batch (2.93 GiB at batch 1, 2.93 GiB at batch 4096): the command seems to ignore the batch it is given" \
+    "$TMP/err" && ok || bad "flat peaks warning: $(cat "$TMP/err")"
+  grep -q "warning: batch 4096, the --max, fits" "$TMP/err" && ok || bad "--max warning, flat: $(cat "$TMP/err")"
+  PER=0 timeout 60 "$VRAMFIT" probe --json -- "$TMP/train.sh" >"$TMP/out" 2>/dev/null </dev/null
+  check "warnings in --json" "
+assert len(j['warnings']) == 2 and 'did not grow' in j['warnings'][0], j['warnings']
+print('ok')"
 fi
 
 finish

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # vramfit watch against the scripted fake NVML: plain lines off a terminal, CSV/JSONL logs,
 # a leak found with a forecast within 10% of the truth, no leak on steps that level off,
-# under-use, a watched command's exit code and signals, --pid, and the ncurses view under
-# tmux. Every run has a timeout, so a hang fails the test instead of blocking it.
+# under-use, memory headroom (with the project's last plan), a watched command's exit code
+# and signals, --pid, and the ncurses view under tmux. Every run has a timeout, so a hang
+# fails the test instead of blocking it.
 #
 # Run by CTest with VRAMFIT, VF_TEST_TMP and FAKE_NVML_LIB set.
 NAME=watch
@@ -97,6 +98,31 @@ under "$TMP/idle.nvml" watch --interval 0.05 --window 0.4 --count 14
 expect 0 "idle run"
 has "warning: GPU 0 under-used for the last 0 s: utilization 4%, power 12% of its limit" "under-use warning"
 
+# --- memory headroom: the watched processes hold under half of the GPU after warm-up
+# (the guides' "only 14% of the memory": raise the batch); more than half is not headroom.
+printf 'gpu index=0 name="NVIDIA L4" total=16GiB util=95 power=60W limit=72W\nproc gpu=0 pid=child used=step:0:1GiB,0.1:2GiB\n' \
+  >"$TMP/room.nvml"
+printf 'gpu index=0 name="NVIDIA L4" total=16GiB util=95 power=60W limit=72W\nproc gpu=0 pid=child used=step:0:1GiB,0.1:9GiB\n' \
+  >"$TMP/full.nvml"
+under "$TMP/room.nvml" watch --interval 0.05 --warmup 0.3 --window 0.4 --log "$TMP/room.jsonl" -- sleep 1.2
+expect 0 "headroom run"
+has "warning: GPU 0 memory headroom: the watched processes held at most 2.00 GiB (12% of 16.00 GiB) for the last 0 s after warm-up; the batch could grow at least 7.2x before they hold 90% of it ('vramfit probe' finds how far)" \
+  "headroom on the plain lines"
+if [ "$(grep -c "memory headroom" "$TMP/out")" = 1 ]; then ok; else bad "headroom said more than once: $(cat "$TMP/out")"; fi
+pycheck "headroom in the log" "$TMP/room.jsonl" "
+said = [r['elapsed_s'] for r in j for w in r['warnings'] if 'memory headroom' in w]
+assert len(said) == 1 and said[0] >= 0.7, said   # after warm-up and a whole window
+print('ok')"
+under "$TMP/full.nvml" watch --interval 0.05 --warmup 0.3 --window 0.4 -- sleep 1.2
+expect 0 "no headroom run"
+hasnt "memory headroom" "over half of the GPU is no headroom"
+# With a plan made for this project, the line says what it recommends.
+mkdir -p "$TMP/proj/.git"
+(cd "$TMP/proj" && "$VRAMFIT" plan gpt2 --seq 1024 --amp bf16 --gpu 16GiB >/dev/null 2>&1)
+(cd "$TMP/proj" && under "$TMP/room.nvml" watch --interval 0.05 --warmup 0.3 --window 0.4 -- sleep 1.2)
+grep -Eq "memory headroom: .*; the last plan made for this project \(gpt2 on 16GiB, [0-9: -]+\) recommends batch [0-9]+ at a peak of [0-9.]+ GiB$" \
+  "$TMP/out" && ok || bad "headroom with the plan: $(grep headroom "$TMP/out")"
+
 # --- a watched command: its exit code, its signal, a missing command
 under "$TMP/two.nvml" watch --interval 0.05 -- sh -c 'exit 7'
 expect 7 "exit code passed on"
@@ -157,10 +183,10 @@ under "$TMP/two.nvml" watch --pid 1 -- true
 expect 2 "--pid and a command"
 
 # --- the ncurses view under tmux: bars, history, process, keys; NO_COLOR has no colours
-tui() { # tui ENV: runs the view in a fresh tmux session; its exit code lands in $TMP/tui.rc
+tui() { # tui ENV [ARGS]: runs the view in a fresh tmux session; its exit code lands in $TMP/tui.rc
   rm -f "$TMP/tui.rc"
   tmux new-session -d -s "vfwatch$$" -x 110 -y 40 \
-    "env $1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1; echo \$? >$TMP/tui.rc"
+    "env $1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1 ${2:-}; echo \$? >$TMP/tui.rc"
 }
 wait_for() { # wait_for TEXT: up to 5 s for TEXT on the screen
   for _ in $(seq 50); do
@@ -185,6 +211,12 @@ if command -v tmux >/dev/null; then
   tui "TERM=xterm-256color NO_COLOR=1"
   wait_for "memory history" || bad "NO_COLOR view"
   if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then bad "colour despite NO_COLOR"; else ok; fi
+  tmux send-keys -t "vfwatch$$" q
+  tmux kill-session -t "vfwatch$$" 2>/dev/null
+  # Memory headroom in the view: 2 GiB of 80 held after a short warm-up.
+  tui "TERM=xterm-256color NO_COLOR=1" "--warmup 0.2 --window 0.3"
+  if wait_for "! GPU 0 memory headroom: the watched processes held at most 2.00 GiB (2% of 80.00 GiB)"; then ok; else
+    bad "headroom in the view: $(cat "$TMP/screen")"; fi
   tmux send-keys -t "vfwatch$$" q
   tmux kill-session -t "vfwatch$$" 2>/dev/null
 else

@@ -113,6 +113,7 @@ static void the_measurement_for_a_setup(void **state) {
   vf_history_close(h);
 }
 
+/* A plan comes back for the projects it was made for, never for another one. */
 static void plans_come_back(void **state) {
   (void)state;
   char dir[512];
@@ -120,16 +121,88 @@ static void plans_come_back(void **state) {
   struct vf_history *h = open_store(dir);
   char *json, *label;
   double when;
-  assert_int_equal(vf_history_last_plan(h, &json, &label, &when, NULL), VF_ENOTFOUND);
-  assert_int_equal(vf_history_save_plan(h, "gpt2 on rtx-4090", "{\"a\":1}", NULL), 0);
-  assert_int_equal(vf_history_save_plan(h, "llama on a100-80gb", "{\"a\":2}", NULL), 0);
-  assert_int_equal(vf_history_last_plan(h, &json, &label, &when, NULL), 0);
-  assert_string_equal(json, "{\"a\":2}");
-  assert_string_equal(label, "llama on a100-80gb");
+  assert_int_equal(vf_history_last_plan(h, "/p/a", &json, &label, &when, NULL), VF_ENOTFOUND);
+  assert_int_equal(vf_history_save_plan(h, "gpt2 on rtx-4090", "{\"a\":1}", "/p/a", NULL, NULL), 0);
+  assert_int_equal(vf_history_save_plan(h, "llama on a100-80gb", "{\"a\":2}", "/home/me", "/p/b", NULL), 0);
+  assert_int_equal(vf_history_last_plan(h, "/p/a", &json, &label, &when, NULL), 0);
+  assert_string_equal(json, "{\"a\":1}");
+  assert_string_equal(label, "gpt2 on rtx-4090");
   assert_true(when > 1.7e9);
   vf_free(json);
   vf_free(label);
+  /* Made in one folder of a config in another: both projects have it. */
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(vf_history_last_plan(h, i ? "/p/b" : "/home/me", &json, &label, &when, NULL), 0);
+    assert_string_equal(json, "{\"a\":2}");
+    vf_free(json);
+    vf_free(label);
+  }
+  assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), VF_ENOTFOUND);
   vf_history_close(h);
+}
+
+/* A store of version 1 (plans without projects) is brought up to date by the next writer;
+ * its old plans belong to no project, and a reader of the old store finds none. */
+static void old_plans_belong_to_no_project(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  vf_test_tmpdir("history_v1", dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
+                                    " label TEXT NOT NULL, json TEXT NOT NULL);"
+                                    "INSERT INTO plans (saved, label, json) VALUES (1.7e9, 'old', '{}');"
+                                    "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  struct vf_history *h;
+  char *json, *label;
+  double when;
+  assert_int_equal(vf_history_open(dir, false, &h, NULL), 0);
+  assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), VF_ENOTFOUND);
+  vf_history_close(h);
+  h = open_store(dir);
+  assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), VF_ENOTFOUND);
+  assert_int_equal(vf_history_save_plan(h, "new", "{\"a\":3}", "/p", NULL, NULL), 0);
+  assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), 0);
+  assert_string_equal(label, "new");
+  vf_free(json);
+  vf_free(label);
+  vf_history_close(h);
+}
+
+/* A project is the git work tree that holds a path (a .git folder, or a worktree's .git
+ * file), else the path's own folder. */
+static void projects_are_work_trees_or_folders(void **state) {
+  (void)state;
+  /* Outside the source tree, which is a work tree itself. */
+  char dir[] = "/tmp/vf-project-XXXXXX", sub[600], file[700], git[600], out[1024], want[1024];
+  assert_non_null(mkdtemp(dir));
+  snprintf(sub, sizeof sub, "%s/conf", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(file, sizeof file, "%s/config.yaml", sub);
+  fclose(fopen(file, "w"));
+  /* No work tree: the file's folder, the folder itself. */
+  assert_non_null(realpath(sub, want));
+  assert_int_equal(vf_history_project(file, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  assert_int_equal(vf_history_project(sub, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  /* Inside a work tree (a worktree's .git is a file): its top. */
+  snprintf(git, sizeof git, "%s/.git", dir);
+  fclose(fopen(git, "w"));
+  assert_non_null(realpath(dir, want));
+  assert_int_equal(vf_history_project(file, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  assert_int_equal(vf_history_project(sub, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  assert_int_equal(vf_history_project(file, out, 4), VF_ERANGE);
+  assert_int_equal(vf_history_project("/nonexistent/vramfit/x.yaml", out, sizeof out), VF_EIO);
+  unlink(file);
+  rmdir(sub);
+  snprintf(git, sizeof git, "%s/.git", dir);
+  unlink(git);
+  rmdir(dir);
 }
 
 static void folder_from_the_environment(void **state) {
@@ -294,6 +367,8 @@ int main(void) {
       cmocka_unit_test(runs_come_back),
       cmocka_unit_test(the_measurement_for_a_setup),
       cmocka_unit_test(plans_come_back),
+      cmocka_unit_test(old_plans_belong_to_no_project),
+      cmocka_unit_test(projects_are_work_trees_or_folders),
       cmocka_unit_test(folder_from_the_environment),
       cmocka_unit_test(concurrent_writers_lose_nothing),
       cmocka_unit_test(a_crash_mid_write_leaves_a_whole_store),

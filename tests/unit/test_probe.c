@@ -489,6 +489,75 @@ static void estimate_max_batch(void **state) {
   vf_model_cleanup(&f.m);
 }
 
+/* Runs a search to its end against peak(batch) = fixed + per x batch, which fits up to limit
+ * bytes; steered by the peaks when steer is set. */
+static void search_to_end(struct vf_probe *p, double fixed, double per, double limit, bool steer) {
+  assert_int_equal(vf_probe_init(p, 1, 4096, 0), 0);
+  if (steer) vf_probe_steer(p, (uint64_t)limit, NULL);
+  for (uint64_t b; (b = vf_probe_next(p, NULL));) {
+    double peak = fixed + per * (double)b;
+    assert_int_equal(vf_probe_record(p, b, peak <= limit ? VF_PROBE_OK : VF_PROBE_OOM, steer ? (uint64_t)peak : 0), 0);
+  }
+}
+
+/* The batch to train with leaves the margin of its peak under the ceiling; without peaks it
+ * is the boundary divided by 1 + margin; a target gets the fewest micro batches that reach
+ * it, each as small as still reaches it. */
+static void advice_keeps_the_margin(void **state) {
+  (void)state;
+  struct vf_probe p;
+  struct vf_probe_advice a;
+  /* 2 GiB + 0.5 GiB a sample on 24 GiB: the boundary is 44. */
+  search_to_end(&p, 2 * GIB, 0.5 * GIB, 24 * GIB, true);
+  assert_int_equal(vf_probe_result(&p), 44);
+  vf_probe_advise(&p, 0.10, 0, &a);
+  assert_int_equal(a.batch, 39); /* (2 + 0.5 x 39) x 1.1 = 23.65 GiB */
+  assert_int_equal(a.accumulation, 1);
+  assert_true(a.within_margin);
+  assert_true(llabs((long long)a.peak_bytes - (long long)(21.5 * GIB)) < (1 << 20));
+  assert_int_equal(a.limit_bytes, (uint64_t)(24 * GIB));
+  vf_probe_advise(&p, 0, 0, &a);
+  assert_int_equal(a.batch, 44);
+  vf_probe_advise(&p, 0.10, 100, &a); /* 3 micro batches of 34 reach 100 */
+  assert_int_equal(a.accumulation, 3);
+  assert_int_equal(a.batch, 34);
+  assert_true(llabs((long long)a.peak_bytes - (long long)(19 * GIB)) < (1 << 20));
+  vf_probe_advise(&p, 0.10, 78, &a); /* exactly: 2 x 39 */
+  assert_int_equal(a.batch * a.accumulation, 78);
+  assert_int_equal(a.accumulation, 2);
+  /* Even batch 1 leaves no margin: batch 1, said so. */
+  search_to_end(&p, 23 * GIB, 0.01 * GIB, 24 * GIB, true);
+  vf_probe_advise(&p, 0.10, 0, &a);
+  assert_int_equal(a.batch, 1);
+  assert_false(a.within_margin);
+  /* No peaks: in proportion to the batch. */
+  search_to_end(&p, 0, 1, 37, false);
+  vf_probe_advise(&p, 0.10, 0, &a);
+  assert_int_equal(a.batch, 33);
+  assert_int_equal(a.peak_bytes, 0);
+  /* Nothing fitted: nothing to advise. */
+  search_to_end(&p, 30 * GIB, 1, 24 * GIB, true);
+  vf_probe_advise(&p, 0.10, 64, &a);
+  assert_int_equal(a.batch, 0);
+}
+
+/* Peaks that stay where they are while the batch grows fourfold or more are a command that
+ * ignores its batch; peaks that grow, or too few points, are not. */
+static void flat_peaks_are_told(void **state) {
+  (void)state;
+  struct vf_probe p;
+  struct vf_probe_point low, high;
+  search_to_end(&p, 3 * GIB, 0, 80 * GIB, true);
+  assert_int_equal(vf_probe_result(&p), 4096);
+  assert_true(vf_probe_flat(&p, &low, &high));
+  assert_int_equal(low.batch, 1);
+  assert_int_equal(high.batch, 4096);
+  search_to_end(&p, 3 * GIB, 0.001 * GIB, 80 * GIB, true);
+  assert_false(vf_probe_flat(&p, &low, &high));
+  search_to_end(&p, 0, 1, 37, false);
+  assert_false(vf_probe_flat(&p, &low, &high));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(finds_every_threshold),
@@ -508,6 +577,8 @@ int main(void) {
       cmocka_unit_test(estimate_curve_scaled_through_one_point),
       cmocka_unit_test(out_of_memory_reveals_the_ceiling),
       cmocka_unit_test(estimate_max_batch),
+      cmocka_unit_test(advice_keeps_the_margin),
+      cmocka_unit_test(flat_peaks_are_told),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

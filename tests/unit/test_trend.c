@@ -1,4 +1,4 @@
-/* Leak and under-use judgements on synthetic series. */
+/* Leak, under-use and memory headroom judgements on synthetic series. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -140,6 +140,35 @@ static void underuse(void **state) {
   assert_false(u.flagged);
 }
 
+/* 3.4 GiB of 24 (the guide's 14%) for the window after warm-up is headroom; a step above
+ * half of the GPU in the window is not; the warm-up (the allocator's first steps) and a
+ * run shorter than warm-up and window are never judged. */
+static void headroom(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N; i++) {
+    t[i] = (double)i * 0.1; /* 10 minutes */
+    v[i] = i < 300 ? 20 * GiB : 3.4 * GiB; /* 30 s of warm-up hold 20 GiB */
+  }
+  struct vf_headroom h;
+  vf_headroom_analyze(t, v, N, 24 * GiB, 120, 300, &h);
+  assert_true(h.flagged);
+  assert_true(fabs(h.held_bytes - 3.4 * GiB) < 1);
+  assert_true(fabs(h.share - 3.4 / 24) < 1e-9);
+  assert_true(fabs(h.growth - 0.9 * 24 / 3.4) < 1e-9);
+  vf_headroom_analyze(t, v, 4201, 24 * GiB, 120, 300, &h); /* 420 s: warm-up, then the window */
+  assert_true(h.flagged);
+  vf_headroom_analyze(t, v, 4190, 24 * GiB, 120, 300, &h); /* 419 s: the window begins in warm-up */
+  assert_false(h.flagged);
+  v[N - 100] = 12.5 * GiB; /* over half, once, in the window */
+  vf_headroom_analyze(t, v, N, 24 * GiB, 120, 300, &h);
+  assert_false(h.flagged);
+  assert_true(h.share > 0.5);
+  vf_headroom_analyze(t, v, N, 0, 120, 300, &h); /* no total */
+  assert_false(h.flagged);
+  vf_headroom_analyze(t, v, 0, 24 * GiB, 120, 300, &h);
+  assert_false(h.flagged);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(steady_growth_is_a_leak_with_forecast),
@@ -150,6 +179,7 @@ int main(void) {
       cmocka_unit_test(warmup_and_short_series),
       cmocka_unit_test(slow_growth_below_threshold),
       cmocka_unit_test(underuse),
+      cmocka_unit_test(headroom),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
