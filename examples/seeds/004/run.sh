@@ -57,4 +57,4 @@ assert j['max_batch'] == 512, j['max_batch']
 w = ' '.join(j['warnings'])
 assert 'did not grow with the batch' in w and 'the --max, fits' in w, w"
 
-pass "the formula's 13.9 GB is 2.5x under vramfit's peak; probe finds 29 in 4 launches and keeps 10% of the peak free"
+pass "the formula is under half of vramfit's peak; probe finds the boundary in fewer launches and keeps the margin on the peak"
