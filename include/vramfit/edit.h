@@ -100,6 +100,8 @@ struct vf_apply_opts {
   int dry_run;        /* allow read-only files: nothing will be written */
   const struct vf_setting *maps; /* LOGICAL=PATH: where a logical key lives in every file */
   size_t n_maps;
+  int formats_told;   /* the caller already said which tool each file is for (plan --write): no
+                       * note on what detection took */
 };
 
 struct vf_apply_file {

@@ -242,7 +242,9 @@ static bool one_home(const struct setup_config *sc, size_t n) {
 static int apply_plan(const struct setup_request *r, const struct setup_config *sc, struct vf_plan *p, size_t n,
                       bool json, struct vf_apply *a, struct vf_diag *d) {
   /* A key the configs left to their tool's default is added where it has one home. */
-  struct vf_apply_opts o = {.format = n == 1 ? r->format : NULL, .create = one_home(sc, n), .gpus = p->gpus};
+  /* The configs were read, and said which tool each is for ("read from FILE (trl)"). */
+  struct vf_apply_opts o = {.format = n == 1 ? r->format : NULL, .create = one_home(sc, n), .gpus = p->gpus,
+                            .formats_told = 1};
   int rc = vf_apply_prepare(a, p->inputs, n, &o, d);
   if (!rc && !json) apply_view_diffs(a);
   if (!rc) rc = vf_apply_commit(a, d);

@@ -42,8 +42,11 @@ static int edit_file(struct afile *f, struct vf_diag *d) {
       if (strcmp(f->edits[i].path, ed.changes[c].path) != 0) continue;
       free(ed.changes[c].key);
       ed.changes[c].key = strdup(f->edits[i].key);
-      ed.changes[c].note = f->edits[i].note ? strdup(f->edits[i].note) : NULL;
-      if (!ed.changes[c].key) rc = VF_ENOMEM;
+      if (f->edits[i].note) { /* why apply added it, else what the engine said */
+        free(ed.changes[c].note);
+        ed.changes[c].note = strdup(f->edits[i].note);
+      }
+      if (!ed.changes[c].key || (f->edits[i].note && !ed.changes[c].note)) rc = VF_ENOMEM;
     }
   }
   if (!rc) rc = finish(f->pub, &ed);
@@ -54,6 +57,7 @@ static int edit_file(struct afile *f, struct vf_diag *d) {
 static int prepare(struct astate *s, const struct vf_apply_input *in, size_t n, struct vf_diag *d) {
   int rc = queue_open(s, in, n, d);
   if (!rc) rc = hydra_packages(s);
+  if (!rc) rc = queue_format_notes(s);
   if (!rc) rc = resolve_settings(s, d);
   if (!rc) rc = check_consistency(s, d);
   for (size_t i = 0; i < s->n && !rc; i++) rc = edit_file(&s->f[i], d);

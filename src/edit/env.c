@@ -1,6 +1,8 @@
 /* PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF in shell env files and launch scripts.
  * Both names get the same value: newer PyTorch reads PYTORCH_ALLOC_CONF first and older
  * releases only know the CUDA name, so setting both is the version-robust choice. */
+#include <ctype.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,18 @@ static size_t line_body(const char *s, size_t ls, size_t le, bool *exported) {
   return p;
 }
 
+/* The end of the value token at p (quotes included); *quote gets its quote, or 0. */
+static size_t value_end(const char *s, size_t p, size_t le, char *quote) {
+  *quote = p < le && (s[p] == '"' || s[p] == '\'') ? s[p] : 0;
+  if (!*quote) {
+    while (p < le && !strchr(" \t;#\r", s[p])) p++;
+    return p;
+  }
+  for (p++; p < le && s[p] != *quote; p++)
+    if (s[p] == '\\' && *quote == '"') p++;
+  return p < le ? p + 1 : le;
+}
+
 static bool find_assign(const char *s, size_t ls, size_t le, struct assign *a) {
   bool exported;
   size_t p = line_body(s, ls, le, &exported);
@@ -87,17 +101,8 @@ static bool find_assign(const char *s, size_t ls, size_t le, struct assign *a) {
     if (le - p > n && memcmp(s + p, names[a->name], n) == 0 && s[p + n] == '=') break;
   }
   if (a->name == N_NAMES) return false;
-  p += strlen(names[a->name]) + 1;
-  a->vstart = p;
-  a->quote = p < le && (s[p] == '"' || s[p] == '\'') ? s[p] : 0;
-  if (a->quote) {
-    for (p++; p < le && s[p] != a->quote; p++)
-      if (s[p] == '\\' && a->quote == '"') p++;
-    a->vend = p < le ? p + 1 : le;
-  } else {
-    while (p < le && !strchr(" \t;#\r", s[p])) p++;
-    a->vend = p;
-  }
+  a->vstart = p + strlen(names[a->name]) + 1;
+  a->vend = value_end(s, a->vstart, le, &a->quote);
   return true;
 }
 
@@ -220,25 +225,88 @@ static bool prefers_export(const char *s, size_t len) {
   return !bare;
 }
 
-static int append_missing(const struct scan *sc, struct rewrite *w, const char *value) {
+static size_t name_len(const char *s, size_t p, size_t le) {
+  size_t n = 0;
+  for (unsigned char c; p + n < le && (c = (unsigned char)s[p + n], c == '_' || isalpha(c) || (n && isdigit(c)));) n++;
+  return n;
+}
+
+enum line_kind { LINE_QUIET, LINE_SETTING, LINE_COMMAND };
+
+/* Blank or a comment; only assignments (NAME=V ..., export NAME=V); or a line that runs a
+ * command (an assignment in front of one included). */
+static enum line_kind kind_of(const char *s, size_t ls, size_t le) {
+  bool exported;
+  size_t p = line_body(s, ls, le, &exported);
+  if (p == le || s[p] == '#' || s[p] == '\r') return LINE_QUIET;
+  while (p < le && s[p] != '#') {
+    size_t n = name_len(s, p, le);
+    char quote;
+    if (!n || p + n >= le || s[p + n] != '=') return LINE_COMMAND;
+    for (p = value_end(s, p + n + 1, le, &quote); p < le && strchr(" \t;\r", s[p]); p++) {}
+  }
+  return LINE_SETTING;
+}
+
+/* Where new lines go: in a launch script before its first command, so that the command
+ * runs with them (after the assignments that lead up to it, else after a #! line); at the
+ * end of an env file. *script says which the file is. */
+static size_t insert_at(const char *s, size_t len, bool *script) {
+  size_t after_settings = SIZE_MAX, after_shebang = 0;
+  for (size_t ls = 0, le; ls < len; ls = le + 1) {
+    le = line_end(s, len, ls);
+    size_t next = le < len ? le + 1 : len;
+    enum line_kind k = kind_of(s, ls, le);
+    if (k == LINE_COMMAND) {
+      *script = true;
+      return after_settings != SIZE_MAX ? after_settings : after_shebang;
+    }
+    if (k == LINE_SETTING) after_settings = next;
+    if (ls == 0 && le >= 2 && memcmp(s, "#!", 2) == 0) after_shebang = next;
+  }
+  *script = false;
+  return len;
+}
+
+/* Adds the names the file lacks, on lines of their own (w->out holds the whole rewritten
+ * file); a line that was below them moves down in the changes already listed. */
+static int add_missing(const struct scan *sc, struct rewrite *w, const char *value) {
   const char *lf = memchr(sc->s, '\n', sc->len);
   const char *eol = lf && lf > sc->s && lf[-1] == '\r' ? "\r\n" : "\n";
-  bool ends_open = sc->len && sc->s[sc->len - 1] != '\n';
-  bool exported = prefers_export(sc->s, sc->len);
+  bool script;
+  size_t at = insert_at(w->out.p, w->out.len, &script);
+  bool ends_open = at == w->out.len && at && w->out.p[at - 1] != '\n';
+  bool exported = script || prefers_export(sc->s, sc->len);
+  struct sbuf ins = {0};
+  size_t starts[N_NAMES], added = 0;
   for (int i = 0; i < N_NAMES; i++) {
     if (w->seen[i]) continue;
-    if (ends_open) sb_puts(&w->out, eol);
-    size_t at = w->out.len;
-    sb_printf(&w->out, "%s%s=", exported ? "export " : "", names[i]);
-    size_t vat = w->out.len;
-    put_token(&w->out, value, 0);
-    char *tok = bytes_dup(w->out.p + vat, w->out.len - vat);
-    int rc = tok ? add_change(w->res, w->out.p, i, at, "", tok, true) : VF_ENOMEM;
-    free(tok);
-    if (rc) return rc;
-    if (!ends_open) sb_puts(&w->out, eol);
+    if (ends_open) sb_puts(&ins, eol);
+    starts[added++] = ins.len;
+    sb_printf(&ins, "%s%s=", exported ? "export " : "", names[i]);
+    put_token(&ins, value, 0);
+    if (!ends_open) sb_puts(&ins, eol);
   }
-  return w->out.oom ? VF_ENOMEM : 0;
+  int line, col;
+  line_of(w->out.p, at, &line, &col);
+  for (size_t c = 0; c < w->res->n_changes && at < w->out.len; c++)
+    if (w->res->changes[c].line >= line) w->res->changes[c].line += (int)added;
+  struct sbuf all = {0};
+  sb_add(&all, w->out.p, at);
+  sb_add(&all, ins.p, ins.len);
+  sb_add(&all, w->out.p + at, w->out.len - at);
+  sb_free(&ins);
+  sb_free(&w->out);
+  w->out = all;
+  int rc = all.oom ? VF_ENOMEM : 0;
+  for (size_t k = 0, i = 0; k < added && !rc; k++, i++) {
+    while (w->seen[i]) i++;
+    size_t from = at + starts[k], vat = from + strcspn(all.p + from, "=") + 1;
+    char *tok = bytes_dup(all.p + vat, line_end(all.p, all.len, vat) - vat - (*eol == '\r' && !ends_open));
+    rc = tok ? add_change(w->res, all.p, (int)i, from, "", tok, true) : VF_ENOMEM;
+    free(tok);
+  }
+  return rc;
 }
 
 /* Re-reads the result: every assignment must already hold the options asked for. */
@@ -267,7 +335,7 @@ int vf_env_edit(const char *file, const char *text, size_t len, const char *allo
   int rc = each_assign(&sc, rewrite_one, &w);
   if (!rc) {
     sb_add(&w.out, text + w.cursor, len - w.cursor);
-    rc = append_missing(&sc, &w, w.first ? w.first : alloc_conf);
+    rc = add_missing(&sc, &w, w.first ? w.first : alloc_conf);
   }
   free(w.first);
   char *now = rc ? NULL : sb_take(&w.out, &out->len);

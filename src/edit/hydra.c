@@ -3,7 +3,11 @@
  * it last when it is not listed). A value the primary config holds at a path that a config
  * listed after `_self_` also sets is overridden at run time, so writing it there would change
  * nothing. Such an edit moves to that config when it is one of the call's files, and is
- * refused with the reason otherwise. */
+ * refused with the reason otherwise. A path the primary config lacks goes the same way when
+ * such a config sets it; and where configs the project loads itself per stage (folders
+ * beside the primary one that its composition does not hold: conf/text_curriculum/) set
+ * it, a value in the primary config would not reach them either. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +29,19 @@ static size_t after_self(const struct ynode *root, const char *dir, struct hydra
   return n - self - 1;
 }
 
-static struct afile *file_in_call(struct astate *s, const char *path) {
+/* A config as the user would name it: beside f as f was named (conf/data/alpaca.yaml), not
+ * as resolved. */
+static void shown(const struct afile *f, const char *file, char *out, size_t size) {
+  char real[PATH_MAX], given[PATH_MAX];
+  path_folder(f->pub->target, real, sizeof real);
+  path_folder(f->pub->path, given, sizeof given);
+  size_t n = strlen(real);
+  if (strncmp(file, real, n) != 0 || file[n] != '/') snprintf(out, size, "%s", file);
+  else if (strcmp(given, ".") == 0) snprintf(out, size, "%s", file + n + 1);
+  else snprintf(out, size, "%s/%s", given, file + n + 1);
+}
+
+static struct afile *file_in_call(const struct astate *s, const char *path) {
   char real[PATH_MAX];
   if (!realpath(path, real)) return NULL;
   for (size_t i = 0; i < s->n; i++)
@@ -72,11 +88,13 @@ static int redirect(struct astate *s, struct afile *f, size_t k, const struct hy
   struct vf_value cur;
   size_t at = 0;
   queue_get(f, p->path, &cur, &at);
+  char name[PATH_MAX];
+  shown(f, l->file, name, sizeof name);
   if (!g)
     return ytree_diag(&f->doc.t, d, VF_EINVAL, at, "%s: the defaults entry '%s' comes after "
                       "_self_ and sets it too (%s), so a value here changes nothing: give %s "
                       "too, or move _self_ to the end of the defaults list", p->path, l->entry,
-                      l->file, l->file);
+                      name, name);
   char why[512];
   snprintf(why, sizeof why, "%s's defaults entry '%s' overrides %s there", f->pub->path, l->entry, p->path);
   int rc = queue_add(g, p->key, rest, &p->value, p->create, p->keep_type, why, d);
@@ -102,6 +120,138 @@ static int check_edit(struct astate *s, struct afile *f, size_t k, const struct 
   return 0;
 }
 
+/* Whether a config listed after _self_ in f's defaults sets path. */
+static bool set_later(const struct afile *f, const char *path) {
+  char dir[PATH_MAX];
+  path_folder(f->pub->target, dir, sizeof dir);
+  struct hydra_entry l[32];
+  size_t n = after_self(f->doc.t.root, dir, l, 32);
+  for (size_t i = 0; i < n; i++) {
+    const char *rest;
+    bool readable;
+    if (hydra_inside(l[i].package, path) && later_sets(&l[i], path, &rest, &readable)) return true;
+  }
+  return false;
+}
+
+/* Whether the YAML config at path sets key at its root. */
+static bool sets_at_root(const char *path, const char *key) {
+  char *text;
+  size_t len;
+  struct doc doc;
+  if (file_read(path, DOC_MAX_BYTES, &text, &len, NULL) != 0) return false;
+  bool sets = false;
+  if (doc_open(&doc, path, text, len, NULL) == 0) {
+    struct yfind fd;
+    sets = ytree_find(&doc.t, key, &fd, NULL) == 0 && fd.node;
+    doc_close(&doc);
+  }
+  free(text);
+  return sets;
+}
+
+/* dir/name into out; false when it does not fit. */
+static bool join(char *out, size_t size, const char *dir, const char *name) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  return n >= 0 && (size_t)n < size;
+}
+
+static bool yaml_name(const struct dirent *e) {
+  return str_ends_with(e->d_name, ".yaml") || str_ends_with(e->d_name, ".yml");
+}
+
+static bool composed_in(const struct hydra_config *c, size_t n, const char *folder) {
+  for (size_t i = 0; i < n; i++) {
+    char dir[PATH_MAX];
+    path_folder(c[i].file, dir, sizeof dir);
+    if (!c[i].self && strcmp(dir, folder) == 0) return true;
+  }
+  return false;
+}
+
+typedef void stage_visit(const char *file, void *ctx);
+
+static void visit_folder(const char *folder, stage_visit *visit, void *ctx) {
+  struct dirent **names;
+  int n = scandir(folder, &names, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    char file[PATH_MAX];
+    if (yaml_name(names[i]) && join(file, sizeof file, folder, names[i]->d_name)) visit(file, ctx);
+    free(names[i]);
+  }
+  if (n >= 0) free(names);
+}
+
+/* Visits, by name, the configs in the folders beside f that its composition does not hold:
+ * the project loads them itself, a stage at a time (conf/text_curriculum/). */
+static int each_stage_config(const struct afile *f, stage_visit *visit, void *ctx) {
+  struct hydra_config *c = calloc(MAX_CONFIGS, sizeof *c);
+  if (!c) return VF_ENOMEM;
+  struct dirent **names;
+  char dir[PATH_MAX];
+  path_folder(f->pub->target, dir, sizeof dir);
+  int n = scandir(dir, &names, NULL, alphasort);
+  size_t composed = n > 0 ? hydra_compose(f->pub->target, &f->doc.t, c, MAX_CONFIGS) : 0;
+  for (int i = 0; i < n; i++) {
+    char sub[PATH_MAX];
+    if (names[i]->d_name[0] != '.' && join(sub, sizeof sub, dir, names[i]->d_name) && path_is_dir(sub) &&
+        !composed_in(c, composed, sub))
+      visit_folder(sub, visit, ctx);
+    free(names[i]);
+  }
+  if (n >= 0) free(names);
+  free(c);
+  return 0;
+}
+
+struct unreached {
+  const struct astate *s;
+  const char *path;
+  char first[PATH_MAX];
+  size_t count;
+};
+
+/* A stage config that sets the path at its root and is not one of the call's files. */
+static void count_unreached(const char *file, void *ctx) {
+  struct unreached *u = ctx;
+  if (file_in_call(u->s, file) || !sets_at_root(file, u->path)) return;
+  if (!u->count++) snprintf(u->first, sizeof u->first, "%s", file);
+}
+
+static bool primary(const struct afile *f) {
+  return f->fmt && strcmp(f->fmt->name, "hydra") == 0 && !f->package[0] && !f->stage && f->doc.t.root;
+}
+
+enum hydra_owner hydra_owner_of(const struct astate *s, const struct afile *f, const char *path, char *file,
+                                size_t size, size_t *count) {
+  *count = 0;
+  if (!primary(f)) return HYDRA_NONE;
+  struct unreached u = {s, path, "", 0};
+  if (each_stage_config(f, count_unreached, &u) == 0 && u.count) { /* the stages load last */
+    *count = u.count;
+    shown(f, u.first, file, size);
+    return HYDRA_STAGES;
+  }
+  return set_later(f, path) ? HYDRA_LATER : HYDRA_NONE;
+}
+
+struct adoption {
+  const struct astate *s;
+  const struct afile *f;
+  int rc;
+};
+
+/* A stage config of the call that no tool claims takes the primary config's map, its keys
+ * at the root as the project merges them, so that a value lands where the stage reads it. */
+static void adopt_stage(const char *file, void *ctx) {
+  struct adoption *a = ctx;
+  struct afile *g = file_in_call(a->s, file);
+  if (!g || g->fmt || a->rc) return;
+  g->fmt = a->f->fmt;
+  g->stage = true;
+  if (!(g->pub->format = strdup(g->fmt->name))) a->rc = VF_ENOMEM;
+}
+
 /* The files of the call that f's composition holds get f's map at their package. */
 static int adopt_group_files(struct astate *s, const struct afile *f) {
   struct hydra_config *c = calloc(MAX_CONFIGS, sizeof *c);
@@ -123,8 +273,10 @@ static int adopt_group_files(struct astate *s, const struct afile *f) {
 int hydra_packages(struct astate *s) {
   for (size_t i = 0; i < s->n; i++) {
     const struct afile *f = &s->f[i];
-    int rc = f->fmt && strcmp(f->fmt->name, "hydra") == 0 && !f->package[0] ? adopt_group_files(s, f) : 0;
-    if (rc) return rc;
+    struct adoption a = {s, f, 0};
+    int rc = primary(f) ? adopt_group_files(s, f) : 0;
+    if (!rc && primary(f)) rc = each_stage_config(f, adopt_stage, &a);
+    if (rc || a.rc) return rc ? rc : a.rc;
   }
   return 0;
 }

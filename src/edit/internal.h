@@ -75,6 +75,7 @@ struct afile {
   struct vf_apply_file *pub; /* pub->priv holds the struct target_file */
   struct doc doc;
   const struct format *fmt;
+  struct format_evidence evidence; /* why fmt was detected, or why none was */
   const struct vf_setting *group; /* files that share a settings array form a group */
   size_t n_group;
   struct pedit *edits;
@@ -82,6 +83,8 @@ struct afile {
   long long accumulation; /* a derived accumulation asked for (litgpt); 0: not asked */
   char package[256];      /* a config another one's Hydra defaults list composes: where its
                            * keys land ("data"); "" otherwise */
+  bool stage;             /* a config a Hydra project loads over its primary one, a stage at a
+                           * time: the primary config's map, keys at the root */
 };
 
 struct astate {
@@ -102,6 +105,9 @@ int queue_load(struct vf_apply *a, struct vf_apply_file *pub, const char *path, 
 /* Loads the format maps and every input file into s, each with its map (o->format, or the
  * one detected); nothing queued yet. */
 int queue_open(struct astate *s, const struct vf_apply_input *in, size_t n, struct vf_diag *d);
+/* Says which tool each file was taken for by its keys, and by which (files given --format,
+ * or whose format a Hydra composition gave, need no word, nor a caller that said it). */
+int queue_format_notes(struct astate *s);
 /* Frees the queue; the files stay in s->a. */
 void queue_free(struct astate *s);
 /* Queues a value for f; the same path twice must agree. */
@@ -113,11 +119,23 @@ int queue_get(const struct afile *f, const char *path, struct vf_value *v, size_
 
 /* ---- what goes in the queue (hydra.c, check.c, resolve.c) ---- */
 /* Configs of the call that another one's Hydra defaults list composes take its map, at
- * their package, so that a value lands in the config it is read from (hydra.c). */
+ * their package, and its stage configs of the call take it at their root, so that a value
+ * lands in the config it is read from (hydra.c). */
 int hydra_packages(struct astate *s);
 /* Hydra: a primary config's edits that a defaults entry after _self_ would override move to
  * that entry's config when the call holds it, else are refused (hydra.c). */
 int check_hydra_defaults(struct astate *s, struct afile *f, struct vf_diag *d);
+/* Where a path that f lacks is set instead, when f is a Hydra primary config (hydra.c). */
+enum hydra_owner {
+  HYDRA_NONE,
+  HYDRA_LATER,  /* a config listed after _self_: an edit queued in f is moved there (or refused)
+                 * by check_hydra_defaults */
+  HYDRA_STAGES, /* configs the project loads itself, a stage at a time, from a folder beside f
+                 * that its composition does not hold, and that the call does not hold (those
+                 * take the value themselves); *count of them, the first in file */
+};
+enum hydra_owner hydra_owner_of(const struct astate *s, const struct afile *f, const char *path, char *file,
+                                size_t size, size_t *count);
 /* Cross-file rules: adds the edits they imply, refuses what they forbid (check.c). */
 int check_consistency(struct astate *s, struct vf_diag *d);
 /* Turns every file's settings into queued edits (resolve.c). */

@@ -122,7 +122,7 @@ static int open_file(struct astate *s, struct afile *f, const struct vf_apply_in
   const struct target_file *src = f->pub->priv;
   if (!rc) rc = doc_open(&f->doc, in->path, src->bytes, src->len, d);
   if (rc) return rc;
-  f->fmt = forced ? forced : formats_detect(&s->fs, &f->doc);
+  f->fmt = forced ? forced : formats_detect(&s->fs, &f->doc, &f->evidence);
   if (f->fmt && !(f->pub->format = strdup(f->fmt->name))) return VF_ENOMEM;
   return 0;
 }
@@ -141,6 +141,18 @@ int queue_open(struct astate *s, const struct vf_apply_input *in, size_t n, stru
     rc = open_file(s, &s->f[i], &in[i], forced, d);
   }
   return rc;
+}
+
+int queue_format_notes(struct astate *s) {
+  for (size_t i = 0; i < s->n && !s->o->formats_told; i++) {
+    const struct afile *f = &s->f[i];
+    int rc = f->fmt && f->fmt == f->evidence.best
+             ? queue_note(s->a, "%s: taken for %s by its keys %s (--format names another tool)", f->pub->path,
+                          f->fmt->name, f->evidence.keys)
+             : 0;
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 void queue_free(struct astate *s) {

@@ -3,6 +3,7 @@
  * settings) must between them take every setting, so the DeepSpeed JSON may hold the
  * micro batch while the TrainingArguments file holds the optimizer. */
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,14 @@ struct lvalue {
   char buf[128];
 };
 
-enum outcome { O_LANDED, O_AUTO, O_MISSING_DIFFERS, O_MISSING_NODEFAULT, O_UNMAPPED };
+/* O_ELSEWHERE: missing here, and set by configs a Hydra run loads over this one. */
+enum outcome { O_LANDED, O_AUTO, O_ELSEWHERE, O_MISSING_DIFFERS, O_MISSING_NODEFAULT, O_UNMAPPED };
+
+/* Which configs set a path instead (O_ELSEWHERE): the first, and how many. */
+struct owners {
+  char first[PATH_MAX];
+  size_t count;
+};
 
 /* What one setting did in one file, per element, with what a message needs. */
 struct result {
@@ -66,6 +74,7 @@ struct result {
   char path[256];
   size_t at;
   const json_t *def;
+  struct owners owners;
 };
 
 /* A key written ".path" is always a path in the file, even one named like a logical key
@@ -161,6 +170,7 @@ struct sres {
   const json_t *def;
   bool edit, create;
   struct vf_value value;
+  struct owners owners;
 };
 
 static bool wanted_equals_json(const struct slot *sl, const json_t *j) {
@@ -228,8 +238,37 @@ static const char *in_file(const struct afile *f, const char *path) {
   return hydra_inside(f->package, path);
 }
 
-static int resolve_slot(const struct afile *f, const struct slot *sl, struct sres *r, bool create,
-                        struct vf_diag *d) {
+/* A Hydra primary config's path that stage configs outside the call set: a value here
+ * would not reach the stages, whether the path is here (at) or not. */
+static bool stages_own(const struct astate *s, const struct afile *f, const char *path, size_t at, struct sres *r) {
+  if (hydra_owner_of(s, f, path, r->owners.first, sizeof r->owners.first, &r->owners.count) != HYDRA_STAGES)
+    return false;
+  r->path = path;
+  r->at = at;
+  r->o = O_ELSEWHERE;
+  return true;
+}
+
+/* A Hydra primary config that lacks every candidate: where the project's stage configs set
+ * one, it does not land here; where a config listed after _self_ sets one, the edit is
+ * queued here for check_hydra_defaults to move there (or refuse), --create or not. 0 when
+ * so decided, 1 when no other config sets any. */
+static int owned_elsewhere(const struct astate *s, const struct afile *f, const struct slot *sl, struct sres *r) {
+  for (size_t i = 0; i < sl->ncand; i++) {
+    const char *path = in_file(f, sl->cands[i]);
+    enum hydra_owner o = path ? hydra_owner_of(s, f, path, r->owners.first, sizeof r->owners.first, &r->owners.count)
+                              : HYDRA_NONE;
+    if (o == HYDRA_NONE) continue;
+    r->path = path;
+    if (o == HYDRA_STAGES) return r->o = O_ELSEWHERE, 0;
+    r->edit = r->create = true;
+    return wanted_value(sl, &r->value);
+  }
+  return 1;
+}
+
+static int resolve_slot(const struct astate *s, const struct afile *f, const struct slot *sl, struct sres *r,
+                        bool create, struct vf_diag *d) {
   memset(r, 0, sizeof *r);
   const char *best = NULL;
   size_t best_depth = SIZE_MAX, best_at = 0;
@@ -239,7 +278,7 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
     int rc = path ? ytree_find(&f->doc.t, path, &fd, d) : VF_ENOTFOUND;
     if (rc == VF_ENOTFOUND) continue;
     if (rc) return rc;
-    if (fd.node) return found_node(f, sl, fd.node, path, r, d);
+    if (fd.node) return stages_own(s, f, path, fd.node->start, r) ? 0 : found_node(f, sl, fd.node, path, r, d);
     if (missing_depth(&fd) < best_depth && !beside_class_path(&fd)) {
       best = path;
       best_depth = missing_depth(&fd);
@@ -250,6 +289,8 @@ static int resolve_slot(const struct afile *f, const struct slot *sl, struct sre
   r->path = best ? best : sl->cands[0];
   r->at = best_at;
   if (r->def && wanted_equals_json(sl, r->def)) return 0;
+  int rc = owned_elsewhere(s, f, sl, r);
+  if (rc <= 0) return rc;
   if (create && best) {
     r->edit = r->create = true;
     return wanted_value(sl, &r->value);
@@ -280,7 +321,7 @@ static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *wh
   size_t autos = 0, worst_at = 0;
   if (n > 16) n = 16;
   for (size_t i = 0; i < n; i++) {
-    int rc = resolve_slot(j->f, &slots[i], &r[i], j->s->o->create, j->d);
+    int rc = resolve_slot(j->s, j->f, &slots[i], &r[i], j->s->o->create, j->d);
     if (rc) return rc;
     autos += r[i].o == O_AUTO;
     if (r[i].o > worst && r[i].o != O_AUTO) worst = r[i].o, worst_at = i;
@@ -290,6 +331,7 @@ static int run_slots(struct job *j, const struct slot *slots, size_t n, bool *wh
   snprintf(j->res->path, sizeof j->res->path, "%s", m->path ? m->path : "");
   j->res->at = m->at;
   j->res->def = m->def;
+  j->res->owners = m->owners;
   for (size_t e = 0; e < nelem; e++)
     if (which[e]) j->res->o[e] = worst;
   for (size_t i = 0; i < n && worst == O_LANDED; i++) {
@@ -485,6 +527,31 @@ static bool neutral(const struct vf_setting *set, const char *val) {
   return l && l->neutral && strcmp(l->neutral, val) == 0;
 }
 
+/* A logical key in a file no tool's keys claim: which tool reads it is not guessed (a
+ * project's own micro_batch_size is not axolotl's), and what its keys fell short of is said. */
+static int unclaimed(const struct afile *f, const char *key, const char *val, struct vf_diag *d) {
+  const struct format_evidence *ev = &f->evidence;
+  char why[sizeof ev->keys + 96] = "no tool's keys are in it";
+  if (ev->best)
+    snprintf(why, sizeof why, "its keys %s are not enough to take it for %s", ev->keys, ev->best->name);
+  return diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "cannot tell which tool reads this file for %s=%s (%s): use "
+                   "--format F, or --map %s=PATH, or --set the file's own dotted path", key, val, why, key);
+}
+
+/* A value the project's stage configs set, which a value in f would not reach. */
+static int elsewhere(struct astate *s, const struct afile *f, const struct vf_setting *set, const char *val,
+                     const struct result *r, struct vf_diag *d) {
+  char more[64] = "", what[512];
+  if (r->owners.count > 1) snprintf(more, sizeof more, " and %zu more", r->owners.count - 1);
+  if (strcmp(r->path, path_of(set->key)) == 0) snprintf(what, sizeof what, "%s", r->path);
+  else snprintf(what, sizeof what, "%s (for %s=%s)", r->path, set->key, val);
+  if (set->from_plan)
+    return queue_note(s->a, "%s: %s is set by %s%s, which the run loads over this file a stage at a time: not written", f->pub->path, what, r->owners.first, more);
+  return ytree_diag(&f->doc.t, d, VF_EINVAL, r->at, "%s is set by %s%s, which the run loads over this file a "
+                    "stage at a time, so a value here would not reach the stages: give %s", what,
+                    r->owners.first, more, r->owners.count > 1 ? "those files" : "that file");
+}
+
 /* Nothing in the group took this element: an error, or a note for a plan's field. */
 static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, struct afile *f,
                       const struct result *r, bool several, struct vf_diag *d) {
@@ -500,6 +567,8 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
     free(dt);
   }
   switch (r->o[e]) {
+  case O_ELSEWHERE:
+    return elsewhere(s, f, set, val, r, d);
   case O_MISSING_DIFFERS:
     return ytree_diag(t, d, VF_ENOTFOUND, r->at, "no %s for %s=%s (the default, %s, differs); --create adds it",
                       r->path, set->key, val, def);
@@ -522,9 +591,7 @@ static int not_landed(struct astate *s, const struct vf_setting *set, size_t e, 
                        "none of the files given has a place for %s=%s%s", set->key, val,
                        f->fmt ? "" : " (use --format or --map KEY=PATH)");
     if (!f->fmt)
-      return diag_line(d, VF_EINVAL, f->pub->path, 1, 1,
-                       "cannot tell which tool this file is for (%s=%s): use --format or --map %s=PATH",
-                       set->key, val, set->key);
+      return unclaimed(f, set->key, val, d);
     return diag_line(d, VF_EINVAL, f->pub->path, 1, 1, "%s=%s has no place in a %s config%s%s%s",
                      set->key, val, f->fmt->name, why ? ": " : "", why ? why : "",
                      required ? "" : " (from the plan: set it by hand, or --map it)");
@@ -537,6 +604,14 @@ static size_t explain(const size_t *members, size_t nm, struct result **res, siz
   for (size_t m = 0; m < nm; m++)
     if (res[members[m]][k].o[e] < res[pick][k].o[e]) pick = members[m];
   return pick;
+}
+
+/* The file whose stage configs, outside the call, set what an element sets (even where the
+ * call's own stage configs took it, those would run with the old value), or SIZE_MAX. */
+static size_t unreached_stages(const size_t *members, size_t nm, struct result **res, size_t k, size_t e) {
+  for (size_t m = 0; m < nm; m++)
+    if (res[members[m]][k].o[e] == O_ELSEWHERE) return members[m];
+  return SIZE_MAX;
 }
 
 static size_t elements_of(const struct vf_setting *set) {
@@ -561,8 +636,9 @@ static int settle_group(struct astate *s, size_t first, struct result **res, str
                               s->f[members[m]].pub->path, r->path);
         if (rc) return rc;
       }
-      if (landed) continue;
-      size_t who = explain(members, nm, res, k, e);
+      size_t away = unreached_stages(members, nm, res, k, e);
+      if (landed && away == SIZE_MAX) continue;
+      size_t who = away != SIZE_MAX ? away : explain(members, nm, res, k, e);
       int rc = not_landed(s, set, e, &s->f[who], &res[who][k], nm > 1, d);
       if (rc) return rc;
     }

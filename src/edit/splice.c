@@ -1,6 +1,7 @@
 /* Surgical YAML/JSON editing: locate a value in the document's node tree, replace only its
  * bytes (or append a key to its mapping), then have verify.c re-parse the result and check
  * that nothing else changed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,22 +34,74 @@ static const struct ynode *first_bool(const struct ynode *n) {
   return NULL;
 }
 
-static int check_target(const struct ytree *t, const struct ynode *n, const struct vf_path_edit *e,
+/* The aliases of n's anchor: those after n and before the anchor is defined again. */
+struct uses {
+  const struct ynode *target;
+  bool past, redefined;
+  size_t count, first; /* the first use's offset */
+};
+
+static void find_uses(const struct ynode *m, struct uses *u) {
+  if (u->redefined) return;
+  if (m == u->target) u->past = true;
+  else if (u->past && m->anchor && strcmp(m->anchor, u->target->anchor) == 0) u->redefined = true;
+  else if (u->past && m->kind == YN_ALIAS && strcmp(m->value, u->target->anchor) == 0 && !u->count++) u->first = m->start;
+  for (size_t i = 0; i < m->nkid && !u->redefined; i++) find_uses(m->kid[i], u);
+}
+
+/* A value other keys use through its anchor would change them too, silently. */
+static int check_anchor(const struct ytree *t, const struct ynode *n, const struct vf_path_edit *e,
                         struct vf_diag *d) {
-  if (n->kind == YN_ALIAS)
-    return ytree_diag(t, d, VF_EINVAL, n->start, "%s is the alias *%s; edit the anchor &%s instead",
-                      e->path, n->value, n->value);
-  if (n->kind != YN_SCALAR)
-    return ytree_diag(t, d, VF_EINVAL, n->start, "%s holds a %s, not a single value", e->path,
-                      n->kind == YN_MAP ? "mapping" : "list");
+  struct uses u = {n, false, false, 0, 0};
+  if (!n->anchor) return 0;
+  find_uses(t->root, &u);
+  if (!u.count) return 0;
+  int line, col;
+  ytree_linecol(t, u.first, &line, &col);
+  char more[48] = "";
+  if (u.count > 1) snprintf(more, sizeof more, " and %zu more", u.count - 1);
+  return ytree_diag(t, d, VF_EINVAL, n->start, "%s carries the anchor &%s, which line %d%s use%s as *%s: a new "
+                    "value here would change %s too: --set %s too (an alias set takes a value of its own), or "
+                    "edit the file by hand", e->path, n->anchor, line, more, u.count > 1 ? "" : "s", n->anchor,
+                    u.count > 1 ? "them" : "it", u.count > 1 ? "those keys" : "that key");
+}
+
+/* The node an alias names: the last one before it to define the anchor. */
+static void find_anchored(const struct ynode *m, const struct ynode *alias, const struct ynode **found) {
+  if (m->start >= alias->start) return;
+  if (m->anchor && strcmp(m->anchor, alias->value) == 0) *found = m;
+  for (size_t i = 0; i < m->nkid; i++) find_anchored(m->kid[i], alias, found);
+}
+
+static int check_value(const struct ytree *t, const struct ynode *n, const struct vf_path_edit *e,
+                       struct vf_diag *d) {
   if (n->style == YAML_LITERAL_SCALAR_STYLE || n->style == YAML_FOLDED_SCALAR_STYLE)
     return ytree_diag(t, d, VF_EINVAL, n->vstart, "%s is a block scalar (| or >); edit it by hand",
                       e->path);
   if (n->tag)
     return ytree_diag(t, d, VF_EINVAL, n->start, "%s has an explicit tag (%s); edit it by hand",
                       e->path, n->tag);
-  if (!e->keep_type) return 0;
-  enum vf_value_kind was = ynode_type(n), now = e->value.kind;
+  return check_anchor(t, n, e, d);
+}
+
+/* n is what is replaced; an alias of a single value is replaced by the new value itself, and
+ * the anchor keeps its own for the keys that still use it. */
+static int check_target(const struct ytree *t, const struct ynode *n, const struct vf_path_edit *e,
+                        struct vf_diag *d) {
+  const struct ynode *v = n; /* what the key holds */
+  if (n->kind == YN_ALIAS) {
+    v = NULL;
+    find_anchored(t->root, n, &v);
+    if (!v)
+      return ytree_diag(t, d, VF_EINVAL, n->start, "%s is the alias *%s, which no anchor before it defines",
+                        e->path, n->value);
+  }
+  if (v->kind != YN_SCALAR)
+    return ytree_diag(t, d, VF_EINVAL, n->start, "%s %s a %s, not a single value", e->path,
+                      n == v ? "holds" : "is an alias of", v->kind == YN_MAP ? "mapping" : "list");
+  int rc = n == v ? check_value(t, n, e, d) : 0;
+  if (rc || !e->keep_type) return rc;
+  enum vf_value_kind was = ynode_type(v), now = e->value.kind;
   bool was_num = was == VF_VALUE_INT || was == VF_VALUE_FLOAT;
   bool now_num = now == VF_VALUE_INT || now == VF_VALUE_FLOAT;
   if (was_num && !now_num)
@@ -82,15 +135,20 @@ static int replace_value(const struct ytree *t, const struct vf_path_edit *e, co
                          struct sbuf *out, struct vf_change *ch, struct vf_diag *d) {
   int rc = check_target(t, n, e, d);
   if (rc) return rc;
+  bool alias = n->kind == YN_ALIAS;
+  size_t from = alias ? n->start : n->vstart;
   struct sbuf val = {0};
   /* An empty value (`key:`) needs the space YAML wants after the colon. */
-  size_t lead = n->vstart == n->end && n->vstart > 0 && t->text[n->vstart - 1] == ':';
+  size_t lead = from == n->end && from > 0 && t->text[from - 1] == ':';
   if (lead) sb_puts(&val, " ");
-  rc = render_value(&val, &e->value, t->json, n, first_bool(t->root));
-  if (!rc) rc = splice(out, t, n->vstart, n->end, val.p, val.len);
+  rc = render_value(&val, &e->value, t->json, alias ? NULL : n, first_bool(t->root));
+  if (!rc) rc = splice(out, t, from, n->end, val.p, val.len);
   if (!rc)
-    rc = fill_change(ch, t, e->path, n->vstart, t->text + n->vstart, n->end - n->vstart,
-                     val.p + lead, val.len - lead);
+    rc = fill_change(ch, t, e->path, from, t->text + from, n->end - from, val.p + lead, val.len - lead);
+  char note[256];
+  snprintf(note, sizeof note, "written in place of the alias *%s; &%s keeps its value for the keys that still use it",
+           n->value, n->value);
+  if (!rc && alias && !(ch->note = strdup(note))) rc = VF_ENOMEM;
   sb_free(&val);
   return rc;
 }
@@ -249,16 +307,27 @@ static int edit_step(const struct ytree *t, const struct vf_path_edit *e, bool c
   return create_value(t, e, &f, out, ch, d);
 }
 
-/* Edits run one at a time on the text the previous one produced, values first and new
- * keys last, so that every step sees real positions. */
+static bool at_alias(const struct ytree *t, const struct vf_path_edit *e) {
+  struct yfind f;
+  return ytree_find(t, e->path, &f, NULL) == 0 && f.node && f.node->kind == YN_ALIAS;
+}
+
+/* Edits run one at a time on the text the previous one produced, aliases first (so that an
+ * anchor whose every use the call replaces is free to change), then values, new keys last,
+ * so that every step sees real positions. */
 static int run_edits(const char *file, struct doc *doc, char **cur, size_t *cur_len,
                      const struct vf_path_edit *edits, size_t n, struct vf_edited *out,
                      struct vf_diag *d) {
-  for (int pass = 0; pass < 2; pass++) {
-    for (size_t i = 0; i < n; i++) {
+  bool *first = calloc(n ? n : 1, sizeof *first);
+  if (!first) return VF_ENOMEM;
+  for (size_t i = 0; i < n; i++) first[i] = at_alias(&doc->t, &edits[i]);
+  int rc = 0;
+  for (int pass = 0; pass < 3 && !rc; pass++) {
+    for (size_t i = 0; i < n && !rc; i++) {
+      if ((pass == 0) != first[i] && pass < 2) continue;
       struct sbuf next = {0};
       struct vf_change *ch = &out->changes[out->n_changes];
-      int rc = edit_step(&doc->t, &edits[i], pass == 1, &next, ch, d);
+      rc = edit_step(&doc->t, &edits[i], pass == 2, &next, ch, d);
       if (!rc && next.len) {
         out->n_changes++;
         doc_close(doc);
@@ -267,10 +336,10 @@ static int run_edits(const char *file, struct doc *doc, char **cur, size_t *cur_
         rc = *cur ? doc_open(doc, file, *cur, *cur_len, d) : VF_ENOMEM;
       }
       sb_free(&next);
-      if (rc) return rc;
     }
   }
-  return 0;
+  free(first);
+  return rc;
 }
 
 /* Reports every change where it sits in the result: new keys shift the lines below them. */

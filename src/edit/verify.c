@@ -91,7 +91,7 @@ static int find_targets(struct verify *v, const struct vf_path_edit *edits, size
                         edits[i].path);
     rc = ytree_find(v->o, edits[i].path, &fo, v->d);
     if (rc) return rc;
-    if ((!fo.node && !edits[i].create) || (fo.node && fo.node->kind != YN_SCALAR))
+    if ((!fo.node && !edits[i].create) || (fo.node && fo.node->kind != YN_SCALAR && fo.node->kind != YN_ALIAS))
       return ytree_diag(v->o, v->d, VF_EFORMAT, 0, "cannot edit safely: %s was not a value there",
                         edits[i].path);
     v->tg[i] = (struct target){fo.node, fn.node};

@@ -157,7 +157,7 @@ static int open_given(struct creader *r, const char *path, const struct format *
   struct cfile probe = {0};
   int rc = view_open(&probe, path, r->d);
   const struct format *fmt = forced;
-  if (!rc && !fmt && probe.n_src) fmt = formats_detect(&r->fs, &probe.src[0]->doc);
+  if (!rc && !fmt && probe.n_src) fmt = formats_detect(&r->fs, &probe.src[0]->doc, NULL);
   if (!rc && !fmt) rc = unclaimed(path, &r->fs, r->d);
   char *why = rc ? NULL : forced ? strdup("--format") : detected_why(fmt, &probe);
   struct cfile *f = NULL;
@@ -278,7 +278,7 @@ int vf_config_detect(const char *path, const char *format, struct vf_diag *d) {
   if (!rc) rc = view_open(&probe, path, d);
   bool json = str_ends_with(path, ".json");
   int claimed = 0;
-  if (!rc) claimed = forced ? formats_find(&fs, format, d) != NULL : formats_detect(&fs, &probe.src[0]->doc) != NULL;
+  if (!rc) claimed = forced ? formats_find(&fs, format, d) != NULL : formats_detect(&fs, &probe.src[0]->doc, NULL) != NULL;
   if (!rc && forced && !claimed) rc = VF_EINVAL;
   else if (!rc && !claimed && !json) rc = unclaimed(path, &fs, d);
   else if (rc == VF_EFORMAT && json && !forced) rc = 0; /* a broken config.json: the model reader says why */

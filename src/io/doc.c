@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/diag.h"
 #include "base/fileio.h"
 #include "base/json_util.h"
 #include "io/doc.h"
@@ -15,6 +16,11 @@ static bool looks_json(const char *file, const char *text, size_t len) {
 
 int doc_open(struct doc *doc, const char *file, const char *text, size_t len, struct vf_diag *d) {
   memset(doc, 0, sizeof *doc);
+  /* Settings kept in code (guides' config/config.py) would read as broken YAML: say what
+   * the file is instead. */
+  if (str_ends_with(file, ".py"))
+    return diag_line(d, VF_EUNSUPPORTED, file, 1, 1, "a Python file, not a YAML or JSON config: its settings are "
+                     "code; set them there by hand, or in a config file the script reads");
   doc->file = strdup(file);
   if (!doc->file) return VF_ENOMEM;
   bool json = false;

@@ -94,7 +94,8 @@ struct doc {
   struct ytree t;
   char *file;
 };
-/* Parses text as JSON when it looks like JSON (or the name ends in .json), else YAML. */
+/* Parses text as JSON when it looks like JSON (or the name ends in .json), else YAML; a
+ * Python file (.py) is refused (VF_EUNSUPPORTED). */
 int doc_open(struct doc *doc, const char *file, const char *text, size_t len, struct vf_diag *d);
 void doc_close(struct doc *doc);
 

@@ -4,7 +4,9 @@
  *   "name", "title", "priority" (lower wins a detection tie), "syntax" ("json" to claim
  *   JSON files only), "keep_auto" (leave "auto" values to the HF Trainer),
  *   "framework" (the profile a run of this tool uses, for reading),
- *   "detect": {path: weight} (a file is claimed at a score of 3 or more),
+ *   "detect": {path: weight} (a file is claimed at a score of 3 or more; a name other tools
+ *     and projects use too weighs less than 3, and one every tool of a family has, such as
+ *     gradient_accumulation_steps, weighs 1 or is left out, so that it never claims alone),
  *   "defaults": {path: value the loader uses when the key is absent},
  *   "keys": {logical: {"paths": [candidates, first present wins],
  *                      "values": {logical value: spelling}}
@@ -95,22 +97,45 @@ const struct format *formats_find(const struct formats *fs, const char *name,
   return NULL;
 }
 
+static bool present(const struct doc *doc, const char *path) {
+  struct yfind found;
+  return ytree_find(&doc->t, path, &found, NULL) == 0 && found.node;
+}
+
 static int score(const struct format *f, const struct doc *doc) {
   const char *syntax = json_string_value(json_object_get(f->map, "syntax"));
   if (syntax && strcmp(syntax, "json") == 0 && !doc->t.json) return 0;
   const char *path;
   json_t *w;
   int total = 0;
-  json_object_foreach(json_object_get(f->map, "detect"), path, w) {
-    struct yfind found;
-    if (ytree_find(&doc->t, path, &found, NULL) == 0 && found.node) total += (int)json_integer_value(w);
-  }
+  json_object_foreach(json_object_get(f->map, "detect"), path, w) if (present(doc, path)) total += (int)json_integer_value(w);
   return total;
 }
 
-const struct format *formats_detect(const struct formats *fs, const struct doc *doc) {
+/* The three heaviest of f's keys found in doc (in the map's order among equals), ", ..."
+ * when there are more. */
+static void evidence_keys(const struct format *f, const struct doc *doc, char *out, size_t size) {
+  enum { MAX_KEYS = 32 };
+  const char *keys[MAX_KEYS];
+  json_int_t weights[MAX_KEYS];
+  size_t n = 0;
+  const char *path;
+  json_t *w;
+  json_object_foreach(json_object_get(f->map, "detect"), path, w) {
+    if (n == MAX_KEYS || !present(doc, path)) continue;
+    size_t at = n++;
+    for (; at > 0 && weights[at - 1] < json_integer_value(w); at--) keys[at] = keys[at - 1], weights[at] = weights[at - 1];
+    keys[at] = path, weights[at] = json_integer_value(w);
+  }
+  out[0] = '\0';
+  for (size_t i = 0, len = 0; i < n && i < 3; i++, len = strlen(out))
+    snprintf(out + len, size - len, "%s%s", len ? ", " : "", keys[i]);
+  if (n > 3) snprintf(out + strlen(out), size - strlen(out), ", ...");
+}
+
+const struct format *formats_detect(const struct formats *fs, const struct doc *doc, struct format_evidence *ev) {
   const struct format *best = NULL;
-  int best_score = CLAIM_SCORE - 1;
+  int best_score = 0;
   json_int_t best_prio = 0;
   for (size_t i = 0; i < fs->n; i++) {
     int s = score(&fs->v[i], doc);
@@ -121,7 +146,11 @@ const struct format *formats_detect(const struct formats *fs, const struct doc *
       best_prio = prio;
     }
   }
-  return best;
+  if (ev) {
+    *ev = (struct format_evidence){best, best_score, ""};
+    if (best) evidence_keys(best, doc, ev->keys, sizeof ev->keys);
+  }
+  return best_score >= CLAIM_SCORE ? best : NULL;
 }
 
 const json_t *format_key(const struct format *f, const char *key) {

@@ -23,8 +23,16 @@ int formats_load(struct formats *fs, struct vf_diag *d);
 void formats_free(struct formats *fs);
 /* NULL with d filled when no map has that name. */
 const struct format *formats_find(const struct formats *fs, const char *name, struct vf_diag *d);
-/* The map that scores highest on doc's keys, or NULL when none claims it. */
-const struct format *formats_detect(const struct formats *fs, const struct doc *doc);
+/* Why a file was taken for a tool, or was not: the map that scored highest on its keys and
+ * those keys, heaviest first. */
+struct format_evidence {
+  const struct format *best; /* NULL: no map's key is in the file */
+  int score;
+  char keys[256];            /* "sequence_len, micro_batch_size, base_model, ..." */
+};
+/* The map that scores highest on doc's keys, or NULL when none claims it; ev (may be NULL)
+ * gets the evidence either way. */
+const struct format *formats_detect(const struct formats *fs, const struct doc *doc, struct format_evidence *ev);
 /* The map's entry for a logical key ("batch"), or NULL. */
 const json_t *format_key(const struct format *f, const char *key);
 /* The map's default for a path, or NULL. */

@@ -74,7 +74,7 @@ refused "missing key" 'hf\.yaml:2:1: no gradient_checkpointing for grad_ckpt=ful
 refused "missing dotted key" 'hf\.yaml:2:1: no key no_such.key' hf.yaml hf.yaml --set no_such.key=3
 refused "key maps to a list" 'hf\.yaml:7:1: lora_target_modules holds a list' hf.yaml hf.yaml --set lora_target_modules=all
 refused "key maps to a mapping" 'hf\.yaml:9:7: base holds a mapping' hf.yaml hf.yaml --set base=1
-refused "alias" 'hf\.yaml:11:13: alias_here is the alias \*base' hf.yaml hf.yaml --set alias_here=1
+refused "alias of a mapping" 'hf\.yaml:11:13: alias_here is an alias of a mapping, not a single value' hf.yaml hf.yaml --set alias_here=1
 refused "path through alias" 'hf\.yaml:11:13: the path goes through the alias \*base' hf.yaml hf.yaml --set alias_here.warmup_ratio=0.2
 refused "block scalar" 'hf\.yaml:12:8: notes is a block scalar' hf.yaml hf.yaml --set notes=x
 refused "interpolation" 'hf\.yaml:14:11: data_dir is the interpolation \$\{oc\.env:DATA\}' hf.yaml hf.yaml --map seq=data_dir --set seq=128
@@ -162,6 +162,24 @@ grep -v '^  - _self_$' conf/config.yaml | sed 's/^  - trainer: default$/  - trai
 "$VRAMFIT" apply conf/last.yaml --set batch=4 --create >out.txt 2>err.txt
 expect "_self_ last: written in the primary config" grep -q '^  batch_size: 4$' conf/last.yaml
 expect "_self_ last: the group config untouched" grep -q '^batch_size: 16$' conf/data/alpaca.yaml
+# Without --create too: the value goes where it takes effect, never to a top-level key.
+refused "missing key a later defaults entry sets" "conf/config\.yaml:[0-9]+:[0-9]+: data\.batch_size: the defaults entry 'data: alpaca' comes after _self_ and sets it too \(conf/data/alpaca\.yaml\)" conf/config.yaml conf/config.yaml --set batch=4
+"$VRAMFIT" apply conf/config.yaml conf/data/alpaca.yaml --set batch=4 >out.txt 2>err.txt
+expect "missing key moved to the later config" grep -q '^batch_size: 4$' conf/data/alpaca.yaml
+expect "the primary config untouched" test "$(grep -c batch_size conf/config.yaml)" -eq 0
+# Stage configs the project loads over the primary one (a folder its defaults do not compose).
+mkdir -p stages && cp -r "$CASES/hydra_curriculum/conf" stages/ && cd stages || exit 1
+printf '\ndata_loader:\n  batch_size: 8\n' >>conf/text_curriculum/02_text.yaml
+printf '\ndata_loader:\n  batch_size: 4\n' >>conf/text_curriculum/03_text.yaml
+refused "key the stage configs set" 'conf/config\.yaml:11:15: data_loader\.batch_size \(for batch=6\) is set by conf/text_curriculum/02_text\.yaml and 1 more, which the run loads over this file a stage at a time.*give those files$' conf/config.yaml conf/config.yaml --set batch=6
+refused "stage config left out" 'conf/config\.yaml:11:15: .*is set by conf/text_curriculum/03_text\.yaml, which .*give that file$' conf/text_curriculum/02_text.yaml conf/config.yaml conf/text_curriculum/02_text.yaml --set batch=6
+sed -i '/^  batch_size: 12$/d' conf/config.yaml
+refused "key only the stage configs set, --create" 'conf/config\.yaml:[0-9]+:[0-9]+: data_loader\.batch_size \(for batch=6\) is set by conf/text_curriculum/02_text\.yaml and 1 more' conf/config.yaml conf/config.yaml --set batch=6 --create
+"$VRAMFIT" apply conf/config.yaml conf/text_curriculum/02_text.yaml conf/text_curriculum/03_text.yaml --set batch=6 >out.txt 2>err.txt
+expect "stage configs given: exit 0" test $? -eq 0
+expect "written in every stage" test "$(grep -h '^  batch_size: 6$' conf/text_curriculum/0[23]_text.yaml | wc -l)" -eq 2
+expect "the primary config left alone" test "$(grep -c batch_size conf/config.yaml)" -eq 0
+cd .. || exit 1
 # A primary config with a defaults list is Hydra's, even with a Lightning trainer block inline.
 cat >conf/inline.yaml <<'EOF'
 defaults:
@@ -175,6 +193,26 @@ trainer:
   max_epochs: 3
 EOF
 refused "Hydra file named hydra" 'conf/inline\.yaml:1:1: zero_stage=2 has no place in a hydra config' conf/inline.yaml conf/inline.yaml --set zero_stage=2
+
+# ---- YAML anchors: one key set, not every key that uses its anchor ----
+printf 'per_device_train_batch_size: 4\nlearning_rate: &lr 1.0e-4\nwarmup:\n  start_lr: *lr\nfinal_lr: *lr\n' >anchors.yaml
+refused "value other keys use through its anchor" 'anchors\.yaml:2:16: learning_rate carries the anchor &lr, which line 4 and 1 more use as \*lr: a new value here would change them too: --set those keys too' anchors.yaml anchors.yaml --set learning_rate=2.0e-4
+"$VRAMFIT" apply anchors.yaml --set warmup.start_lr=1.0e-5 >out.txt 2>err.txt
+expect "an alias set: exit 0" test $? -eq 0
+expect "the alias replaced by the value" grep -qx '  start_lr: 1.0e-05' anchors.yaml
+expect "the anchor and its other use kept" test "$(grep -c '&lr 1.0e-4$\|^final_lr: \*lr$' anchors.yaml)" -eq 2
+expect "the replacement is said" grep -q 'anchors.yaml:4: warmup.start_lr: warmup.start_lr \*lr -> 1.0e-05 (written in place of the alias \*lr; &lr keeps its value for the keys that still use it)' err.txt
+
+# ---- which tool a file is for ----
+cp "$SRC/tests/data/readme/pretrain_512m.yaml" own.yaml
+refused "no tool's keys: not guessed" "own\.yaml:1:1: cannot tell which tool reads this file for seq=1536 \(its keys .* are not enough to take it for [a-z]+\): use --format F" own.yaml own.yaml --set seq=1536
+"$VRAMFIT" apply own.yaml --set max_seq_len=1536 >out.txt 2>err.txt
+expect "the project's own key written" grep -q '^max_seq_len: 1536 ' own.yaml
+printf 'per_device_train_batch_size: 4\noutput_dir: out\n' >told.yaml
+"$VRAMFIT" apply told.yaml --set batch=2 >out.txt 2>err.txt
+expect "the tool taken is said, with its keys" grep -qx 'note: told.yaml: taken for hf by its keys per_device_train_batch_size, output_dir (--format names another tool)' err.txt
+printf 'BATCH_SIZE = 8\nSEQ_LEN = 1024\n' >config.py
+refused ".py config" 'config\.py:1:1: a Python file, not a YAML or JSON config: its settings are code' config.py config.py --set batch=4
 
 # ---- what must work ----
 mkdir -p ok && cp ds_m.json ok/ && cd ok || exit 1

@@ -18,7 +18,7 @@ RUN=$TMP/run
 
 # setup: the folder every example runs in.
 mkdir -p "$RUN/configs" "$RUN/my-llama"
-cp "$DATA/broken.json" "$DATA/bad_batch.yaml" "$RUN/"
+cp "$DATA/broken.json" "$DATA/bad_batch.yaml" "$DATA/pretrain_512m.yaml" "$DATA/launch.sh" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/train.yaml" "$RUN/"
 cp "$SRC/tests/data/apply/deepspeed/configs/ds_zero2.json" "$RUN/configs/"
 cp "$SRC/tests/data/apply/litgpt_lora/lora.yaml" "$RUN/"

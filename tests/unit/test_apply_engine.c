@@ -36,6 +36,20 @@ static void expect_edit(const char *file, const char *text, const char *path, co
   free(got);
 }
 
+/* Two edits in one call, the anchor's first: order does not matter. */
+static void expect_edits(const char *file, const char *text, const char *p1, const char *v1, const char *p2,
+                         const char *v2, const char *want) {
+  struct vf_path_edit e[2] = {{p1, {0}, 0, 0}, {p2, {0}, 0, 0}};
+  assert_int_equal(vf_value_parse(v1, &e[0].value), 0);
+  assert_int_equal(vf_value_parse(v2, &e[1].value), 0);
+  struct vf_edited r;
+  struct vf_diag d;
+  vf_diag_clear(&d);
+  if (vf_edit_buffer(file, text, strlen(text), e, 2, &r, &d)) fail_msg("%s", d.msg);
+  assert_string_equal(r.text, want);
+  vf_edited_cleanup(&r);
+}
+
 static void expect_error(const char *text, const char *path, const char *value, int keep_type,
                          int code, int line, int col, const char *msg_part) {
   char *got;
@@ -103,7 +117,11 @@ static void flow_anchor_crlf_bom_utf8(void **state) {
   (void)state;
   expect_edit("t.yaml", "rel: [1, 2]\nm: {a: 1, b: x}\n", "rel.1", "5", 0, "rel: [1, 5]\nm: {a: 1, b: x}\n");
   expect_edit("t.yaml", "rel: [1, 2]\nm: {a: 1, b: x}\n", "m.b", "z", 0, "rel: [1, 2]\nm: {a: 1, b: z}\n");
-  expect_edit("t.yaml", "bs: &bs 8\nuse: *bs\n", "bs", "16", 0, "bs: &bs 16\nuse: *bs\n");
+  expect_edit("t.yaml", "bs: &bs 8\nother: 1\n", "bs", "16", 0, "bs: &bs 16\nother: 1\n");
+  /* A key that uses an anchor gets a value of its own; the anchor and its other uses keep theirs. */
+  expect_edit("t.yaml", "bs: &bs 8\nuse: *bs\nalso: *bs\n", "use", "16", 0, "bs: &bs 8\nuse: 16\nalso: *bs\n");
+  /* An anchor whose every use the call replaces is free to change. */
+  expect_edits("t.yaml", "bs: &bs 8\nuse: *bs\n", "bs", "16", "use", "8", "bs: &bs 16\nuse: 8\n");
   /* libyaml counts characters: multibyte text before the value must not shift the splice. */
   expect_edit("t.yaml", "\xEF\xBB\xBF# caf\xC3\xA9 \xE6\x97\xA5\r\nn: \"\xC3\xA9t\xC3\xA9\"\r\nb: 4\r\n", "b", "8", 0,
               "\xEF\xBB\xBF# caf\xC3\xA9 \xE6\x97\xA5\r\nn: \"\xC3\xA9t\xC3\xA9\"\r\nb: 8\r\n");
@@ -147,7 +165,10 @@ static void creating_keys(void **state) {
 
 static void refusals(void **state) {
   (void)state;
-  expect_error("a: &x 1\nb: *x\n", "b", "2", 0, VF_EINVAL, 2, 4, "alias");
+  /* Changing a value other keys use through its anchor would change them too. */
+  expect_error("a: &x 1\nb: *x\nc: [*x]\n", "a", "2", 0, VF_EINVAL, 1, 4,
+               "a carries the anchor &x, which line 2 and 1 more use as *x: a new value here would change them too");
+  expect_error("m: &m {a: 1}\nb: *m\n", "b", "2", 0, VF_EINVAL, 2, 4, "b is an alias of a mapping");
   expect_error("l:\n- 1\n", "l", "2", 0, VF_EINVAL, 2, 1, "holds a list");
   expect_error("m:\n  a: 1\n", "m", "2", 0, VF_EINVAL, 2, 3, "holds a mapping");
   expect_error("t: |\n  x\n", "t", "y", 0, VF_EINVAL, 1, 4, "block scalar");

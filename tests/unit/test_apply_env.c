@@ -29,10 +29,40 @@ static void merges_into_existing_lines(void **state) {
              "expandable_segments:True",
              "PYTORCH_ALLOC_CONF=expandable_segments:True,max_split_size_mb:64\r\n"
              "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'\r\n");
-  /* A prefix on a command line is an assignment too. */
+  /* A prefix on a command line is an assignment too; the name it lacks is exported before
+   * the command, which would not see it after. */
   expect_env("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 torchrun train.py\n", "expandable_segments:True",
-             "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True torchrun train.py\n"
-             "PYTORCH_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True\n");
+             "export PYTORCH_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True\n"
+             "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True torchrun train.py\n");
+}
+
+/* A launch script gets its exports before the launch line, never after it. */
+static void launch_script_gets_them_before_the_command(void **state) {
+  (void)state;
+  /* After the assignments that lead up to the first command, exported even where they are not. */
+  expect_env("#!/bin/bash\n# 4 GPUs\nNPROC=4\nMASTER_PORT=29500  # free port\ntorchrun --nproc_per_node=$NPROC train.py\n"
+             "echo done\n",
+             "expandable_segments:True",
+             "#!/bin/bash\n# 4 GPUs\nNPROC=4\nMASTER_PORT=29500  # free port\n"
+             "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+             "export PYTORCH_ALLOC_CONF=expandable_segments:True\n"
+             "torchrun --nproc_per_node=$NPROC train.py\necho done\n");
+  /* No assignment before the first command: right after the #! line. */
+  expect_env("#!/bin/sh\r\nset -e\r\ncd /data; python train.py\r\n", "expandable_segments:True",
+             "#!/bin/sh\r\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\r\n"
+             "export PYTORCH_ALLOC_CONF=expandable_segments:True\r\nset -e\r\ncd /data; python train.py\r\n");
+  /* The changes name the lines the values end up on. */
+  const char *in = "#!/bin/sh\npython train.py\nexport PYTORCH_ALLOC_CONF=max_split_size_mb:64\n";
+  struct vf_edited r;
+  assert_int_equal(vf_env_edit("run.sh", in, strlen(in), "expandable_segments:True", &r, NULL), 0);
+  assert_string_equal(r.text, "#!/bin/sh\nexport PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True\n"
+                              "python train.py\nexport PYTORCH_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True\n");
+  assert_int_equal(r.n_changes, 2);
+  assert_int_equal(r.changes[0].line, 4);
+  assert_string_equal(r.changes[1].key, "PYTORCH_CUDA_ALLOC_CONF");
+  assert_int_equal(r.changes[1].line, 2);
+  assert_string_equal(r.changes[1].new_text, "max_split_size_mb:64,expandable_segments:True");
+  vf_edited_cleanup(&r);
 }
 
 static void appends_and_quotes(void **state) {
@@ -80,6 +110,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(merges_into_existing_lines),
       cmocka_unit_test(appends_and_quotes),
+      cmocka_unit_test(launch_script_gets_them_before_the_command),
       cmocka_unit_test(already_set_changes_nothing),
       cmocka_unit_test(refuses_what_it_cannot_merge),
   };

@@ -125,10 +125,12 @@ static void missing_keys_and_defaults(void **state) {
   assert_int_equal(prepare(&r, &f, 1, &differs, 1, 1, &d), 0);
   assert_true(change(&r.files[0], "gradient_accumulation_steps")->created);
   vf_apply_cleanup(&r);
-  /* A plan's field with no key and no known default is a note. */
+  /* A plan's field with no key and no known default is a note, after the one that says
+   * which tool the file was taken for, and why. */
   struct vf_setting seq = {"seq", "2048", 1};
   assert_int_equal(prepare(&r, &f, 1, &seq, 1, 0, &d), 0);
-  assert_int_equal(r.n_notes, 1);
+  assert_int_equal(r.n_notes, 2);
+  assert_non_null(strstr(r.notes[0], "m.yaml: taken for hf by its keys per_device_train_batch_size, output_dir, learning_rate"));
   vf_apply_cleanup(&r);
   seq.from_plan = 0;
   assert_int_equal(prepare(&r, &f, 1, &seq, 1, 0, &d), VF_ENOTFOUND);
