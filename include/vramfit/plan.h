@@ -1,10 +1,15 @@
 /* Planning (`vramfit plan`): the fastest setting that fits a GPU, found by calling the
- * estimator over the knobs the user lets change.
+ * estimator over the knobs the user lets change: first those that leave the trained model
+ * as it is (the allocator's configuration, the loss kernel, autocast, the optimizer's
+ * storage, checkpointing, ZeRO, offload, the micro batch and accumulation), then, where
+ * --keep allows and nothing fits without, the method, seq and the LoRA rank, each to the
+ * largest value that fits.
  *
  * Fit: an estimate's device peak (what nvidia-smi shows) at most a tier's budget. The safe
  * and balanced tiers judge the high end of the peak's range (vramfit/uncertainty.h), as
  * `estimate` judges a fit; the aggressive tier judges the point estimate: it bets on the
- * estimate being right.
+ * estimate being right. Every setting reported, the given one too, carries the estimate
+ * vf_estimate() makes of it.
  * Speed: the throughput model of vf_plan_tokens_per_second(). */
 #ifndef VRAMFIT_PLAN_H
 #define VRAMFIT_PLAN_H
@@ -23,12 +28,17 @@ enum vf_keep {
   VF_KEEP_SEQ = 1 << 0, VF_KEEP_PRECISION = 1 << 1, VF_KEEP_OPTIMIZER = 1 << 2,
   VF_KEEP_METHOD = 1 << 3, VF_KEEP_LORA_R = 1 << 4, VF_KEEP_QUANT = 1 << 5,
   VF_KEEP_GRAD_CKPT = 1 << 6, VF_KEEP_SHARD = 1 << 7, VF_KEEP_OFFLOAD = 1 << 8,
+  VF_KEEP_ALLOC_CONF = 1 << 9, VF_KEEP_LOSS = 1 << 10,
   VF_KEEP_CAPACITY = VF_KEEP_METHOD | VF_KEEP_LORA_R | VF_KEEP_QUANT
 };
 
 /* A --keep list ("seq,optimizer", "capacity"; "none" keeps nothing) as VF_KEEP_* bits.
  * VF_EINVAL on an unknown name. */
 VF_API int vf_keep_parse(const char *list, uint32_t *bits);
+/* What `plan --keep LIST` keeps: the knobs listed on top of capacity, which is kept unless
+ * the list names "none" ("optimizer": capacity and the optimizer; "none,seq": seq alone).
+ * VF_EINVAL on an unknown name. */
+VF_API int vf_keep_list(const char *list, uint32_t *bits);
 
 /* Offload bits as --offload spells them: "none", "optimizer", "optimizer,params". */
 VF_API void vf_offload_format(uint32_t bits, char *buf, size_t size);
@@ -57,12 +67,18 @@ struct vf_plan_request {
    * framework runs. 0: the given layout, in nodes of 8. */
   uint64_t gpus_per_node;
   double network_gbps; /* GB/s per GPU between nodes, one direction; 0: 50 (400 Gb/s) */
+  /* The PYTORCH_ALLOC_CONF that alloc was parsed from (NULL or "": none); a setting that
+   * adds expandable segments to it reports the string it then needs. */
+  const char *alloc_conf_text;
 };
+
+enum { VF_PLAN_ALLOC_CONF_LEN = 160 };
 
 /* One setting and what it costs. */
 struct vf_plan_choice {
   bool found;
   struct vf_setup setup; /* batch, accumulation (never 0), seq and every knob */
+  char alloc_conf[VF_PLAN_ALLOC_CONF_LEN]; /* the PYTORCH_ALLOC_CONF it assumes; "" for none */
   uint64_t effective_batch;
   uint64_t peak_device_bytes;
   uint64_t budget_bytes;
@@ -70,7 +86,7 @@ struct vf_plan_choice {
   struct vf_range device_range; /* of peak_device_bytes; the point at both ends without a spread */
 };
 
-enum { VF_PLAN_MAX_CHANGES = 12 };
+enum { VF_PLAN_MAX_CHANGES = 12, VF_PLAN_CHANGE_LEN = 256 };
 
 struct vf_plan_result {
   struct vf_plan_choice tiers[VF_TIER_COUNT]; /* found == false where nothing fits */
@@ -79,7 +95,7 @@ struct vf_plan_result {
   uint64_t target_effective_batch; /* as asked */
   uint64_t estimates;              /* estimator calls the search made */
   /* From the given setting to the balanced tier, most important first. */
-  char changes[VF_PLAN_MAX_CHANGES][200];
+  char changes[VF_PLAN_MAX_CHANGES][VF_PLAN_CHANGE_LEN];
   size_t n_changes;
 };
 

@@ -18,6 +18,7 @@
 #include "vramfit/error.h"
 #include "vramfit/estimate.h"
 #include "vramfit/model.h"
+#include "vramfit/uncertainty.h"
 
 enum {
   VF_WL_NAME = 48,
@@ -217,6 +218,7 @@ struct vf_wl_env {
   const struct vf_alloc_conf *alloc;
   uint32_t gpu_cc_major, gpu_cc_minor; /* 0: unknown */
   uint64_t context_bytes;              /* CUDA context outside the allocator */
+  uint64_t gpus; /* data-parallel GPUs, each encoder a DistributedDataParallel replica (0: 1) */
 };
 
 VF_API int vf_workload_shape(const struct vf_workload *w, const struct vf_wl_point *pt, struct vf_wl_shape *out,
@@ -256,25 +258,31 @@ VF_API char *vf_workload_fit_text(const struct vf_wl_fit *f);
  * The micro batch and accumulation are shared by every stage (they live in the main
  * config); each stage has its own values of the other knobs. Knobs are raised in priority
  * order (lower first; the micro batch is 0 unless given) as far as every stage it belongs
- * to still fits the budget (safety x capacity, judged on the estimate's device peak): the
- * micro batch up to the target effective batch, then snapped to the accumulation that
- * reaches the target (micro batch = ceil(target / accumulation)), which leaves the room it
- * frees to the knobs after it. */
+ * to still fits the budget (safety x capacity, judged as a model plan judges its balanced
+ * tier: the high end of the device peak's range): the micro batch up to the target
+ * effective batch's share of one data-parallel GPU, then snapped to the accumulation that
+ * reaches it (micro batch = ceil(share / accumulation)), which leaves the room it frees to
+ * the knobs after it. Kept knobs stay at their given values. */
 enum { VF_WL_MAX_CHANGES = 24 };
 
 struct vf_wl_plan_request {
   const struct vf_workload *w;
   struct vf_wl_env env;
   uint64_t capacity_bytes;
-  double safety;                   /* 0: the workload's, else 0.85 */
+  double safety;                   /* 0: the workload's, else 0.90 */
   uint64_t target_effective_batch; /* 0: the workload's, else the given one, else none */
   /* The values the configs hold now, per stage (-1 where unknown); NULL: none known. */
   const struct vf_wl_point *given;
+  /* The framework's measured spread, whose widest range over the encoders' methods judges a
+   * fit; NULL: the point estimate is judged. */
+  const struct vf_uncertainty_table *uncertainty;
+  uint32_t keep; /* bit (1 << k) per knob index k held at its given value */
 };
 
 struct vf_wl_stage_plan {
   struct vf_wl_point point; /* batch, accumulation and every knob */
   struct vf_estimate est;
+  struct vf_range device_range; /* of est.device_peak: its high end is what fits the budget */
   struct vf_wl_shape shape;
 };
 
@@ -283,6 +291,7 @@ struct vf_wl_plan {
   size_t n_stages;         /* the workload's, or 1 when it has none */
   struct vf_wl_stage_plan stages[VF_WL_MAX_STAGES];
   uint64_t batch, accumulation, effective_batch, target_effective_batch; /* target 0: none */
+  uint64_t gpus; /* data-parallel GPUs: effective batch = batch x accumulation x gpus */
   double safety;
   uint64_t budget_bytes;
   size_t tightest;         /* the stage whose peak is closest to the budget (or furthest over) */

@@ -10,7 +10,8 @@
 static const char usage[] =
     "usage: vramfit plan MODEL [estimate options] --gpu G [options]\n"
     "       vramfit plan CONFIG [more configs] [estimate options] --gpu G [--write] [options]\n"
-    "       vramfit plan --workload FILE --gpu G [--safety F] [--target-effective-batch N] [--json]\n\n"
+    "       vramfit plan --workload FILE --gpu G [--gpus N] [--safety F] [--target-effective-batch N]\n"
+    "                    [--keep KNOBS] [--json]\n\n"
     "The fastest training setting that fits the GPU, within the changes allowed: micro batch\n"
     "and accumulation (keeping the effective batch), gradient checkpointing, optimizer,\n"
     "autocast precision, ZeRO sharding and CPU offload; method (LoRA, QLoRA) and, as a last\n"
@@ -25,9 +26,10 @@ static const char usage[] =
     "  --gpu G                      catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB), or auto\n"
     "  --safety F                   share of GPU memory a plan may use (0.90)\n"
     "  --target-effective-batch N   batch x accumulation x data-parallel GPUs to keep (as given)\n"
-    "  --keep LIST                  knobs that must not change: seq, precision, optimizer, method,\n"
-    "                               lora-r, quant, grad-ckpt, shard, offload, capacity (= method,\n"
-    "                               lora-r, quant and the model), none (capacity)\n"
+    "  --keep LIST                  knobs that must not change, on top of capacity (= method,\n"
+    "                               lora-r, quant and the model): seq, precision, optimizer,\n"
+    "                               method, lora-r, quant, grad-ckpt, shard, offload, alloc-conf,\n"
+    "                               loss; none lifts capacity\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
     "  --write                      with training configs as MODEL: write the recommended\n"
     "                               setting into the keys it was read from, as 'vramfit apply\n"
@@ -41,8 +43,9 @@ static const char usage[] =
     "                               schedule\n"
     "  --network-gbps B             GB/s per GPU between nodes, one direction (50)\n"
     "  --workload FILE              plan every stage of a workload.yaml instead of MODEL: the\n"
-    "                               shared micro batch and accumulation and each stage's knobs\n"
-    "                               (--safety 0.85 unless the workload says otherwise)\n\n"
+    "                               shared micro batch and accumulation and each stage's knobs,\n"
+    "                               judged as a model's plan is; with --gpus N data parallel,\n"
+    "                               --keep names the workload's knobs to hold\n\n"
     "Every option of 'vramfit estimate' describes the given setting (--batch, --seq,\n"
     "--lengths, --accumulation, --weights, --amp, --optimizer, --method, --grad-ckpt,\n"
     "--gpus, ...).\n\n"
@@ -77,7 +80,8 @@ struct plan_args {
   double network_gbps;
   uint32_t keep;
   bool json, calibrate, safety_given, write;
-  const char *workload;
+  const char *workload, *keep_list;
+  const char *unworkable; /* the first option given that a workload plan cannot honour */
 };
 
 /* A number above 0 and at most max: --safety (a fraction), --network-gbps. */
@@ -104,11 +108,7 @@ static int plan_option(struct plan_args *a, int c, const char *arg) {
     return parse_positive("--safety", arg, 1, "a fraction above 0 and at most 1", &a->safety);
   case O_TARGET: return parse_count("--target-effective-batch", arg, &a->target);
   case O_WORKLOAD: a->workload = arg; return 0;
-  case O_KEEP:
-    if (vf_keep_parse(arg, &a->keep) == 0) return 0;
-    cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
-                    "quant, grad-ckpt, shard, offload, capacity, none", arg);
-    return VF_EINVAL;
+  case O_KEEP: a->keep_list = arg; return 0;
   case O_JSON: a->json = true; return 0;
   case O_WRITE: a->write = true; return 0;
   case O_CALIBRATE: a->calibrate = true; return 0;
@@ -153,6 +153,8 @@ static json_t *choice_json(const struct vf_plan_choice *c, bool layout) {
   json_object_set_new(o, "precision", s->amp == VF_PREC_NONE ? json_null()
                                                              : json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->amp)));
   json_object_set_new(o, "weights", json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->weights)));
+  json_object_set_new(o, "alloc_conf", json_string(c->alloc_conf));
+  json_object_set_new(o, "loss", json_string(vf_enum_name(VF_ENUM_LOSS, (int)s->loss)));
   json_object_set_new(o, "lora_r", json_integer((json_int_t)s->lora_r));
   json_object_set_new(o, "quant", json_string(quant_name(s)));
   json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
@@ -182,7 +184,25 @@ static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, bool
   return o;
 }
 
-static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t capacity, bool layout) {
+/* What the columns do not show, on a line of its own where it is not the given setting's:
+ * the allocator's configuration, the loss, the precision. */
+static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choice *given) {
+  const struct vf_setup *s = &c->setup;
+  char line[320] = "";
+  size_t n = 0;
+  if (strcmp(c->alloc_conf, given->alloc_conf) != 0)
+    n += (size_t)snprintf(line + n, sizeof line - n, ", PYTORCH_CUDA_ALLOC_CONF=%s", c->alloc_conf);
+  if (s->loss != given->setup.loss && n < sizeof line)
+    n += (size_t)snprintf(line + n, sizeof line - n, ", loss %s", vf_enum_name(VF_ENUM_LOSS, (int)s->loss));
+  bool precision = s->amp != given->setup.amp || s->weights != given->setup.weights;
+  if (precision && n < sizeof line)
+    snprintf(line + n, sizeof line - n, ", autocast %s, weights %s", vf_enum_name(VF_ENUM_PRECISION, (int)s->amp),
+             vf_enum_name(VF_ENUM_PRECISION, (int)s->weights));
+  if (line[0]) printf("  %-10s %s\n", "", line + 2);
+}
+
+static void tier_row(const char *name, const struct vf_plan_choice *c, const struct vf_plan_choice *given,
+                     uint64_t capacity, bool layout) {
   if (!c->found) {
     printf("  %-10s  nothing fits\n", name);
     return;
@@ -198,6 +218,7 @@ static void tier_row(const char *name, const struct vf_plan_choice *c, uint64_t 
          vf_enum_name(VF_ENUM_CKPT, (int)s->grad_ckpt), vf_enum_name(VF_ENUM_OPTIMIZER, (int)s->optimizer),
          vf_enum_name(VF_ENUM_METHOD, (int)s->method), vf_enum_name(VF_ENUM_SHARD, (int)s->shard), offload,
          peak, high, 100.0 * (double)c->device_range.high / (double)capacity, rate);
+  row_notes(c, given);
   if (!layout) return;
   char where[96];
   vf_layout_format(s, where, sizeof where);
@@ -213,11 +234,11 @@ static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, c
          p->given.setup.gpus == 1 ? "" : "s");
   printf("  %-10s %5s %5s %6s  %-9s  %-16s  %-6s  %-5s  %-9s %10s %10s %6s %10s\n", "tier", "batch", "accum",
          "seq", "grad ckpt", "optimizer", "method", "shard", "offload", "peak", "high end", "of GPU", "tokens/s");
-  tier_row("given", &p->given, gpu->capacity_bytes, layout);
+  tier_row("given", &p->given, &p->given, gpu->capacity_bytes, layout);
   for (int t = 0; t < VF_TIER_COUNT; t++)
-    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], gpu->capacity_bytes, layout);
+    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], &p->given, gpu->capacity_bytes, layout);
   if (!p->tiers[VF_TIER_BALANCED].found) {
-    tier_row("smallest", &p->smallest, gpu->capacity_bytes, layout);
+    tier_row("smallest", &p->smallest, &p->given, gpu->capacity_bytes, layout);
     cli_format_bytes(p->smallest.peak_device_bytes, low, sizeof low);
     printf("\nnothing fits under %.0f%% of the GPU at the high end within the allowed changes: the smallest"
            " peak found is %s (let more knobs change: --keep)\n", 100 * safety, low);
@@ -240,7 +261,7 @@ static int plan_setup(struct plan_args *a, const struct setup_config *sc, const 
                       json_t **out) {
   struct vf_plan_request req = {&ctx->model, ctx->profile, &ctx->conf, &ctx->gpu, a->setup.setup,
                                 a->safety, a->target, a->keep | setup_config_keep(sc), 0, &ctx->uncertainty,
-                                a->gpus_per_node, a->network_gbps};
+                                a->gpus_per_node, a->network_gbps, setup_alloc_conf_text(&a->setup)};
   bool layout = a->gpus_per_node > 0;
   setup_config_warn(&a->setup, ctx, sc);
   /* What a run of the given setup measured here, and --calibrate to it. */
@@ -280,19 +301,42 @@ static int plan_show(struct plan_args *a, const struct setup_config *sc, const s
   return code;
 }
 
+/* Options a workload plan honours besides its own: the GPU, the allocator, data parallelism
+ * and the plan's own figures. The workload gives the rest of its setup; history keeps its
+ * measured runs by stage, which no estimate of a whole workload is matched to. */
+static bool workload_option(int c) {
+  static const int honoured[] = {O_GPU, O_ALLOC_CONF, O_GPUS, O_SAFETY, O_TARGET, O_KEEP, O_JSON, O_WORKLOAD};
+  for (size_t i = 0; i < sizeof honoured / sizeof *honoured; i++)
+    if (honoured[i] == c) return true;
+  return false;
+}
+
+static int model_keep(struct plan_args *a) {
+  if (!a->keep_list || vf_keep_list(a->keep_list, &a->keep) == 0) return EXIT_OK;
+  return cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
+                         "quant, grad-ckpt, shard, offload, alloc-conf, loss, capacity, none", a->keep_list);
+}
+
 int cmd_plan(int argc, char **argv) {
   struct plan_args a = {.safety = 0.90, .keep = VF_KEEP_CAPACITY};
   setup_request_init(&a.setup, "plan");
   optind = 1;
   opterr = 0; /* getopt's own message would make the error two lines */
-  for (int c; (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+  for (int c, at = -1; (c = getopt_long(argc, argv, ":h", opts, &at)) != -1; at = -1) {
     if (c == O_HELP || c == 'h') return fputs(usage, stdout), EXIT_OK;
     if (c == ':' || c == '?') return cli_option_error("plan", c, argv);
+    if (!workload_option(c) && !a.unworkable && at >= 0) a.unworkable = opts[at].name;
     if (plan_option(&a, c, optarg)) return EXIT_BAD_INPUT;
   }
   if (a.workload && optind != argc)
     return cli_usage_error("plan", "--workload: the workload names its model; give no MODEL");
-  if (a.workload) return plan_workload(&a.setup, a.workload, a.safety_given ? a.safety : 0, a.target, a.json);
+  if (a.workload && a.unworkable)
+    return cli_usage_error("plan", "--%s: a workload plan takes --gpu, --gpus, --alloc-conf, --safety, "
+                           "--target-effective-batch, --keep (the workload's knobs) and --json; the workload gives "
+                           "the rest", a.unworkable);
+  if (a.workload)
+    return plan_workload(&a.setup, a.workload, a.safety_given ? a.safety : 0, a.target, a.keep_list, a.json);
+  if (model_keep(&a)) return EXIT_BAD_INPUT;
   if (optind == argc) return cli_usage_error("plan", "MODEL is missing; see 'vramfit plan --help'");
   if (!a.setup.gpu) return cli_usage_error("plan", "--gpu is required: the GPU to plan for");
   struct setup_config sc;

@@ -284,6 +284,11 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
   if (a->r.torch)
     return cli_usage_error("trace", "--torch: the tracer runs the PyTorch release its environment pins "
                                     "('make trace-env'); --torch is estimate's");
+  /* The fused kernels are Triton's, for GPUs; the CPU runs the framework's own loss. */
+  if (a->r.setup.loss != VF_LOSS_DEFAULT)
+    return cli_usage_error("trace", "--loss %s: the tracer runs the framework's own loss on the CPU (Liger's and "
+                                    "Cut Cross-Entropy's kernels need a GPU); --loss is the estimator's",
+                           vf_enum_name(VF_ENUM_LOSS, a->r.setup.loss));
   /* The traced loop validates where the framework's own does (litgpt's scripts). */
   if (a->r.setup.eval != VF_EVAL_DEFAULT)
     return cli_usage_error("trace", "--eval: the tracer validates as the framework's loop does (litgpt's "

@@ -32,7 +32,7 @@ static int plan_stage(const struct workload_context *c, size_t st, struct vf_wl_
   struct vf_wl_point *given = calloc(VF_WL_MAX_STAGES, sizeof *given);
   if (!p || !given) return free(p), free(given), cli_error(NAME, EXIT_INTERNAL, "out of memory");
   vf_workload_given(&c->w, given);
-  struct vf_wl_plan_request req = {&c->w, c->wl_env, c->env.gpu.capacity_bytes, 0, 0, given};
+  struct vf_wl_plan_request req = {&c->w, c->wl_env, c->env.gpu.capacity_bytes, 0, 0, given, &c->env.uncertainty, 0};
   struct vf_diag d;
   vf_diag_clear(&d);
   int rc = vf_workload_plan(&req, p, &d);

@@ -110,22 +110,10 @@ static json_t *sentence(const struct vf_config_warning *w, const json_t *setup) 
                       v ? "; vramfit assumes " : "", v ? w->name : "", v ? " " : "", used);
 }
 
-/* A setting the command line has no option for yet (the loss). */
-static json_t *unmodelled(const struct vf_config_setting *s) {
-  return json_sprintf("%s:%d: %s: %s %s is not modelled yet; vramfit assumes the framework's own %s", s->file, s->line,
-                      s->key, s->name, s->value, s->name);
-}
-
 json_t *setup_config_warnings_json(const struct setup_request *r, const struct setup_context *c,
                                    const struct setup_config *sc) {
   json_t *setup = setup_values_json(r, c), *out = json_array();
   for (size_t i = 0; i < sc->cfg.n_warnings; i++) json_array_append_new(out, sentence(&sc->cfg.warnings[i], setup));
-  for (size_t i = 0; i < sc->cfg.n_settings; i++) {
-    const struct vf_config_setting *s = &sc->cfg.settings[i];
-    enum setup_key k = setup_key_named(s->name);
-    if (k < K_COUNT && k != K_MODEL && !setup_option_code(k) && s->line && strcmp(s->value, "default") != 0)
-      json_array_append_new(out, unmodelled(s));
-  }
   json_decref(setup);
   return out;
 }
@@ -196,7 +184,7 @@ uint32_t setup_config_keep(const struct setup_config *sc) {
   /* Each knob a plan may turn, and the key apply writes it as (NULL: apply writes none). */
   static const char *const knobs[][2] = {{"seq", "seq"}, {"precision", "precision"}, {"optimizer", "optimizer"},
                                          {"grad-ckpt", "grad_ckpt"}, {"shard", "zero_stage"}, {"offload", "offload"},
-                                         {"method", NULL}, {"lora-r", NULL}, {"quant", NULL}};
+                                         {"loss", "loss"}, {"method", NULL}, {"lora-r", NULL}, {"quant", NULL}};
   uint32_t keep = 0;
   if (!setup_config_any(sc)) return 0;
   for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)

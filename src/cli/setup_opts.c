@@ -53,6 +53,7 @@ static const struct {
     {O_DP_REPLICATE, "--dp-replicate", K_DP_REPLICATE},
     {O_EP, "--ep", K_EP},
     {O_FORMAT, "--format", K_COUNT},
+    {O_LOSS, "--loss", K_LOSS},
 };
 #define N_OPTIONS (sizeof options / sizeof *options)
 
@@ -186,6 +187,10 @@ static int parse_choice(struct setup_request *r, int c, const char *label, const
   case O_SEQUENCE_PARALLEL:
     rc = parse_enum(r, label, VF_ENUM_SP, arg, &v);
     s->sequence_parallel = (enum vf_sp)v;
+    return rc;
+  case O_LOSS:
+    rc = parse_enum(r, label, VF_ENUM_LOSS, arg, &v);
+    s->loss = (enum vf_loss)v;
     return rc;
   default: /* every setup option is handled here or in parse_option */
     return VF_EINTERNAL;
@@ -413,7 +418,7 @@ static json_t *value_json(enum setup_key k, const struct vf_setup *s, const stru
   case K_GRAD_CKPT: return enum_json(VF_ENUM_CKPT, s->grad_ckpt);
   case K_ATTENTION: return enum_json(VF_ENUM_ATTENTION, s->attention);
   case K_OPTIMIZER: return enum_json(VF_ENUM_OPTIMIZER, s->optimizer);
-  case K_LOSS: return json_string("default"); /* the framework's own: the only loss modelled */
+  case K_LOSS: return enum_json(VF_ENUM_LOSS, s->loss);
   case K_SHARD: return enum_json(VF_ENUM_SHARD, s->shard);
   case K_OFFLOAD: vf_offload_format(s->offload, text, sizeof text); return json_string(text);
   case K_GPUS: return json_integer((json_int_t)s->gpus);

@@ -12,7 +12,7 @@ enum {
   O_BATCH = 256, O_SEQ, O_ACCUMULATION, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER,
   O_METHOD, O_LORA_R, O_LORA_TARGETS, O_QUANT, O_GRAD_CKPT, O_ATTENTION, O_GPUS, O_SHARD,
   O_OFFLOAD, O_TP, O_PP, O_CP, O_GPU, O_ALLOC_CONF, O_LENGTHS, O_TORCH, O_EVAL, O_PP_SCHEDULE,
-  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP, O_FORMAT,
+  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP, O_FORMAT, O_LOSS,
   O_SETUP_END /* a command's own options are numbered from here */
 };
 
@@ -34,7 +34,8 @@ enum {
   {"torch", required_argument, NULL, O_TORCH}, {"eval", required_argument, NULL, O_EVAL},      \
   {"pp-schedule", required_argument, NULL, O_PP_SCHEDULE},                                    \
   {"sequence-parallel", required_argument, NULL, O_SEQUENCE_PARALLEL},                        \
-  {"dp-replicate", required_argument, NULL, O_DP_REPLICATE}, {"ep", required_argument, NULL, O_EP}
+  {"dp-replicate", required_argument, NULL, O_DP_REPLICATE}, {"ep", required_argument, NULL, O_EP}, \
+  {"loss", required_argument, NULL, O_LOSS}
 
 /* --format, for the commands that read a training config as MODEL (cli/setup_config.h). */
 #define CONFIG_OPTIONS {"format", required_argument, NULL, O_FORMAT}

@@ -22,7 +22,7 @@ int workload_context_load(struct setup_request *r, const char *file, struct work
     return rc;
   }
   c->wl_env = (struct vf_wl_env){c->env.profile, &c->env.conf, r->setup.gpu_cc_major, r->setup.gpu_cc_minor,
-                                 r->setup.context_bytes};
+                                 r->setup.context_bytes, r->setup.gpus};
   return EXIT_OK;
 }
 
@@ -53,13 +53,15 @@ static json_t *stage_json(const struct vf_workload *w, const struct vf_wl_plan *
   json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:s}", "name", s ? s->name : "default",
                         "file", s && s->file[0] ? json_string(s->file) : json_null(), "batch",
                         (json_int_t)sp->point.values[w->batch], "accumulation", (json_int_t)p->accumulation,
-                        "effective_batch", (json_int_t)(sp->point.values[w->batch] * (int64_t)p->accumulation),
+                        "effective_batch", (json_int_t)(sp->point.values[w->batch] * (int64_t)(p->accumulation * p->gpus)),
                         "knobs", knobs, "peak_device_bytes", (json_int_t)sp->est.device_peak, "budget_bytes",
                         (json_int_t)p->budget_bytes, "sequences", (json_int_t)sp->shape.sequences, "phase",
                         vf_phase_name(sp->est.peak_phase));
   json_object_set_new(o, "peak_allocated_bytes", json_integer((json_int_t)sp->est.allocated_peak));
   json_object_set_new(o, "peak_reserved_bytes", json_integer((json_int_t)sp->est.reserved_peak));
-  json_object_set_new(o, "fits", json_boolean(sp->est.device_peak <= p->budget_bytes));
+  json_object_set_new(o, "fits", json_boolean(sp->device_range.high <= p->budget_bytes));
+  json_object_set_new(o, "peak_device_range", json_pack("{s:I, s:I}", "low", (json_int_t)sp->device_range.low, "high",
+                                                        (json_int_t)sp->device_range.high));
   json_object_set_new(o, "breakdown", cli_breakdown_json(&sp->est));
   json_object_set_new(o, "set", set_json(w, &sp->point, true));
   return o;
@@ -75,6 +77,7 @@ static json_t *plan_json(const struct vf_workload *w, const struct vf_wl_plan *p
                         (json_int_t)capacity_bytes, "budget_bytes", (json_int_t)p->budget_bytes, "found", p->found);
   json_object_set_new(o, "target_effective_batch",
                       p->target_effective_batch ? json_integer((json_int_t)p->target_effective_batch) : json_null());
+  json_object_set_new(o, "gpus", json_integer((json_int_t)p->gpus));
   json_object_set_new(o, "config", w->config[0] ? json_string(w->config) : json_null());
   json_object_set_new(o, "estimated_from", json_string(w->fit.n_points ? "trace" : "parts"));
   json_object_set_new(o, "stages", stages);
@@ -95,16 +98,17 @@ static void stage_table(const struct vf_workload *w, const struct vf_wl_plan *p,
   printf("  %-8s", "stage");
   for (size_t k = 0; k < w->n_knobs; k++)
     if (w->knobs[k].role == VF_WL_KNOB) printf(" %12s", w->knobs[k].name);
-  printf(" %10s %12s %7s  %s\n", "sequences", "peak", "of GPU", "file");
+  printf(" %10s %12s %12s %7s  %s\n", "sequences", "peak", "high end", "of GPU", "file");
   for (size_t st = 0; st < p->n_stages; st++) {
     const struct vf_wl_stage_plan *sp = &p->stages[st];
-    char seqs[32], peak[32];
+    char seqs[32], peak[32], high[32];
     printf("  %-8s", stage_name(w, st));
     for (size_t k = 0; k < w->n_knobs; k++)
       if (w->knobs[k].role == VF_WL_KNOB) printf(" %12lld", (long long)sp->point.values[k]);
     cli_group_digits(sp->shape.sequences, seqs, sizeof seqs);
     cli_format_bytes(sp->est.device_peak, peak, sizeof peak);
-    printf(" %10s %12s %6.1f%%  %s\n", seqs, peak, 100.0 * (double)sp->est.device_peak / (double)capacity,
+    cli_format_bytes(sp->device_range.high, high, sizeof high);
+    printf(" %10s %12s %12s %6.1f%%  %s\n", seqs, peak, high, 100.0 * (double)sp->device_range.high / (double)capacity,
            st < w->n_stages && w->stages[st].file[0] ? w->stages[st].file : "-");
   }
 }
@@ -137,14 +141,15 @@ static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu
   char cap[32], budget[32];
   cli_format_bytes(gpu->capacity_bytes, cap, sizeof cap);
   cli_format_bytes(p->budget_bytes, budget, sizeof budget);
-  printf("%s on %s (%s): budget %.0f%%, %s\n", w->name[0] ? w->name : w->file, gpu->name[0] ? gpu->name : gpu_arg, cap,
-         100 * p->safety, budget);
+  printf("%s on %s (%s): budget %.0f%%, %s, for the high end of each peak's range%s\n", w->name[0] ? w->name : w->file,
+         gpu->name[0] ? gpu->name : gpu_arg, cap, 100 * p->safety, budget, p->gpus > 1 ? " on each GPU" : "");
   if (w->fit.n_points)
     printf("estimated from the trace of %s (%zu points, largest error %.1f%%)\n", w->factory, w->fit.n_points,
            100 * w->fit.max_error);
   if (p->found) {
-    printf("micro batch %llu, accumulation %llu: effective batch %llu", (unsigned long long)p->batch,
-           (unsigned long long)p->accumulation, (unsigned long long)p->effective_batch);
+    printf("micro batch %llu, accumulation %llu", (unsigned long long)p->batch, (unsigned long long)p->accumulation);
+    if (p->gpus > 1) printf(", %llu GPUs", (unsigned long long)p->gpus);
+    printf(": effective batch %llu", (unsigned long long)p->effective_batch);
     if (p->target_effective_batch) printf(" (target %llu)", (unsigned long long)p->target_effective_batch);
     printf("\n");
   }
@@ -153,8 +158,8 @@ static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu
   breakdown_table(w, p);
   if (!p->found) {
     char peak[32];
-    cli_format_bytes(p->stages[p->tightest].est.device_peak, peak, sizeof peak);
-    printf("\nnothing fits: stage %s needs %s at its knobs' minimums and a micro batch of %lld, over the budget of %s\n",
+    cli_format_bytes(p->stages[p->tightest].device_range.high, peak, sizeof peak);
+    printf("\nnothing fits: stage %s needs up to %s at its knobs' minimums and a micro batch of %lld, over the budget of %s\n",
            stage_name(w, p->tightest), peak, (long long)p->stages[p->tightest].point.values[w->batch], budget);
     return;
   }
@@ -163,7 +168,38 @@ static void plan_text(const struct vf_workload *w, const struct vf_gpu_spec *gpu
   for (size_t i = 0; i < p->n_changes; i++) printf("  - %s\n", p->changes[i]);
 }
 
-int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, bool json) {
+/* --keep for a workload: the knobs it names stay at the values its configs give. */
+static int keep_knobs(const struct setup_request *r, const struct vf_workload *w, const char *list,
+                      const struct vf_wl_point *given, uint32_t *out) {
+  *out = 0;
+  for (const char *p = list; p && *p;) {
+    size_t n = strcspn(p, ",");
+    char name[VF_WL_NAME];
+    snprintf(name, sizeof name, "%.*s", (int)n, p);
+    int k = vf_workload_knob(w, name);
+    if (k < 0)
+      return cli_usage_error(r->cmd, "--keep: '%s' is not a knob of %s (its knobs name what --keep holds)", name,
+                             w->file);
+    for (size_t st = 0; st < (w->n_stages ? w->n_stages : 1); st++)
+      if (given[st].values[k] < 0)
+        return cli_usage_error(r->cmd, "--keep %s: its configs give no value to hold (%s)", name,
+                               w->knobs[k].path[0] ? w->knobs[k].path : "no path");
+    *out |= 1u << k;
+    p += n + (p[n] == ',');
+  }
+  return EXIT_OK;
+}
+
+/* What a workload plan cannot honour: data parallelism over a measured fit of one process. */
+static int workload_refuses(const struct setup_request *r, const struct vf_workload *w) {
+  if (r->setup.gpus > 1 && w->fit.n_points)
+    return cli_usage_error(r->cmd, "--gpus %llu: %s is estimated from the trace of one process, which holds no "
+                           "data-parallel buffers; plan it on one GPU", (unsigned long long)r->setup.gpus, w->file);
+  return EXIT_OK;
+}
+
+int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, const char *keep,
+                  bool json) {
   if (!r->gpu) return cli_usage_error(r->cmd, "--gpu is required: the GPU to plan for");
   struct workload_context *c = calloc(1, sizeof *c);
   struct vf_wl_plan *p = malloc(sizeof *p);
@@ -174,7 +210,16 @@ int plan_workload(struct setup_request *r, const char *file, double safety, uint
     return code;
   }
   vf_workload_given(&c->w, given);
-  struct vf_wl_plan_request req = {&c->w, c->wl_env, c->env.gpu.capacity_bytes, safety, target, given};
+  uint32_t kept = 0;
+  code = workload_refuses(r, &c->w);
+  if (!code) code = keep_knobs(r, &c->w, keep, given, &kept);
+  if (code) {
+    workload_context_cleanup(c);
+    free(c), free(p), free(given);
+    return code;
+  }
+  struct vf_wl_plan_request req = {&c->w, c->wl_env, c->env.gpu.capacity_bytes, safety, target, given,
+                                   &c->env.uncertainty, kept};
   struct vf_diag d;
   vf_diag_clear(&d);
   int rc = vf_workload_plan(&req, p, &d);

@@ -17,8 +17,10 @@ struct workload_context {
 int workload_context_load(struct setup_request *r, const char *file, struct workload_context *c);
 void workload_context_cleanup(struct workload_context *c);
 
-/* `vramfit plan --workload FILE`: safety 0 and target 0 take the workload's. */
-int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, bool json);
+/* `vramfit plan --workload FILE`: safety 0 and target 0 take the workload's; keep (NULL:
+ * none) names the knobs held at the values the configs give. */
+int plan_workload(struct setup_request *r, const char *file, double safety, uint64_t target, const char *keep,
+                  bool json);
 
 /* `vramfit trace --workload FILE`: traces the factory at the workload's points and writes
  * the fit beside it (src/cli/trace_workload.c). */

@@ -76,6 +76,16 @@ struct vf_profile {
   /* >0: the model returns its logits as this many chunks of each sequence, all made (whole,
    * in the compute dtype) before the loss up-casts them one chunk at a time. */
   uint32_t output_chunks;
+  /* --loss chunked where the framework's own loss takes the logits whole: the chunks it cuts
+   * them into, each up-cast alone as with output_chunks (0: the framework has none). */
+  uint32_t chunked_output_chunks;
+  /* The kernels the framework can run for the head and loss together, never making the
+   * logits whole: Liger's fused linear cross-entropy (--loss fused), Cut Cross-Entropy
+   * (--loss cce). */
+  bool liger_loss, cce_loss;
+  /* The framework can offload the tensors saved for the backward to the CPU (a switch its
+   * configs have), and only with activation checkpointing on. */
+  bool offloads_activations, activation_offload_needs_ckpt;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;

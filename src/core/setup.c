@@ -19,6 +19,7 @@ static const char *const lengths_names[] = {"default", "fixed", "varied", NULL};
 static const char *const eval_names[] = {"default", "no", "yes", NULL};
 static const char *const pp_schedule_names[] = {"default", "none", "gpipe", "1f1b", "interleaved-1f1b", NULL};
 static const char *const sp_names[] = {"default", "no", "yes", NULL};
+static const char *const loss_names[] = {"default", "chunked", "fused", "cce", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
@@ -27,6 +28,7 @@ static const char *const *const enum_tables[] = {
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
     [VF_ENUM_LENGTHS] = lengths_names,   [VF_ENUM_EVAL] = eval_names,
     [VF_ENUM_PP_SCHEDULE] = pp_schedule_names, [VF_ENUM_SP] = sp_names,
+    [VF_ENUM_LOSS] = loss_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {
@@ -36,14 +38,15 @@ const char *vf_enum_name(enum vf_enum_kind kind, int value) {
   return "unknown";
 }
 
-static bool placeholder(const char *name) {
-  return strcmp(name, "auto") == 0 || strcmp(name, "default") == 0;
+/* --loss default is the contract's spelling of the framework's own loss, not a placeholder. */
+static bool placeholder(enum vf_enum_kind kind, const char *name) {
+  return strcmp(name, "auto") == 0 || (strcmp(name, "default") == 0 && kind != VF_ENUM_LOSS);
 }
 
 int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value) {
   const char *const *t = enum_tables[kind];
   for (int i = 0; t[i]; i++)
-    if (strcmp(t[i], name) == 0 && !placeholder(t[i])) {
+    if (strcmp(t[i], name) == 0 && !placeholder(kind, t[i])) {
       *value = i;
       return 0;
     }
@@ -55,7 +58,7 @@ void vf_enum_choices(enum vf_enum_kind kind, char *buf, size_t size) {
   size_t o = 0;
   if (size) buf[0] = '\0';
   for (int i = 0; t[i] && o < size; i++)
-    if (!placeholder(t[i])) o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", t[i]);
+    if (!placeholder(kind, t[i])) o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", t[i]);
 }
 
 void vf_setup_default(struct vf_setup *s) {

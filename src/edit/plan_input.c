@@ -9,8 +9,8 @@
 #include "edit/internal.h"
 
 /* Plan fields that are logical keys as they are. */
-static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt",
-                                            "optimizer", "precision", "offload", "zero_stage"};
+static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt", "optimizer",
+                                            "precision", "offload", "zero_stage", "loss"};
 
 struct list {
   struct vf_setting *v;

@@ -33,6 +33,7 @@ static const struct logical logicals[] = {
     {"optimizer", L_ENUM, 0, 0, "adamw adamw-8bit paged-adamw-8bit adafactor sgd sgd-momentum lion",
      NULL},
     {"offload", L_LIST, 0, 0, "none optimizer params activations", "none"},
+    {"loss", L_ENUM, 0, 0, "default chunked fused cce", "default"},
 };
 
 /* Other spellings users type, as "key:spelling" -> value. */

@@ -265,8 +265,10 @@ int vf_config_read(struct vf_config *c, const char *const *paths, size_t n, cons
   return rc;
 }
 
+/* A file read as a training config; a .py one too, so that doc_open says it is code. */
 static bool config_file_type(const char *path) {
-  return str_ends_with(path, ".yaml") || str_ends_with(path, ".yml") || str_ends_with(path, ".json");
+  return str_ends_with(path, ".yaml") || str_ends_with(path, ".yml") || str_ends_with(path, ".json") ||
+         str_ends_with(path, ".py");
 }
 
 int vf_config_detect(const char *path, const char *format, struct vf_diag *d) {

@@ -30,11 +30,10 @@ succeeds '^read from hf/ds_z3_offload.json \(deepspeed\): shard zero3 \(line 8\)
   estimate hf/train.yaml
 run estimate hf/fsdp.json --json
 is "hf fsdp" "fsdp optimizer,params full adamw" 'j["setup"]["shard"], j["setup"]["offload"], j["setup"]["grad_ckpt"], j["setup"]["optimizer"]'
-is "hf fsdp warnings" "3" 'len(j["warnings"])'
+is "hf fsdp warnings" "2" 'len(j["warnings"])'
 grep -q '^warning: hf/fsdp.json:8: optim: galore_adamw is not an optimizer vramfit models; vramfit assumes optimizer adamw$' \
   "$TMP/err" && ok || bad "no warning for galore_adamw: $(cat "$TMP/err")"
-grep -q '^warning: hf/fsdp.json:12: use_liger_kernel: loss fused is not modelled yet' "$TMP/err" && ok ||
-  bad "no warning for the Liger loss: $(cat "$TMP/err")"
+is "hf fsdp Liger loss" "fused hf/fsdp.json:12" 'j["setup"]["loss"], j["read_from"]["loss"]'
 grep -q '^warning: hf/fsdp.json:13: torch_compile: true compiles the model' "$TMP/err" && ok ||
   bad "no warning for torch_compile: $(cat "$TMP/err")"
 run estimate trl/sft_qlora.yaml --json
@@ -101,6 +100,8 @@ fails 2 '^vramfit estimate: errors/no_model.yaml:1: names no model' estimate err
 fails 2 '^vramfit estimate: errors/unknown.yaml:1:1: not a training config vramfit reads' estimate errors/unknown.yaml
 printf 'base_model: nosuch-model-9b\nmicro_batch_size: 2\nsequence_len: 1024\n' >unknown_model.yml
 fails 2 "^vramfit estimate: unknown_model.yml:1: unknown model 'nosuch-model-9b'" estimate unknown_model.yml
+printf 'learning_rate = 1e-4\nbatch_size = 4\n' >config.py
+fails 2 '^vramfit estimate: config.py:1:1: a Python file, not a YAML or JSON config' estimate qwen2.5-7b config.py
 fails 2 '^vramfit estimate: expects exactly one MODEL' estimate hf/train.yaml qwen2.5-7b llama-3.2-1b
 fails 2 '^vramfit estimate: --format hf: no training config given' estimate qwen2.5-7b --format hf
 fails 2 "^vramfit plan: --write writes the plan into the training configs" plan qwen2.5-7b --gpu 24GiB --write

@@ -181,5 +181,25 @@ def=$(grep -o '"reserved_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$
 [ "$exp" -le "$def" ] && ok || bad "expandable segments reserve more ($exp) than the default ($def)"
 PYTORCH_ALLOC_CONF=bogus:1 fails 2 "PYTORCH_ALLOC_CONF.*Unrecognized key 'bogus'" estimate gpt2
 
+# ---- --loss: the fused kernels never make the logits whole ----------------------------------
+LORA=(llama-3.1-8b --weights bf16 --method lora --batch 4 --grad-ckpt full)
+run estimate "${LORA[@]}" --json
+whole=$(grep -o '"allocated_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+for loss in fused cce chunked default; do
+  run estimate "${LORA[@]}" --loss "$loss" --json
+  got=$(grep -o '"allocated_bytes": [0-9]*' "$TMP/out" | head -1 | grep -o '[0-9]*$')
+  said=$(grep -o '"loss": "[a-z]*"' "$TMP/out" | head -1)
+  # 8,192 tokens x 128,256 logits x 10 bytes the Trainer's loss holds at once
+  case $loss in
+  fused | cce) [ $((whole - got)) -ge 10506731520 ] && [ "$said" = "\"loss\": \"$loss\"" ] && ok || bad "--loss $loss: $got of $whole ($said)" ;;
+  chunked) [ "$got" -lt "$whole" ] && [ $((whole - got)) -lt 10506731520 ] && ok || bad "--loss chunked: $got of $whole" ;;
+  default) [ "$got" = "$whole" ] && ok || bad "--loss default: $got, not $whole" ;;
+  esac
+done
+fails 2 "^vramfit estimate: --loss: 'liger' is not one of default, chunked, fused, cce$" estimate gpt2 --loss liger
+fails 2 '^vramfit estimate: --loss fused: litgpt 0.5 has no such loss \(it runs: default, chunked\)$' estimate gpt2 --framework litgpt --loss fused
+fails 2 "replaces a causal LM's head and loss" estimate bert-base-uncased --loss fused
+fails 2 "^vramfit trace: --loss fused: the tracer runs the framework's own loss on the CPU" trace gpt2 --loss fused
+
 succeeds '^usage: vramfit estimate MODEL \[options\]' estimate --help
 finish

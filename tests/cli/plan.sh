@@ -17,7 +17,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 fields = {"batch": int, "accumulation": int, "seq": int, "grad_ckpt": str, "optimizer": str,
           "method": str, "shard": str, "offload": str, "peak_device_bytes": int,
-          "tokens_per_second": (int, float)}
+          "tokens_per_second": (int, float), "alloc_conf": str, "loss": str}
 tiers = [d["tiers"][t] for t in ("safe", "balanced", "aggressive")]
 for c in [d["recommended"]] + tiers:
     for k, t in fields.items():
@@ -58,7 +58,7 @@ exits 1 plan llama-2-7b --gpu rtx-4090 --json
 grep -q '"recommended": null' "$TMP/out" && grep -q '"smallest_peak_device_bytes": [1-9]' "$TMP/out" && ok ||
   bad "nothing-fits JSON: $(head -c 300 "$TMP/out")"
 # ... but with the method free to change, adapters fit.
-succeeds ' balanced .* (lora|qlora) ' plan llama-2-7b --gpu rtx-4090 --keep seq
+succeeds ' balanced .* (lora|qlora) ' plan llama-2-7b --gpu rtx-4090 --keep none,seq
 
 # ---- bad input: exit 2, one line ------------------------------------------------------------
 fails 2 '^vramfit plan: --gpu is required' plan gpt2
@@ -122,6 +122,54 @@ ep=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["recommended
 [ "$rc" -eq 0 ] && [ "$ep" = True ] && ok || bad "plan --gpus-per-node on a mixture of experts: exit $rc, ep fits: $ep"
 fails 2 "^vramfit plan: --gpus-per-node must be at least 1$" plan gpt2 --gpu rtx-4090 --gpus-per-node 0
 fails 2 "^vramfit plan: --network-gbps expects GB/s above 0, got 'fast'$" plan gpt2 --gpu rtx-4090 --network-gbps fast
+
+# ---- one setting, one peak: the given row is estimate's figure ----------------------------------
+field() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>&1; }
+G003=(qwen2.5-7b --weights bf16 --method lora --lora-r 128 --lora-targets all-linear --batch 2 --accumulation 8
+      --seq 2048 --grad-ckpt full --gpu 24GiB)
+run estimate "${G003[@]}" --json
+estimated=$(field "$TMP/out" 'j["peak"]["device_bytes"]')
+run plan "${G003[@]}" --json
+[ "$(field "$TMP/out" 'j["given"]["peak_device_bytes"]')" = "$estimated" ] && ok ||
+  bad "plan's given row is not estimate's peak ($estimated): $(field "$TMP/out" 'j["given"]')"
+
+# ---- the memory guides' knobs -----------------------------------------------------------------
+# Guide 003 (Qwen2.5-7B, LoRA r128, 24 GiB): seq 2048 fits once the loss is fused, with seq kept
+# or not; the rank and the method stay (capacity).
+for keep in capacity,seq optimizer; do
+  run plan "${G003[@]}" --keep "$keep" --json
+  g=$(field "$TMP/out" 'j["recommended"]["seq"], j["recommended"]["method"], j["recommended"]["lora_r"], j["recommended"]["quant"], j["recommended"]["loss"]')
+  [ "$rc" = 0 ] && [ "$g" = "2048 lora 128 none fused" ] && ok || bad "guide 003 --keep $keep: exit $rc, $g"
+done
+# --keep optimizer adds to capacity: no QLoRA, AdamW kept.
+is_opt=$(field "$TMP/out" 'j["recommended"]["optimizer"]')
+[ "$is_opt" = adamw ] && ok || bad "--keep optimizer changed the optimizer: $is_opt"
+# With the loss and the offload kept too, seq is searched, not halved (the aggressive tier's is
+# no power of two), and the allocator's setting is chosen and stated.
+run plan "${G003[@]}" --keep optimizer,offload,loss --json
+g=$(field "$TMP/out" 'j["recommended"]["alloc_conf"], j["tiers"]["aggressive"]["seq"] % 128, j["tiers"]["aggressive"]["seq"] & (j["tiers"]["aggressive"]["seq"] - 1) != 0, 0 < j["recommended"]["seq"] < 2048')
+[ "$rc" = 0 ] && [ "$g" = "expandable_segments:True 0 True True" ] && ok || bad "guide 003, seq searched: exit $rc, $g"
+grep -q 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place' "$TMP/out" && grep -q '"seq 2048 → [0-9]*, the largest that fits' "$TMP/out" &&
+  ok || bad "guide 003: the changes do not say why: $(field "$TMP/out" 'j["changes"]')"
+# --keep alloc-conf,loss hold them.
+run plan "${G003[@]}" --keep capacity,seq,alloc-conf,loss --json
+[ "$(field "$TMP/out" 'sorted({(c["alloc_conf"], c["loss"]) for c in j["tiers"].values() if c})')" = "[('', 'default')]" ] && ok ||
+  bad "--keep alloc-conf,loss: $(field "$TMP/out" '[(c["alloc_conf"], c["loss"]) for c in j["tiers"].values() if c]')"
+# Guide 002 (about 500M parameters, 4 x 44 GiB, global batch 256): micro batch 3 x 21 x 4 = 252.
+run plan qwen2.5-0.5b --weights fp32 --amp bf16 --batch 2 --accumulation 32 --gpus 4 --seq 2048 --gpu 44GiB \
+  --keep grad-ckpt,optimizer,loss,offload,alloc-conf,shard --json
+[ "$(field "$TMP/out" 'j["recommended"]["batch"], j["recommended"]["accumulation"], j["recommended"]["effective_batch"]')" = "3 21 252" ] &&
+  grep -q 'makes the effective batch 252, 1.6% off the 256 asked' "$TMP/out" && ok ||
+  bad "guide 002: $(field "$TMP/out" 'j["recommended"]["batch"], j["recommended"]["accumulation"], j["changes"]')"
+
+# ---- a GPU without bf16: fp16 autocast with its GradScaler, said ---------------------------------
+run plan qwen2.5-1.5b --method lora --batch 4 --gpu v100-32gb --json
+[ "$(field "$TMP/out" 'sorted({(c["precision"], c["weights"]) for c in j["tiers"].values()})')" = "[('fp16', 'fp16')]" ] &&
+  grep -q 'compute in fp16 with a GradScaler.*v100-32gb has no bf16 (compute capability 7.0)' "$TMP/out" && ok ||
+  bad "plan on a V100: $(field "$TMP/out" '[(c["precision"], c["weights"]) for c in j["tiers"].values()], j["changes"]')"
+run plan qwen2.5-1.5b --batch 4 --gpu t4 --keep none --json
+[ "$(field "$TMP/out" 'j["recommended"]["precision"]')" = fp16 ] && ok || bad "plan on a T4: $(field "$TMP/out" 'j["recommended"]')"
+succeeds 'no bf16 .*--keep precision holds bf16' plan qwen2.5-1.5b --method lora --batch 4 --gpu v100-32gb --keep precision
 
 succeeds '^usage: vramfit plan MODEL' plan --help
 finish

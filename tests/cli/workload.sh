@@ -11,7 +11,7 @@ rm -f "$TMP/ex/"*.trace.json # planned from the parts, not from a trace a develo
 W=$TMP/ex/workload.yaml
 GIB=$((1 << 30))
 
-# ---- a 24 GiB plan keeps every stage within 85% of it ----------------------------------
+# ---- a 24 GiB plan keeps every stage within 85% of it (the workload's safety) -------------
 run plan --workload "$W" --gpu 24GiB --json
 cp "$TMP/out" "$TMP/plan24.json"
 check=$(python3 - "$TMP/out" <<'PY' 2>&1
@@ -81,6 +81,33 @@ python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert all(s["peak_device_bytes"] <= 0.6 * 24 * 2**30 for s in d["stages"])' "$TMP/out" && ok || bad "--safety 0.6 not held"
+
+# ---- a stage fits as a model plan judges it: the high end of its range, within --safety ------
+run plan --workload "$W" --gpu 24GiB --json
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for s in d["stages"]:
+    r = s["peak_device_range"]
+    assert r["low"] < s["peak_device_bytes"] < r["high"] <= s["budget_bytes"] and s["fits"], s' "$TMP/out" && ok ||
+  bad "plan --workload does not hold the high end to the budget"
+# --gpus N: data parallel, every GPU counted in the effective batch.
+run plan --workload "$W" --gpu 24GiB --gpus 2 --json
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["gpus"] == 2
+for s in d["stages"]:
+    assert s["effective_batch"] == s["batch"] * s["accumulation"] * 2 and 256 <= s["effective_batch"] < 256 + 2 * s["accumulation"], s' \
+  "$TMP/out" && ok || bad "plan --workload --gpus 2: exit $rc $(head -c 300 "$TMP/err")"
+# --keep names the workload's knobs, held at the values the configs give (24 and 8 negatives).
+run plan --workload "$W" --gpu 24GiB --keep n_negatives --json
+[ "$(python3 -c 'import json,sys; print([s["knobs"]["n_negatives"] for s in json.load(open(sys.argv[1]))["stages"]])' "$TMP/out")" = "[24, 8, 8, 8, 8]" ] &&
+  ok || bad "plan --workload --keep n_negatives: exit $rc $(head -c 300 "$TMP/err")"
+fails 2 "^vramfit plan: --keep: 'seq' is not a knob of" plan --workload "$W" --gpu 24GiB --keep seq
+# What a workload plan cannot honour is refused.
+fails 2 '^vramfit plan: --calibrate: a workload plan takes --gpu, --gpus' plan --workload "$W" --gpu 24GiB --calibrate
+fails 2 '^vramfit plan: --batch: a workload plan takes' plan --workload "$W" --gpu 24GiB --batch 8
 
 # ---- nothing fits: exit 1 with the stage that does not ------------------------------------
 run plan --workload "$W" --gpu 1GiB

@@ -144,7 +144,7 @@ static void axolotl_recipes(void **state) {
          "amp=bf16@fsdp_full.yml:16 method=full@fsdp_full.yml:0 quant=none@fsdp_full.yml:0 "
          "batch=1@fsdp_full.yml:10 accumulation=8@fsdp_full.yml:11 seq=8192@fsdp_full.yml:8 "
          "lengths=fixed@fsdp_full.yml:9 grad_ckpt=full@fsdp_full.yml:29 attention=flash@fsdp_full.yml:17 "
-         "optimizer=adamw@fsdp_full.yml:13 loss=fused@fsdp_full.yml:18 shard=fsdp@fsdp_full.yml:24 "
+         "optimizer=adamw@fsdp_full.yml:13 loss=cce@fsdp_full.yml:18 shard=fsdp@fsdp_full.yml:24 "
          "offload=optimizer,params@fsdp_full.yml:24",
          NULL, 1, "axolotl/fsdp_full.yml");
 }
@@ -185,7 +185,7 @@ static void torchtune_recipes(void **state) {
          "lora_targets=q,v,o,gate,up,down@1B_lora_single_device.yaml:12 batch=4@1B_lora_single_device.yaml:42 "
          "accumulation=8@1B_lora_single_device.yaml:60 lengths=varied@1B_lora_single_device.yaml:39 "
          "grad_ckpt=none@1B_lora_single_device.yaml:68 optimizer=adamw@1B_lora_single_device.yaml:46 "
-         "loss=fused@1B_lora_single_device.yaml:55 offload=none@1B_lora_single_device.yaml:69 "
+         "loss=chunked@1B_lora_single_device.yaml:55 offload=none@1B_lora_single_device.yaml:69 "
          "method=lora@1B_lora_single_device.yaml:11 model=llama-3.2-1b@1B_lora_single_device.yaml:11 "
          "! seq@1B_lora_single_device.yaml:22 tokenizer.max_seq_len=null",
          NULL, 1, "torchtune/1B_lora_single_device.yaml");
@@ -203,7 +203,7 @@ static void torchtune_recipes(void **state) {
          "weights=bf16@7B_full_distributed.yaml:36 batch=2@7B_full_distributed.yaml:24 "
          "accumulation=8@7B_full_distributed.yaml:32 seq=4096@7B_full_distributed.yaml:13 "
          "lengths=varied@7B_full_distributed.yaml:23 grad_ckpt=full@7B_full_distributed.yaml:35 "
-         "optimizer=adamw@7B_full_distributed.yaml:27 loss=fused@7B_full_distributed.yaml:31 "
+         "optimizer=adamw@7B_full_distributed.yaml:27 loss=chunked@7B_full_distributed.yaml:31 "
          "offload=optimizer,params@7B_full_distributed.yaml:33 method=full@7B_full_distributed.yaml:7 "
          "model=qwen2.5-7b@7B_full_distributed.yaml:7",
          NULL, 1, "torchtune/7B_full_distributed.yaml");

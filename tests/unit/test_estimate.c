@@ -1712,6 +1712,80 @@ static void test_impossible_setups(void **state) {
   expect_invalid(&s, "llama-2-7b", "--tp larger than --gpus");
 }
 
+/* llama-3.1-8b LoRA, batch 4 x 2048 (8,192 tokens), checkpointed: its peak is the loss's. */
+static struct vf_estimate big_vocab_lora(const char *framework, enum vf_loss loss) {
+  struct vf_model m;
+  struct vf_setup s;
+  load(&m, "llama-3.1-8b");
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16, s.method = VF_METHOD_LORA, s.batch = 4, s.seq = 2048, s.grad_ckpt = VF_CKPT_FULL;
+  s.loss = loss;
+  struct vf_estimate e = run(&m, &s, framework);
+  vf_model_cleanup(&m);
+  return e;
+}
+
+/* --loss fused: Liger's kernel never makes the 128,256-wide logits whole, so the loss holds
+ * the 10 bytes a logit the Trainer's loss does at once (bf16 logits, their fp32 up-cast and
+ * log-softmax) no more, and keeps instead the gradient of the head's input (8,192 x 4,096 x
+ * 2), one chunk of 256 positions' logits (8,192 / ceil(128,256 / 4,096), to a power of two)
+ * and the fp32 per-token losses. Cut Cross-Entropy's forward keeps less still. */
+static void test_fused_loss(void **state) {
+  (void)state;
+  const uint64_t T = 8192, V = 128256, h = 4096;
+  struct vf_estimate plain = big_vocab_lora("hf", VF_LOSS_DEFAULT), fused = big_vocab_lora("hf", VF_LOSS_FUSED);
+  struct vf_estimate cce = big_vocab_lora("hf", VF_LOSS_CCE);
+  uint64_t logits = T * V * 10, kernel = T * h * 2 + 256 * V * 2 + T * 4;
+  uint64_t drop = plain.phase_allocated[VF_PHASE_LOSS] - fused.phase_allocated[VF_PHASE_LOSS];
+  assert_true(drop <= logits - kernel && drop + (4u << 20) >= logits - kernel);
+  assert_true(plain.allocated_peak - fused.allocated_peak >= logits);
+  assert_true(cce.phase_allocated[VF_PHASE_LOSS] < fused.phase_allocated[VF_PHASE_LOSS]);
+}
+
+/* A loss the framework cannot run is refused; where its own loss is chunked, --loss chunked
+ * is that loss. */
+static void test_loss_offered(void **state) {
+  (void)state;
+  struct vf_estimate own = big_vocab_lora("torchtune", VF_LOSS_DEFAULT);
+  struct vf_estimate chunked = big_vocab_lora("torchtune", VF_LOSS_CHUNKED);
+  assert_int_equal(own.device_peak, chunked.device_peak);
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  struct vf_setup s;
+  load(&m, "llama-3.1-8b");
+  vf_setup_default(&s);
+  s.loss = VF_LOSS_FUSED;
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), VF_EINVAL);
+  assert_non_null(strstr(d.msg, "--loss fused: litgpt 0.5 has no such loss (it runs: default, chunked)"));
+  vf_model_cleanup(&m);
+  s.task = VF_TASK_SEQ_CLS;
+  expect_invalid(&s, "llama-3.1-8b", "replaces a causal LM's head and loss");
+}
+
+/* fp16 autocast trains with a GradScaler: its scale (fp32) and growth tracker (int32) are
+ * made at the first loss and kept, a 512-byte block each, on top of what bf16 autocast
+ * holds with the same tensors. */
+static void test_grad_scaler(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_setup s;
+  load(&m, "gpt2");
+  vf_setup_default(&s);
+  s.seq = 1024; /* GPT-2's positions */
+  s.amp = VF_PREC_BF16;
+  struct vf_estimate bf16 = run(&m, &s, "hf");
+  s.amp = VF_PREC_FP16;
+  struct vf_estimate fp16 = run(&m, &s, "hf");
+  assert_int_equal(fp16.allocated_peak - bf16.allocated_peak, 1024);
+  assert_int_equal(fp16.by_category[VF_CAT_OPTIMIZER] - bf16.by_category[VF_CAT_OPTIMIZER], 1024);
+  vf_model_cleanup(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_toy_params),       cmocka_unit_test(test_optimizer_state_sizes),
@@ -1753,6 +1827,8 @@ int main(void) {
       cmocka_unit_test(test_chunked_output),   cmocka_unit_test(test_adapter_input),
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
       cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample), cmocka_unit_test(test_checkpointed_input_grads),     cmocka_unit_test(test_accumulating_tied_grads),
+      cmocka_unit_test(test_fused_loss),       cmocka_unit_test(test_loss_offered),
+      cmocka_unit_test(test_grad_scaler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 struct fixture {
   struct vf_model m;
   struct vf_profile p;
+  struct vf_uncertainty_table u;
   struct vf_alloc_conf c;
   struct vf_gpu_spec gpu;
   struct vf_plan_request r;
@@ -29,7 +30,7 @@ static struct fixture *setup_for(const char *model, const char *gpu) {
   assert_int_equal(profile_read("hf", NULL, &f->p, &d), 0);
   vf_alloc_conf_default(&f->c);
   assert_int_equal(vf_gpu_lookup(gpu, &f->gpu), 0);
-  f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0, NULL, 0, 0};
+  f->r = (struct vf_plan_request){&f->m, &f->p, &f->c, &f->gpu, {0}, 0.90, 0, VF_KEEP_CAPACITY, 0, NULL, 0, 0, NULL};
   vf_setup_default(&f->r.base);
   f->r.base.capacity_bytes = f->gpu.capacity_bytes;
   f->r.base.gpu_cc_major = (uint32_t)f->gpu.cc_major;
@@ -41,11 +42,20 @@ static void done(struct fixture *f) {
   test_free(f);
 }
 
-static uint64_t peak_of(const struct fixture *f, const struct vf_setup *s) {
+/* The device peak of s, under expandable segments where alloc_conf asks for them. */
+static uint64_t peak_under(const struct fixture *f, const struct vf_setup *s, const char *alloc_conf) {
   struct vf_estimate e;
   struct vf_diag d;
-  if (vf_estimate(&f->m, s, &f->p, &f->c, &e, &d)) return UINT64_MAX;
+  struct vf_alloc_conf c = f->c;
+  c.expandable_segments |= alloc_conf && strstr(alloc_conf, "expandable_segments:True");
+  if (vf_estimate(&f->m, s, &f->p, &c, &e, &d)) return UINT64_MAX;
   return e.device_peak;
+}
+
+static uint64_t peak_of(const struct fixture *f, const struct vf_setup *s) { return peak_under(f, s, NULL); }
+
+static uint64_t choice_peak(const struct fixture *f, const struct vf_plan_choice *c) {
+  return peak_under(f, &c->setup, c->alloc_conf);
 }
 
 static void plan(struct fixture *f) {
@@ -88,7 +98,7 @@ static void test_method_may_change(void **state) {
     assert_true(c->tokens_per_second > 0);
     last = c->peak_device_bytes;
   }
-  assert_true(b->peak_device_bytes == peak_of(f, &b->setup));
+  assert_true(b->peak_device_bytes == choice_peak(f, b));
   assert_true(f->out.n_changes >= 2);
   done(f);
 }
@@ -136,12 +146,12 @@ static void test_nearest_effective_batch(void **state) {
   plan(f);
   assert_int_equal(f->out.target_effective_batch, 30);
   assert_int_equal(f->out.tiers[VF_TIER_BALANCED].effective_batch, 32);
-  assert_non_null(strstr(f->out.changes[f->out.n_changes - 1], "the nearest to 30"));
+  assert_non_null(strstr(f->out.changes[f->out.n_changes - 1], "off the 30 asked"));
   done(f);
 }
 
 /* A layout over 512 GPUs in nodes of 8 for Llama 3.1 405B under torchtitan: the world
- * split whole, tp within a node and dividing the heads, the effective batch kept, every
+ * split whole, tp within a node and dividing the heads, the effective batch about kept, every
  * tier under its budget by its exact estimate, where the given layout (tp 1) fits at no
  * micro batch; in a few hundred estimates. */
 static void test_layout_search(void **state) {
@@ -160,7 +170,10 @@ static void test_layout_search(void **state) {
     const struct vf_setup *s = &c->setup;
     assert_true(s->tp <= 8 && f->m.arch.heads % s->tp == 0 && f->m.arch.kv_heads % s->tp == 0);
     assert_int_equal(s->gpus % (s->tp * s->pp * s->cp), 0);
-    assert_int_equal(s->batch * s->accumulation * (s->gpus / (s->tp * s->pp * s->cp)), 16384);
+    /* Any split of the samples: the effective batch within 2% of the one asked, as reported. */
+    uint64_t effective = s->batch * s->accumulation * (s->gpus / (s->tp * s->pp * s->cp));
+    assert_int_equal(c->effective_batch, effective);
+    assert_true(effective * 50 >= 16384 * 49 && effective * 50 <= 16384 * 51);
     assert_true(peak_of(f, s) <= c->budget_bytes);
   }
   const struct vf_setup *best = &f->out.tiers[VF_TIER_BALANCED].setup;
@@ -256,6 +269,196 @@ static void test_keep_parse(void **state) {
   assert_int_equal(vf_keep_parse("seqq", &bits), VF_EINVAL);
 }
 
+/* --keep adds to capacity; none lifts it. */
+static void test_keep_list(void **state) {
+  (void)state;
+  uint32_t bits = 0;
+  assert_int_equal(vf_keep_list("optimizer", &bits), 0);
+  assert_int_equal(bits, VF_KEEP_CAPACITY | VF_KEEP_OPTIMIZER);
+  assert_int_equal(vf_keep_list("none,seq", &bits), 0);
+  assert_int_equal(bits, VF_KEEP_SEQ);
+  assert_int_equal(vf_keep_list("alloc-conf,loss", &bits), 0);
+  assert_int_equal(bits, VF_KEEP_CAPACITY | VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS);
+  assert_int_equal(vf_keep_list("nonesuch", &bits), VF_EINVAL);
+}
+
+/* Guide 003: Qwen2.5-7B, LoRA r128 on every linear layer, 2 x 2048, accumulation 8,
+ * checkpointed, 24 GiB, measured spread as the CLI loads it. */
+static struct fixture *guide_003(uint32_t keep) {
+  struct fixture *f = setup_for("qwen2.5-7b", "rtx-4090");
+  struct vf_diag d;
+  struct vf_setup *b = &f->r.base;
+  b->weights = VF_PREC_BF16, b->method = VF_METHOD_LORA, b->lora_r = 128, b->batch = 2, b->accumulation = 8;
+  b->grad_ckpt = VF_CKPT_FULL;
+  assert_int_equal(vf_lora_targets_parse("all-linear", &b->lora_targets), 0);
+  b->capacity_bytes = 24ull << 30;
+  f->r.keep = keep;
+  assert_int_equal(vf_uncertainty_load("hf", &f->u, &d), 0);
+  f->r.uncertainty = &f->u;
+  return f;
+}
+
+/* The knobs that leave the trained model as it is come first: the fused loss fits seq 2048
+ * with the rank and the method kept, and its peak is the one estimate gives that setting. */
+static void test_loss_knob(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_int_equal(b->setup.seq, 2048);
+  assert_int_equal(b->setup.lora_r, 128);
+  assert_int_equal(b->setup.method, VF_METHOD_LORA);
+  assert_int_equal(b->setup.optimizer, VF_OPT_ADAMW);
+  assert_int_equal(b->setup.loss, VF_LOSS_FUSED);
+  assert_true(b->peak_device_bytes == choice_peak(f, b));
+  /* The given row is the exact estimate of the given setting. */
+  assert_true(f->out.given.peak_device_bytes == peak_of(f, &f->r.base));
+  done(f);
+}
+
+/* With the loss and the offload kept, seq is searched for the longest that fits each tier
+ * (steps of 128, not halving), and the allocator's expandable segments are chosen where
+ * they lower the peak; one step longer does not fit. */
+static void test_seq_and_allocator(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_OPTIMIZER | VF_KEEP_OFFLOAD | VF_KEEP_LOSS);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED], *a = &f->out.tiers[VF_TIER_AGGRESSIVE];
+  assert_true(b->found && a->found);
+  assert_string_equal(b->alloc_conf, "expandable_segments:True");
+  assert_true(b->setup.seq < 2048 && b->setup.seq % 128 == 0);
+  assert_true(a->setup.seq % 128 == 0 && (a->setup.seq & (a->setup.seq - 1)) != 0);
+  struct vf_setup longer = a->setup;
+  longer.seq += 128, longer.batch = 1, longer.accumulation = 16;
+  assert_true(peak_under(f, &longer, a->alloc_conf) > a->budget_bytes);
+  bool said = false;
+  for (size_t i = 0; i < f->out.n_changes; i++) said |= strstr(f->out.changes[i], "the largest that fits") != NULL;
+  assert_true(said);
+  done(f);
+}
+
+/* The issue's check: guide 003 with seq and the capacity kept plans seq 2048 with the
+ * allocator's expandable segments chosen (they lower the peak of the setting chosen) and
+ * said; --keep optimizer keeps the capacity too: LoRA at r 128, no QLoRA. */
+static void test_guide_003_allocator(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_int_equal(b->setup.seq, 2048);
+  assert_string_equal(b->alloc_conf, "expandable_segments:True");
+  assert_true(b->peak_device_bytes == choice_peak(f, b));
+  assert_true(choice_peak(f, b) < peak_of(f, &b->setup));
+  bool said = false;
+  for (size_t i = 0; i < f->out.n_changes; i++)
+    said |= strstr(f->out.changes[i], "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") != NULL;
+  assert_true(said);
+  done(f);
+  f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_OPTIMIZER);
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    const struct vf_plan_choice *c = &f->out.tiers[t];
+    assert_true(!c->found || (c->setup.method == VF_METHOD_LORA && vf_setup_quant(&c->setup) == VF_QUANT_NONE &&
+                              c->setup.lora_r == 128));
+  }
+  done(f);
+}
+
+/* Where the quick estimates let a longer seq fit than the exact ones do, a tier settles at
+ * the longest the exact ones let fit, not at a tighter tier's shorter one: guide 003 with
+ * the loss kept, one step of 128 longer does not fit the balanced budget. */
+static void test_seq_settles_exactly(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_LOSS);
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found && b->setup.seq < 2048);
+  assert_true(b->setup.seq >= 1024);
+  struct vf_setup longer = b->setup;
+  longer.seq += 128, longer.batch = 1, longer.accumulation = 16;
+  double widen = (double)b->device_range.high / (double)b->peak_device_bytes;
+  assert_true((double)peak_under(f, &longer, b->alloc_conf) * widen > (double)b->budget_bytes);
+  done(f);
+}
+
+/* torchtune offloads activations (with checkpointing on): a long-sequence LoRA whose saved
+ * activations are its peak gets them offloaded; the Hugging Face Trainer has no such switch
+ * and never does. */
+static void test_activation_offload(void **state) {
+  (void)state;
+  const char *frameworks[] = {"torchtune", "hf"};
+  for (int i = 0; i < 2; i++) {
+    struct fixture *f = setup_for("llama-3.2-1b", "rtx-4090");
+    struct vf_diag d;
+    assert_int_equal(profile_read(frameworks[i], NULL, &f->p, &d), 0);
+    struct vf_setup *b = &f->r.base;
+    b->weights = VF_PREC_BF16, b->method = VF_METHOD_LORA, b->batch = 4, b->accumulation = 8, b->seq = 8192;
+    b->grad_ckpt = VF_CKPT_FULL;
+    f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER | VF_KEEP_LOSS | VF_KEEP_ALLOC_CONF;
+    plan(f);
+    bool offloaded = false;
+    for (int t = 0; t < VF_TIER_COUNT; t++) {
+      const struct vf_plan_choice *c = &f->out.tiers[t];
+      offloaded |= c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS);
+      assert_true(!(c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS)) || c->setup.grad_ckpt != VF_CKPT_NONE);
+    }
+    assert_true(offloaded == (i == 0));
+    done(f);
+  }
+}
+
+/* Guide 002: about 500M parameters on 4 GPUs of 44 GiB, global batch 256. Micro batch 4
+ * does not fit, 3 does: 3 x 21 x 4 = 252, the nearest 3 reaches, ranks above 2 x 32 x 4. */
+static void test_any_split(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("qwen2.5-0.5b", "a100-80gb");
+  struct vf_diag d;
+  struct vf_setup *b = &f->r.base;
+  b->weights = VF_PREC_FP32, b->amp = VF_PREC_BF16, b->batch = 2, b->accumulation = 32, b->gpus = 4;
+  b->capacity_bytes = 44ull << 30;
+  assert_int_equal(vf_uncertainty_load("hf", &f->u, &d), 0);
+  f->r.uncertainty = &f->u;
+  f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_GRAD_CKPT | VF_KEEP_OPTIMIZER | VF_KEEP_LOSS | VF_KEEP_OFFLOAD |
+              VF_KEEP_ALLOC_CONF | VF_KEEP_SHARD;
+  plan(f);
+  const struct vf_plan_choice *c = &f->out.tiers[VF_TIER_BALANCED];
+  assert_int_equal(c->setup.batch, 3);
+  assert_int_equal(c->setup.accumulation, 21);
+  assert_int_equal(c->effective_batch, 252);
+  struct vf_setup four = c->setup;
+  four.batch = 4, four.accumulation = 16;
+  double widen = (double)c->device_range.high / (double)c->peak_device_bytes; /* the high end's */
+  assert_true((double)peak_of(f, &four) * widen > (double)c->budget_bytes);
+  done(f);
+}
+
+/* A GPU without bf16 gets fp16 autocast: frozen bf16 weights become fp16, trained ones fp32. */
+static void test_no_bf16(void **state) {
+  (void)state;
+  struct fixture *f = setup_for("qwen2.5-1.5b", "v100-32gb");
+  f->r.base.method = VF_METHOD_LORA;
+  f->r.base.batch = 4;
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++) {
+    assert_int_equal(f->out.tiers[t].setup.amp, VF_PREC_FP16);
+    assert_int_equal(f->out.tiers[t].setup.weights, VF_PREC_FP16);
+  }
+  bool said = false;
+  for (size_t i = 0; i < f->out.n_changes; i++) said |= strstr(f->out.changes[i], "has no bf16") != NULL;
+  assert_true(said);
+  done(f);
+  f = setup_for("qwen2.5-1.5b", "t4");
+  f->r.keep = VF_KEEP_SEQ | VF_KEEP_LOSS;
+  f->r.base.weights = VF_PREC_BF16;
+  plan(f);
+  const struct vf_plan_choice *c = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(c->found && c->setup.amp == VF_PREC_FP16);
+  assert_int_equal(c->setup.weights, c->setup.method == VF_METHOD_FULL ? VF_PREC_FP32 : VF_PREC_FP16);
+  done(f);
+}
+
 static void test_bad_requests(void **state) {
   (void)state;
   struct fixture *f = setup_for("gpt2", "rtx-4090");
@@ -278,7 +481,11 @@ int main(void) {
       cmocka_unit_test(test_throughput_model),
       cmocka_unit_test(test_parallel_costs),
       cmocka_unit_test(test_layout_search),    cmocka_unit_test(test_keep_parse),
-      cmocka_unit_test(test_bad_requests),
+      cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_keep_list),
+      cmocka_unit_test(test_loss_knob),        cmocka_unit_test(test_seq_and_allocator),
+      cmocka_unit_test(test_any_split),        cmocka_unit_test(test_no_bf16),
+      cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
+      cmocka_unit_test(test_activation_offload),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

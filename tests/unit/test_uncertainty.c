@@ -315,8 +315,8 @@ static void plan_tiers_judge_the_high_end(void **state) {
     t.by_class[c] = (struct vf_uncertainty){{{-0.2, 0.2}, {-0.2, 0.2}, {-0.2, 0.2}}, "all/all"};
   /* the micro batch is the one knob: 48 samples a step have many divisors */
   uint32_t keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_GRAD_CKPT | VF_KEEP_OPTIMIZER | VF_KEEP_PRECISION |
-                  VF_KEEP_OFFLOAD;
-  struct vf_plan_request r = {&m, &p, &conf, &gpu, {0}, 0.90, 48, keep, 0, &t, 0, 0};
+                  VF_KEEP_OFFLOAD | VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS;
+  struct vf_plan_request r = {&m, &p, &conf, &gpu, {0}, 0.90, 48, keep, 0, &t, 0, 0, NULL};
   vf_setup_default(&r.base);
   r.base.seq = 1024; /* GPT-2's positions */
   r.base.capacity_bytes = 28ull << 30;

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "io/profile.h"
 #include "vramfit.h"
 
 #define FILE_NAME "dir/workload.yaml"
@@ -280,12 +281,75 @@ static void test_default_trace_points(void **state) {
   release(w);
 }
 
+/* Plans the example on 24 GiB under the hf profile, with a spread of +-20% when spread. */
+static void plan_example(const struct vf_workload *w, bool spread, uint64_t gpus, uint32_t keep,
+                         const struct vf_wl_point *given, struct vf_wl_plan *out) {
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  struct vf_uncertainty_table t;
+  for (int k = 0; k < VF_CLASS_COUNT; k++)
+    t.by_class[k] = (struct vf_uncertainty){{{-0.2, 0.2}, {-0.2, 0.2}, {-0.2, 0.2}}, "all/all"};
+  struct vf_wl_env env = {&p, &c, 9, 0, 500u << 20, gpus};
+  struct vf_wl_plan_request r = {w, env, 24ull << 30, 0.90, 256, given, spread ? &t : NULL, keep};
+  assert_int_equal(vf_workload_plan(&r, out, &d), 0);
+  assert_true(out->found);
+}
+
+/* A workload plan judges a fit as a model plan judges its balanced tier: the high end of the
+ * range (here the point / 0.8) within the budget, which leaves less work per step than the
+ * point alone would. */
+static void test_plan_judges_the_high_end(void **state) {
+  (void)state;
+  struct vf_workload *w = load_example();
+  struct vf_wl_plan *judged = test_malloc(sizeof *judged), *point = test_malloc(sizeof *point);
+  plan_example(w, true, 1, 0, NULL, judged);
+  plan_example(w, false, 1, 0, NULL, point);
+  uint64_t work[2] = {0, 0};
+  for (size_t st = 0; st < judged->n_stages; st++) {
+    const struct vf_wl_stage_plan *sp = &judged->stages[st];
+    assert_true(sp->device_range.high <= judged->budget_bytes);
+    assert_true(sp->device_range.high >= sp->est.device_peak + sp->est.device_peak / 5);
+    work[0] += judged->batch * sp->shape.sequences;
+    work[1] += point->batch * point->stages[st].shape.sequences;
+  }
+  assert_true(work[0] < work[1]);
+  test_free(judged);
+  test_free(point);
+  release(w);
+}
+
+/* --gpus 2: each GPU takes half the target, the effective batch counts both; a kept knob
+ * stays at its given value in every stage. */
+static void test_plan_gpus_and_keep(void **state) {
+  (void)state;
+  struct vf_workload *w = load_example();
+  struct vf_wl_plan *p = test_malloc(sizeof *p);
+  plan_example(w, true, 2, 0, NULL, p);
+  assert_int_equal(p->gpus, 2);
+  assert_int_equal(p->effective_batch, p->batch * p->accumulation * 2);
+  assert_true(p->effective_batch >= 256 && p->effective_batch < 256 + 2 * p->accumulation);
+  struct vf_wl_point given[VF_WL_MAX_STAGES];
+  int neg = vf_workload_knob(w, "n_negatives");
+  for (size_t st = 0; st < VF_WL_MAX_STAGES; st++) {
+    for (size_t k = 0; k < VF_WL_MAX_KNOBS; k++) given[st].values[k] = -1;
+    given[st].values[neg] = st == 0 ? 20 : 5;
+  }
+  plan_example(w, true, 1, 1u << neg, given, p);
+  for (size_t st = 0; st < p->n_stages; st++) assert_int_equal(p->stages[st].point.values[neg], st == 0 ? 20 : 5);
+  test_free(p);
+  release(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_base_parses),        cmocka_unit_test(test_expressions),
       cmocka_unit_test(test_errors_name_the_line), cmocka_unit_test(test_stage_file_needs_config),
       cmocka_unit_test(test_example_loads),      cmocka_unit_test(test_fit),
-      cmocka_unit_test(test_default_trace_points),
+      cmocka_unit_test(test_default_trace_points), cmocka_unit_test(test_plan_judges_the_high_end),
+      cmocka_unit_test(test_plan_gpus_and_keep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,8 @@ int estimate_quick(const struct vf_model *m, const struct vf_setup *s, const str
   return estimate_replaying(m, s, p, alloc, REPLAY_B, NULL, NULL, out, d);
 }
 
+bool estimate_loss_differs(const struct vf_profile *p, enum vf_loss loss) { return head_loss_differs(p, loss); }
+
 int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                          const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,
                          struct vf_estimate *out, struct vf_diag *d) {
@@ -180,7 +182,7 @@ int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const
   memset(out, 0, sizeof *out);
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
-  if ((rc = vf_layout_validate(&resolved, m, p, d))) return rc;
+  if ((rc = vf_layout_validate(&resolved, m, p, d)) || (rc = head_loss_offered(&resolved, p, d))) return rc;
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
   struct ctx x = {.m = m, .s = &resolved, .p = p, .task = resolved.task, .accumulation = resolved.accumulation,
                   .eval = resolved.eval == VF_EVAL_YES, .base_trainable = s->method == VF_METHOD_FULL,

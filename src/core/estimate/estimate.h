@@ -4,6 +4,7 @@
 #ifndef VF_CORE_ESTIMATE_ESTIMATE_H
 #define VF_CORE_ESTIMATE_ESTIMATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "vramfit.h"
@@ -20,5 +21,9 @@ int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const
  * replayed in full. */
 int estimate_quick(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                    const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d);
+
+/* Whether the framework of p runs loss and it is not the framework's own: a loss a plan
+ * may switch to. */
+bool estimate_loss_differs(const struct vf_profile *p, enum vf_loss loss);
 
 #endif

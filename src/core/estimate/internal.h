@@ -284,10 +284,15 @@ struct logit_tensors {
 };
 
 /* What the loss keeps from its forward for its backward: the logits' up-cast and
- * log-softmax (loss), and the soft-capped logits' tanh output (capped). */
+ * log-softmax (loss), and the soft-capped logits' tanh output (capped); a fused loss's
+ * gradients of the head's input and weight, made in the forward (Liger), or what Cut
+ * Cross-Entropy keeps to make them in the backward (its log-sum-exp and the vocabulary's
+ * average logits, and the head weight cast to the compute dtype). */
 struct loss_kept {
   struct logit_tensors loss;
   uint32_t capped;
+  uint32_t grad_input, grad_weight;
+  uint32_t lse, logit_avg, weight_cast;
 };
 
 /* What the embeddings' own post-processing keeps (embedding_forward). */
@@ -443,6 +448,8 @@ uint32_t embedding_backward(struct ctx *x, uint32_t first);
 void embedding_stable_backward(struct ctx *x, uint32_t grad_stream, uint32_t embedded);
 
 /* head.c */
+bool head_loss_differs(const struct vf_profile *p, enum vf_loss loss);
+int head_loss_offered(const struct vf_setup *s, const struct vf_profile *p, struct vf_diag *d);
 bool head_tied(const struct ctx *x);
 uint64_t head_loss_outputs(const struct ctx *x);
 struct loss_kept head_forward(struct ctx *x, struct saved *sv);
@@ -485,6 +492,7 @@ void grads_zero(struct ctx *x);
 
 /* optimizer.c */
 uint64_t optim_largest_trainable(const struct ctx *x);
+void optim_scaler_scale(struct ctx *x);
 void optim_step(struct ctx *x);
 uint64_t optim_paged_bytes(const struct ctx *x);
 

@@ -1,9 +1,10 @@
 /* The optimizer: its states, created at the first step and kept (AdamW, bitsandbytes' 8-bit
  * and paged AdamW, SGD with momentum, Lion, Adafactor; an fp32 master copy; one flat shard
- * per unit where ZeRO or FSDP partitions them), and what its step holds at once (foreach
- * AdamW's temporaries, Adafactor's, ZeRO-3's sub groups). Sources: bitsandbytes
- * optim/optimizer.py Optimizer2State.init_state and get_state_buffer; torch.optim.Adafactor
- * and transformers' Adafactor; torch/optim/adam.py@v2.13.0 _multi_tensor_adam. */
+ * per unit where ZeRO or FSDP partitions them), what its step holds at once (foreach
+ * AdamW's temporaries, Adafactor's, ZeRO-3's sub groups), and fp16's loss scaler. Sources:
+ * bitsandbytes optim/optimizer.py Optimizer2State.init_state and get_state_buffer;
+ * torch.optim.Adafactor and transformers' Adafactor; torch/optim/adam.py@v2.13.0
+ * _multi_tensor_adam; torch/amp/grad_scaler.py@v2.13.0. */
 #include "core/estimate/internal.h"
 
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
@@ -148,9 +149,7 @@ static void foreach_temporaries(struct ctx *x) {
   ids_give(x, &x->opt.foreach_tmp);
 }
 
-void optim_step(struct ctx *x) {
-  bool first = !x->opt.states_made;
-  x->opt.states_made = true;
+static void step_states(struct ctx *x, bool first) {
   if (!states_on_gpu(x->s)) return;
   if (first) create_states(x);
   zero3_step_grads(x);
@@ -158,6 +157,33 @@ void optim_step(struct ctx *x) {
     foreach_temporaries(x);
   else if (x->s->optimizer == VF_OPT_ADAFACTOR)
     tape_transient(x, optim_largest_trainable(x) * adafactor_step_bytes(x), WEIGHT_TEMPORARIES);
+}
+
+/* fp16 autocast trains with a loss scaler (torch/amp/grad_scaler.py@v2.13.0 GradScaler):
+ * its first scale(), at the run's first loss, makes the scale (fp32) and the growth
+ * tracker (int32) on the GPU, kept for the run; each step's unscale_ makes the inverse
+ * scale (a double, its reciprocal, their float) and a found-inf flag, which update() lets
+ * go; the gradients are unscaled in place. Scalars, a 512-byte block each. */
+static bool scaler_runs(const struct ctx *x) { return x->s->amp == VF_PREC_FP16 && autocast_runs(x); }
+
+void optim_scaler_scale(struct ctx *x) {
+  if (!scaler_runs(x) || x->sched.micro != 0) return;
+  tape_take(x, 4, VF_CAT_OPTIMIZER);
+  tape_take(x, 4, VF_CAT_OPTIMIZER);
+}
+
+void optim_step(struct ctx *x) {
+  bool first = !x->opt.states_made, scaler = scaler_runs(x);
+  x->opt.states_made = true;
+  uint32_t wide = scaler ? tape_take(x, 8, VF_CAT_TEMPORARIES) : 0;
+  uint32_t inverse = scaler ? tape_take(x, 8, VF_CAT_TEMPORARIES) : 0;
+  tape_give(x, wide);
+  uint32_t scale = scaler ? tape_take(x, 4, VF_CAT_TEMPORARIES) : 0;
+  tape_give(x, inverse);
+  uint32_t found_inf = scaler ? tape_take(x, 4, VF_CAT_TEMPORARIES) : 0;
+  step_states(x, first);
+  tape_give(x, scale);
+  tape_give(x, found_inf);
 }
 
 /* Paged optimizers keep their states in CUDA unified memory: on the GPU when it has room,

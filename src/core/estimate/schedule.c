@@ -109,6 +109,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   struct loss_kept loss = {0};
   uint32_t root_grads = 0;
   if (x->pp.has_head) loss = head_forward(x, &sv[x->layers]);
+  optim_scaler_scale(x);
   fsdp_forward_returned(x);
   /* The rank's other model chunks send theirs on too. */
   pipe_hold_output(x, (x->pp.chunks - x->pp.has_head) * stream);

@@ -32,4 +32,12 @@ double plan_rate(const struct vf_model *m, const struct vf_setup *s, uint64_t pa
  * first, each with the peak it leads to. */
 void plan_changes(const struct vf_plan_request *r, struct vf_plan_result *out);
 
+/* A GPU without bf16: compute capability below 8.0, or no bf16 rate in the catalogue. */
+bool plan_lacks_bf16(const struct vf_gpu_spec *g);
+
+/* The allocator configuration of a setting whose alloc_conf is text, the given one's
+ * given: the request's, with expandable segments where the two differ (the only change a
+ * plan makes to it). */
+void plan_alloc_conf(const struct vf_plan_request *r, const char *given, const char *text, struct vf_alloc_conf *out);
+
 #endif

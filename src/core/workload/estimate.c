@@ -12,7 +12,9 @@
  * interleaved phase by phase, renumbered, and replayed together with the parts' events
  * through the caching-allocator model, so that blocks freed by one encoder serve the next
  * as they do on the GPU. The cuBLAS workspaces belong to the thread, not the model: the
- * first encoder's serve all. */
+ * first encoder's serve all. On several data-parallel GPUs each encoder is estimated as a
+ * DistributedDataParallel replica (ddp.c: its broadcast and gradient buckets); the fusion's
+ * and heads' gradients, a few MB, get no buckets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +150,7 @@ static void encoder_setup(const struct vf_workload *w, size_t i, const struct vf
   s->grad_ckpt = e->grad_ckpt;
   s->lengths = VF_LENGTHS_FIXED;
   s->eval = VF_EVAL_NO;
+  s->gpus = env->gpus ? env->gpus : 1;
   s->gpu_cc_major = env->gpu_cc_major;
   s->gpu_cc_minor = env->gpu_cc_minor;
   vf_setup_resolve(s, &w->models[i], env->profile);

@@ -1,4 +1,6 @@
-/* Planning a workload's stages: the knobs raised in priority order while every stage fits. */
+/* Planning a workload's stages: the knobs raised in priority order while every stage fits,
+ * a fit judged as a model plan judges its balanced tier (the high end of the device peak's
+ * range against the budget). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,12 +9,13 @@
 #include "base/diag.h"
 #include "vramfit/workload.h"
 
-#define DEFAULT_SAFETY 0.85 /* the memory guides' margin */
+#define DEFAULT_SAFETY 0.90 /* a model plan's */
 
 struct search {
   const struct vf_wl_plan_request *r;
   struct vf_wl_plan *out;
   struct vf_diag *d;
+  struct vf_spread spread; /* of the device peak: the widest over the encoders' methods */
 };
 
 static int estimate(struct search *s, const struct vf_wl_point *pt, struct vf_estimate *e) {
@@ -20,12 +23,31 @@ static int estimate(struct search *s, const struct vf_wl_point *pt, struct vf_es
   return vf_workload_estimate(s->r->w, pt, &s->r->env, e, s->d);
 }
 
+/* The range of a peak: the measured spread of the encoders' kinds of method (the widest
+ * high end of them), the point alone without a spread. */
+static struct vf_range range_of(const struct search *s, uint64_t peak) {
+  return s->r->uncertainty ? vf_range_of(peak, &s->spread) : (struct vf_range){peak, peak};
+}
+
+static void find_spread(struct search *s) {
+  const struct vf_workload *w = s->r->w;
+  struct vf_setup setup;
+  vf_setup_default(&setup);
+  for (size_t i = 0; s->r->uncertainty && i < (w->n_encoders ? w->n_encoders : 1); i++) {
+    setup.method = w->n_encoders ? w->encoders[i].method : VF_METHOD_FULL;
+    const struct vf_spread *k = &vf_uncertainty_for(s->r->uncertainty, &setup)->kind[VF_PEAK_DEVICE];
+    if (!i || k->low < s->spread.low) s->spread = *k;
+  }
+}
+
 /* Whether the step fits the budget at pt; rc carries an estimator error. */
 static bool fits(struct search *s, const struct vf_wl_point *pt, int *rc) {
   struct vf_estimate e;
   *rc = estimate(s, pt, &e);
-  return !*rc && e.device_peak <= s->out->budget_bytes;
+  return !*rc && range_of(s, e.device_peak).high <= s->out->budget_bytes;
 }
+
+static bool kept(const struct vf_wl_plan_request *r, size_t k) { return r->keep & (1u << k); }
 
 /* The largest value of knob k in [lo, hi] at which every stage in [first, last) fits, the
  * others as they are; lo fits. Peaks grow with every knob, so a bisection finds it. */
@@ -63,16 +85,23 @@ static void snap(const struct vf_workload *w, uint64_t target, int64_t b, int64_
   if (*batch < w->knobs[w->batch].min) *batch = w->knobs[w->batch].min;
 }
 
+/* The target's share of one data-parallel GPU (0: no target). */
+static uint64_t target_share(const struct vf_wl_plan *p) {
+  return p->target_effective_batch ? (p->target_effective_batch + p->gpus / 2) / p->gpus : 0;
+}
+
 static int raise_batch(struct search *s) {
   const struct vf_workload *w = s->r->w;
   struct vf_wl_plan *p = s->out;
-  int64_t hi = w->knobs[w->batch].max, b;
-  if (p->target_effective_batch && (int64_t)p->target_effective_batch < hi) hi = (int64_t)p->target_effective_batch;
+  int64_t hi = w->knobs[w->batch].max, b, share = (int64_t)target_share(p);
+  if (share && share < hi) hi = share;
   int64_t lo = p->stages[0].point.values[w->batch];
-  int rc = largest(s, (size_t)w->batch, lo, hi < lo ? lo : hi, 0, p->n_stages, &b);
+  int rc = kept(s->r, (size_t)w->batch) ? (b = lo, 0) : largest(s, (size_t)w->batch, lo, hi < lo ? lo : hi, 0, p->n_stages, &b);
   if (rc) return rc;
   int64_t batch, accum;
-  snap(w, p->target_effective_batch, b, &batch, &accum);
+  snap(w, (uint64_t)share, b, &batch, &accum);
+  if (kept(s->r, (size_t)w->batch)) batch = b;
+  if (w->accumulation >= 0 && kept(s->r, (size_t)w->accumulation)) accum = p->stages[0].point.values[w->accumulation];
   set_all(p, (size_t)w->batch, batch);
   if (w->accumulation >= 0) set_all(p, (size_t)w->accumulation, accum);
   p->batch = (uint64_t)batch, p->accumulation = (uint64_t)accum;
@@ -82,7 +111,7 @@ static int raise_batch(struct search *s) {
 static int raise_knob(struct search *s, size_t k) {
   const struct vf_workload *w = s->r->w;
   struct vf_wl_plan *p = s->out;
-  for (size_t st = 0; st < p->n_stages; st++) {
+  for (size_t st = 0; st < p->n_stages && !kept(s->r, k); st++) {
     int64_t lo = p->stages[st].point.values[k], min, max, v;
     vf_workload_bounds(w, st, k, &min, &max);
     int rc = largest(s, k, lo, max, st, st + 1, &v);
@@ -105,14 +134,17 @@ static size_t raise_order(const struct vf_workload *w, size_t order[VF_WL_MAX_KN
   return n;
 }
 
-static void start_at_minimums(const struct vf_workload *w, struct vf_wl_plan *p) {
+/* Every knob at its minimum, or at its given value where it is kept. */
+static void start_at_minimums(const struct vf_wl_plan_request *r, struct vf_wl_plan *p) {
+  const struct vf_workload *w = r->w;
   for (size_t st = 0; st < p->n_stages; st++)
     for (size_t k = 0; k < w->n_knobs; k++) {
-      int64_t max;
-      vf_workload_bounds(w, st, k, &p->stages[st].point.values[k], &max);
+      int64_t max, *v = &p->stages[st].point.values[k];
+      vf_workload_bounds(w, st, k, v, &max);
+      if (kept(r, k) && r->given && r->given[st].values[k] >= 0) *v = r->given[st].values[k];
     }
-  p->batch = (uint64_t)w->knobs[w->batch].min;
-  p->accumulation = w->accumulation >= 0 ? (uint64_t)w->knobs[w->accumulation].min : 1;
+  p->batch = (uint64_t)p->stages[0].point.values[w->batch];
+  p->accumulation = w->accumulation >= 0 ? (uint64_t)p->stages[0].point.values[w->accumulation] : 1;
 }
 
 static int final_estimates(struct search *s) {
@@ -123,7 +155,8 @@ static int final_estimates(struct search *s) {
     int rc = estimate(s, &sp->point, &sp->est);
     if (!rc) rc = vf_workload_shape(s->r->w, &sp->point, &sp->shape, s->d);
     if (rc) return rc;
-    if (sp->est.device_peak >= worst) worst = sp->est.device_peak, p->tightest = st;
+    sp->device_range = range_of(s, sp->est.device_peak);
+    if (sp->device_range.high >= worst) worst = sp->device_range.high, p->tightest = st;
   }
   return 0;
 }
@@ -136,7 +169,7 @@ static uint64_t target_of(const struct vf_wl_plan_request *r) {
   if (!r->given) return 0;
   int64_t b = r->given[0].values[w->batch];
   int64_t a = w->accumulation >= 0 ? r->given[0].values[w->accumulation] : 1;
-  return b > 0 && a > 0 ? (uint64_t)(b * a) : 0;
+  return b > 0 && a > 0 ? (uint64_t)(b * a) * (r->env.gpus ? r->env.gpus : 1) : 0;
 }
 
 static void note(struct vf_wl_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -161,8 +194,8 @@ static void shared_change(const struct vf_wl_plan_request *r, struct vf_wl_plan 
   if (gb == (int64_t)p->batch && ga == (int64_t)p->accumulation) return;
   if (gb > 0 && ga > 0)
     note(p, "micro batch %lld -> %llu with accumulation %lld -> %llu: effective batch %lld -> %llu%s", (long long)gb,
-         (unsigned long long)p->batch, (long long)ga, (unsigned long long)p->accumulation, (long long)(gb * ga),
-         (unsigned long long)p->effective_batch, target);
+         (unsigned long long)p->batch, (long long)ga, (unsigned long long)p->accumulation,
+         (long long)(gb * ga) * (long long)p->gpus, (unsigned long long)p->effective_batch, target);
   else
     note(p, "micro batch %llu with accumulation %llu: effective batch %llu%s", (unsigned long long)p->batch,
          (unsigned long long)p->accumulation, (unsigned long long)p->effective_batch, target);
@@ -193,19 +226,21 @@ int vf_workload_plan(const struct vf_wl_plan_request *r, struct vf_wl_plan *out,
   out->n_stages = w->n_stages ? w->n_stages : 1;
   out->safety = r->safety > 0 ? r->safety : w->safety > 0 ? w->safety : DEFAULT_SAFETY;
   out->budget_bytes = (uint64_t)((double)r->capacity_bytes * out->safety);
+  out->gpus = r->env.gpus ? r->env.gpus : 1;
   out->target_effective_batch = target_of(r);
-  struct search s = {r, out, d};
-  start_at_minimums(w, out);
+  struct search s = {r, out, d, {0, 0}};
+  find_spread(&s);
+  start_at_minimums(r, out);
   int rc = final_estimates(&s);
   if (rc) return rc;
   for (size_t st = 0; st < out->n_stages; st++)
-    if (out->stages[st].est.device_peak > out->budget_bytes) return 0; /* nothing fits: the minimums, as found */
+    if (out->stages[st].device_range.high > out->budget_bytes) return 0; /* nothing fits: the minimums, as found */
   size_t order[VF_WL_MAX_KNOBS], n = raise_order(w, order);
   for (size_t i = 0; i < n && !rc; i++) rc = (int)order[i] == w->batch ? raise_batch(&s) : raise_knob(&s, order[i]);
   if (!rc) rc = final_estimates(&s);
   if (rc) return rc;
   out->found = true;
-  out->effective_batch = out->batch * out->accumulation;
+  out->effective_batch = out->batch * out->accumulation * out->gpus;
   shared_change(r, out);
   stage_changes(r, out);
   return 0;
