@@ -141,20 +141,26 @@ static void plans_come_back(void **state) {
   vf_history_close(h);
 }
 
+/* A store in a fresh folder (named for NAME, into dir) made by sql, as an older vramfit left it. */
+static void make_store(const char *name, const char *sql, char *dir, size_t size) {
+  char path[600];
+  vf_test_tmpdir(name, dir, size);
+  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
 /* A store of version 1 (plans without projects) is brought up to date by the next writer;
  * its old plans belong to no project, and a reader of the old store finds none. */
 static void old_plans_belong_to_no_project(void **state) {
   (void)state;
-  char dir[512], path[600];
-  vf_test_tmpdir("history_v1", dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
-  sqlite3 *db;
-  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
-                                    " label TEXT NOT NULL, json TEXT NOT NULL);"
-                                    "INSERT INTO plans (saved, label, json) VALUES (1.7e9, 'old', '{}');"
-                                    "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
+  char dir[512];
+  make_store("history_v1", "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
+                           " label TEXT NOT NULL, json TEXT NOT NULL);"
+                           "INSERT INTO plans (saved, label, json) VALUES (1.7e9, 'old', '{}');"
+                           "PRAGMA user_version=1", dir, sizeof dir);
   struct vf_history *h;
   char *json, *label;
   double when;
@@ -175,15 +181,10 @@ static void old_plans_belong_to_no_project(void **state) {
  * build's) is brought to the current version, not refused for a duplicate column. */
 static void version_1_with_the_columns_opens(void **state) {
   (void)state;
-  char dir[512], path[600];
-  vf_test_tmpdir("history_v1_cols", dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
-  sqlite3 *db;
-  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
-                                    " label TEXT NOT NULL, json TEXT NOT NULL, made_in TEXT);"
-                                    "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
+  char dir[512];
+  make_store("history_v1_cols", "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
+                                " label TEXT NOT NULL, json TEXT NOT NULL, made_in TEXT);"
+                                "PRAGMA user_version=1", dir, sizeof dir);
   struct vf_history *h = open_store(dir);
   char *json, *label;
   double when;
