@@ -160,7 +160,9 @@ static int match_stages(struct store *st, const char *file, const json_t *stages
       hits++;
     }
     if (rc) return rc;
-    if (!hits) {
+    /* A stage with nothing of its own to write (a workload without stage files: the main
+     * config takes everything) needs no file. */
+    if (!hits && l->n) {
       const char *name = json_string_value(json_object_get(stage, "file"));
       if (!name) name = json_string_value(json_object_get(stage, "name"));
       return diag_at(d, VF_EINVAL, file, UINT64_MAX, "stage %zu (%s) matches none of the files given",

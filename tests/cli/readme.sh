@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Every example that shows output ("    $ vramfit ..." followed by indented lines) in the
 # README, the manual (docs/*.md, in the order docs/README.md links them) and the examples'
-# READMEs is run, and its output must match what the page shows. A line "..." stands for
+# READMEs (examples/*/README.md and the guides' examples/seeds/*/README.md) is run, and its output must match what the page shows. A line "..." stands for
 # any number of lines and "..." inside a line for any text: the pages' own abbreviations.
 # Only what must vary is normalized: the folder the example runs in (shown as
 # /home/me/run), the time and peak of each probe launch, and the dates of the run history.
 # Examples run in a folder holding the files they name (tests/data/readme, the apply
-# example's configs, a log), with the fake NVML playing the machine the example describes
-# and a stand-in `python` for the probe's training script. The pages' links are checked
+# example's configs, a log, the examples), with the fake NVML playing the machine the
+# example describes (a guide's own gpu.nvml) and a stand-in `python` for the probe's
+# training script. The pages' links are checked
 # first.
 NAME=readme
 source "$(dirname "$0")/lib/harness.sh"
@@ -30,12 +31,15 @@ mkdir -p "$hub/refs" "$hub/blobs" "$hub/snapshots/0123abcd"
 printf 0123abcd >"$hub/refs/main"
 cp "$SRC/data/models/llama-3.2-1b.json" "$hub/blobs/c0ffee"
 ln -s ../../blobs/c0ffee "$hub/snapshots/0123abcd/config.json"
-mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$SRC/examples/configs" "$RUN/examples/"
+mkdir -p "$RUN/examples" && cp -r "$SRC/examples/contrastive-embedder" "$SRC/examples/configs" "$SRC/examples/seeds" "$RUN/examples/"
 rm -f "$RUN"/examples/contrastive-embedder/*.trace.json # as checked out: planned from its parts
 
-# scenario COMMAND: the fake machine an example runs on.
+# scenario PAGE COMMAND: the fake machine an example runs on: a guide's own (its folder's
+# gpu.nvml), else the one the command describes.
 scenario() {
-  case "$1" in
+  local own=$SRC/${1%/README.md}/gpu.nvml
+  case "$1" in examples/seeds/*) [ -f "$own" ] && { echo "$own"; return; } ;; esac
+  case "$2" in
   gpus*) echo "$DATA/gpus.nvml" ;;
   *) echo "$DATA/h100.nvml" ;;
   esac
@@ -48,7 +52,7 @@ if python3 - "$SRC" <<'PY'; then ok; else bad "broken links in the README, the m
 import glob, os, re, sys
 src = sys.argv[1]
 pages = (["README.md"] + sorted(glob.glob("docs/*.md", root_dir=src)) +
-         sorted(glob.glob("examples/*/README.md", root_dir=src)) + ["bench/README.md", "bench/NOTES.md"])
+         sorted(glob.glob("examples/**/README.md", root_dir=src, recursive=True)) + ["bench/README.md", "bench/NOTES.md"])
 
 def prose(path):
     """The page's lines outside code blocks, with code spans blanked."""
@@ -120,7 +124,7 @@ for name in re.findall(r"\]\(([\w.-]+\.md)", index):
 order += sorted(p for p in glob.glob("docs/*.md", root_dir=src) if p not in order)
 print("\n".join(order))
 PY
-  (cd "$SRC" && ls examples/*/README.md)
+  (cd "$SRC" && ls examples/*/README.md examples/seeds/*/README.md)
 }
 
 # The examples, one record each: page and line, the folder it runs in (run: the folder
@@ -133,7 +137,9 @@ out = sys.argv[2]
 os.makedirs(out, exist_ok=True)
 n = 0
 for readme in open(sys.argv[3], encoding="utf-8").read().split():
-  where = readme.split("/")[1] if readme.startswith("examples/") else "run"
+  # An example's page runs in a fresh copy of its folder; the guides' pages (examples/seeds)
+  # name their files from the repository's root, as the run folder holds them.
+  where = readme.split("/")[1] if readme.startswith("examples/") and not readme.startswith("examples/seeds/") else "run"
   lines = open(os.path.join(sys.argv[1], readme), encoding="utf-8").read().splitlines()
   i = 0
   def indented(k):
@@ -197,7 +203,7 @@ for rec in "$TMP"/examples/*; do
   fi
   # The example's own words, run by the shell in the example folder (the one that traces
   # runs the tracer at five points: about 40 s alone, minutes on a busy machine).
-  (cd "$dir" && PATH="$DATA/bin:$PATH" FAKE_NVML_SCRIPT=$(scenario "${cmd#vramfit }") \
+  (cd "$dir" && PATH="$DATA/bin:$PATH" FAKE_NVML_SCRIPT=$(scenario "${line%%:*}" "${cmd#vramfit }") \
     timeout 180 bash -c "vramfit() { \"\$VRAMFIT\" \"\$@\"; }; $cmd" >"$TMP/actual" 2>&1 </dev/null)
   sed -i -e "s|$RUN|/home/me/run|g" -e "s|$TMP/$where|/home/me/$where|g" "$TMP/actual"
   sed -i -e 's/^\(batch [0-9]*: [a-z]*\( ([^)]*)\)\?\), .* peak, [0-9.]* s$/\1, PEAK peak, TIME s/' \

@@ -212,6 +212,26 @@ static void a_plan_of_configs_writes_its_changes(void **state) {
   vf_plan_cleanup(&p);
 }
 
+/* A workload without stage files plans one stage with nothing of its own to set: the main
+ * config takes the shared values, and no file need match the stage. */
+static void a_stage_with_nothing_to_set_needs_no_file(void **state) {
+  (void)state;
+  const char *plan = put("workload-plan.json",
+                         "{\"recommended\": {\"name\": \"default\", \"file\": null, \"set\": {}},\n"
+                         " \"shared\": {\"set\": {\"micro_batch_size\": 3, \"gradient_accumulation_steps\": 21}},\n"
+                         " \"stages\": [{\"name\": \"default\", \"file\": null, \"set\": {}}]}");
+  const char *files[1] = {"pretrain.yaml"};
+  struct vf_plan p;
+  struct vf_diag d;
+  vf_plan_init(&p);
+  assert_int_equal(vf_plan_load(&p, plan, NULL, files, 1, NULL, 0, &d), 0);
+  assert_int_equal(p.n_inputs, 1);
+  assert_int_equal(p.inputs[0].n_settings, 2);
+  assert_string_equal(p.inputs[0].settings[0].key, "micro_batch_size");
+  assert_string_equal(p.inputs[0].settings[1].value, "21");
+  vf_plan_cleanup(&p);
+}
+
 int main(void) {
   vf_test_tmpdir("apply-plan", dir, sizeof dir);
   const struct CMUnitTest tests[] = {
@@ -221,6 +241,7 @@ int main(void) {
       cmocka_unit_test(missing_keys_and_defaults),
       cmocka_unit_test(plans_tiers_and_stages),
       cmocka_unit_test(a_plan_of_configs_writes_its_changes),
+      cmocka_unit_test(a_stage_with_nothing_to_set_needs_no_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

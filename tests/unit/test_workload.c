@@ -330,7 +330,8 @@ static void test_plan_gpus_and_keep(void **state) {
   plan_example(w, true, 2, 0, NULL, p);
   assert_int_equal(p->gpus, 2);
   assert_int_equal(p->effective_batch, p->batch * p->accumulation * 2);
-  assert_true(p->effective_batch >= 256 && p->effective_batch < 256 + 2 * p->accumulation);
+  long long over = (long long)p->effective_batch - 256;
+  assert_true(over >= 0 ? over < 2 * (long long)p->accumulation : -over <= (long long)p->batch);
   struct vf_wl_point given[VF_WL_MAX_STAGES];
   int neg = vf_workload_knob(w, "n_negatives");
   for (size_t st = 0; st < VF_WL_MAX_STAGES; st++) {
@@ -343,13 +344,28 @@ static void test_plan_gpus_and_keep(void **state) {
   release(w);
 }
 
+/* The effective batch is the nearest to the target that the micro batch reaches, from below
+ * too: micro batch at most 3 on 4 GPUs for 256 is 3 x 21 x 4 = 252, not 3 x 22 x 4 = 264. */
+static void test_plan_reaches_the_nearest(void **state) {
+  (void)state;
+  struct vf_workload *w = load_example();
+  w->knobs[w->batch].max = 3;
+  struct vf_wl_plan *p = test_malloc(sizeof *p);
+  plan_example(w, true, 4, 0, NULL, p);
+  assert_int_equal(p->batch, 3);
+  assert_int_equal(p->accumulation, 21);
+  assert_int_equal(p->effective_batch, 252);
+  test_free(p);
+  release(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_base_parses),        cmocka_unit_test(test_expressions),
       cmocka_unit_test(test_errors_name_the_line), cmocka_unit_test(test_stage_file_needs_config),
       cmocka_unit_test(test_example_loads),      cmocka_unit_test(test_fit),
       cmocka_unit_test(test_default_trace_points), cmocka_unit_test(test_plan_judges_the_high_end),
-      cmocka_unit_test(test_plan_gpus_and_keep),
+      cmocka_unit_test(test_plan_gpus_and_keep), cmocka_unit_test(test_plan_reaches_the_nearest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,15 +73,19 @@ static void set_all(struct vf_wl_plan *p, size_t k, int64_t v) {
   for (size_t st = 0; st < p->n_stages; st++) p->stages[st].point.values[k] = v;
 }
 
-/* The accumulation that reaches the target from a micro batch of at most b, and the
- * smallest micro batch that still reaches it with that accumulation. */
+/* The accumulation that brings a micro batch of at most b nearest to the target, and the
+ * micro batch for it: the accumulation below the target's quotient with b itself (3 x 21 = 63
+ * for 64), or the one above with the smallest micro batch that still reaches the target
+ * (2 x 128 = 256 from 243, not 1 x 243), whichever comes nearer; above on a tie. */
 static void snap(const struct vf_workload *w, uint64_t target, int64_t b, int64_t *batch, int64_t *accum) {
   int64_t amin = w->accumulation >= 0 ? w->knobs[w->accumulation].min : 1;
   int64_t amax = w->accumulation >= 0 ? w->knobs[w->accumulation].max : INT64_MAX;
-  int64_t a = target ? ((int64_t)target + b - 1) / b : amin;
-  a = a < amin ? amin : a > amax ? amax : a;
-  *accum = a;
-  *batch = target && (int64_t)target <= a * b ? ((int64_t)target + a - 1) / a : b;
+  int64_t t = (int64_t)target;
+  int64_t up = t ? (t + b - 1) / b : amin, down = t / b;
+  up = up < amin ? amin : up > amax ? amax : up;
+  *accum = up;
+  *batch = t && t <= up * b ? (t + up - 1) / up : b;
+  if (down >= amin && down <= amax && down < up && t - down * b < *batch * up - t) *accum = down, *batch = b;
   if (*batch < w->knobs[w->batch].min) *batch = w->knobs[w->batch].min;
 }
 
