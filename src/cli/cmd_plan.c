@@ -29,7 +29,7 @@ static const char usage[] =
     "  --keep LIST                  knobs that must not change, on top of capacity (= method,\n"
     "                               lora-r, quant and the model): seq, precision, optimizer,\n"
     "                               method, lora-r, quant, grad-ckpt, shard, offload, alloc-conf,\n"
-    "                               loss; none lifts capacity\n"
+    "                               loss, optimizer-in-bwd; none lifts capacity\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
     "  --write                      with training configs as MODEL: write the recommended\n"
     "                               setting into the keys it was read from, as 'vramfit apply\n"
@@ -155,6 +155,7 @@ static json_t *choice_json(const struct vf_plan_choice *c, bool layout) {
   json_object_set_new(o, "weights", json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->weights)));
   json_object_set_new(o, "alloc_conf", json_string(c->alloc_conf));
   json_object_set_new(o, "loss", json_string(vf_enum_name(VF_ENUM_LOSS, (int)s->loss)));
+  json_object_set_new(o, "optimizer_in_bwd", json_string(vf_enum_name(VF_ENUM_IN_BWD, (int)s->optimizer_in_bwd)));
   json_object_set_new(o, "lora_r", json_integer((json_int_t)s->lora_r));
   json_object_set_new(o, "quant", json_string(quant_name(s)));
   json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
@@ -185,7 +186,7 @@ static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, bool
 }
 
 /* What the columns do not show, on a line of its own where it is not the given setting's:
- * the allocator's configuration, the loss, the precision. */
+ * the allocator's configuration, the loss, the optimizer's step in the backward, the precision. */
 static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choice *given) {
   const struct vf_setup *s = &c->setup;
   char line[320] = "";
@@ -194,6 +195,9 @@ static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choic
     n += (size_t)snprintf(line + n, sizeof line - n, ", PYTORCH_CUDA_ALLOC_CONF=%s", c->alloc_conf);
   if (s->loss != given->setup.loss && n < sizeof line)
     n += (size_t)snprintf(line + n, sizeof line - n, ", loss %s", vf_enum_name(VF_ENUM_LOSS, (int)s->loss));
+  if (s->optimizer_in_bwd != given->setup.optimizer_in_bwd && n < sizeof line)
+    n += (size_t)snprintf(line + n, sizeof line - n, ", optimizer_in_bwd %s",
+                          vf_enum_name(VF_ENUM_IN_BWD, (int)s->optimizer_in_bwd));
   bool precision = s->amp != given->setup.amp || s->weights != given->setup.weights;
   if (precision && n < sizeof line)
     snprintf(line + n, sizeof line - n, ", autocast %s, weights %s", vf_enum_name(VF_ENUM_PRECISION, (int)s->amp),
@@ -314,7 +318,7 @@ static bool workload_option(int c) {
 static int model_keep(struct plan_args *a) {
   if (!a->keep_list || vf_keep_list(a->keep_list, &a->keep) == 0) return EXIT_OK;
   return cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
-                         "quant, grad-ckpt, shard, offload, alloc-conf, loss, capacity, none", a->keep_list);
+                         "quant, grad-ckpt, shard, offload, alloc-conf, loss, optimizer-in-bwd, capacity, none", a->keep_list);
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -60,7 +60,8 @@ int vf_keep_parse(const char *list, uint32_t *bits) {
       {"seq", VF_KEEP_SEQ},         {"precision", VF_KEEP_PRECISION}, {"optimizer", VF_KEEP_OPTIMIZER},
       {"method", VF_KEEP_METHOD},   {"lora-r", VF_KEEP_LORA_R},       {"quant", VF_KEEP_QUANT},
       {"grad-ckpt", VF_KEEP_GRAD_CKPT}, {"shard", VF_KEEP_SHARD},     {"offload", VF_KEEP_OFFLOAD},
-      {"alloc-conf", VF_KEEP_ALLOC_CONF}, {"loss", VF_KEEP_LOSS},     {"capacity", VF_KEEP_CAPACITY},
+      {"alloc-conf", VF_KEEP_ALLOC_CONF}, {"loss", VF_KEEP_LOSS},     {"optimizer-in-bwd", VF_KEEP_IN_BWD},
+      {"capacity", VF_KEEP_CAPACITY},
       {"none", 0}};
   uint32_t out = 0;
   if (!*list) return VF_EINVAL;
@@ -216,7 +217,7 @@ static int changes_from_base(const struct vf_setup *base, const struct vf_setup 
   return (s->seq != base->seq) + (s->method != base->method) + (s->lora_r != base->lora_r) +
          (s->amp != base->amp) + (s->weights != base->weights) + (s->optimizer != base->optimizer) +
          (s->grad_ckpt != base->grad_ckpt) + (s->shard != base->shard) + (s->offload != base->offload) +
-         (s->loss != base->loss) + layout;
+         (s->loss != base->loss) + (s->optimizer_in_bwd != base->optimizer_in_bwd) + layout;
 }
 
 /* The ranking score: the rate, less 1% for each knob changed and 2% for each percent the
@@ -313,6 +314,19 @@ static size_t losses(const struct vf_plan_request *r, enum vf_loss *out) {
   return n;
 }
 
+/* The given optimizer timing, and torchtune's step in the backward where the framework has
+ * it for full fine-tuning (it trains the same model: the same update, made as each gradient
+ * arrives) and --keep optimizer-in-bwd lets it; the micro batches searched then keep accumulation 1
+ * (in_bwd_lowest). */
+static size_t in_bwds(const struct vf_plan_request *r, const struct vf_setup *level, enum vf_in_bwd *out) {
+  size_t n = 0;
+  out[n++] = r->base.optimizer_in_bwd;
+  if (!(r->keep & VF_KEEP_IN_BWD) && r->profile->optimizer_in_bwd && level->method == VF_METHOD_FULL &&
+      r->base.optimizer_in_bwd == VF_IN_BWD_NO)
+    out[n++] = VF_IN_BWD_YES;
+  return n;
+}
+
 /* Frozen-base methods after the given one, each lighter: LoRA, then QLoRA (quantized). */
 static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
   size_t n = 0;
@@ -340,12 +354,15 @@ static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
 static double state_floor(const struct vf_setup *s, double params, double trainable) {
   double split = (double)(s->tp * s->pp), shards = (double)(s->gpus / split);
   double weight = vf_setup_quant(s) != VF_QUANT_NONE ? 0.5 : s->weights == VF_PREC_FP32 ? 4 : 2;
-  double state = s->optimizer == VF_OPT_ADAMW ? 8
+  /* States take the trainable weights' dtype at least (16-bit ones without a master copy). */
+  double wide = s->weights == VF_PREC_FP32 ? 4 : 2;
+  double state = s->optimizer == VF_OPT_ADAMW ? 2 * wide
                  : s->optimizer == VF_OPT_ADAMW_8BIT || s->optimizer == VF_OPT_PAGED_ADAMW_8BIT ? 2
-                 : s->optimizer == VF_OPT_SGD_MOMENTUM || s->optimizer == VF_OPT_LION ? 4
+                 : s->optimizer == VF_OPT_SGD_MOMENTUM || s->optimizer == VF_OPT_LION ? wide
                                                                                       : 0;
   double weights = (s->offload & VF_OFFLOAD_PARAMS) ? 0 : params * weight / (vf_shard_weights(s->shard) ? shards : 1);
-  double grads = trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
+  double grads = s->optimizer_in_bwd == VF_IN_BWD_YES ? 0
+                 : trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
   double states =
       (s->offload & VF_OFFLOAD_OPTIMIZER) ? 0 : trainable * state / (s->shard >= VF_SHARD_ZERO1 ? shards : 1);
   return (weights + grads + states) / split;
@@ -382,12 +399,14 @@ struct knobs {
   enum vf_shard sh[4];
   uint32_t off[6];
   enum vf_loss loss[2];
-  size_t np, no, nc, ns, nf, nl;
+  enum vf_in_bwd in_bwd[2];
+  size_t np, no, nc, ns, nf, nl, nb;
 };
 
 static void knobs_of(const struct search *S, const struct vf_setup *level, struct knobs *k) {
   k->np = precisions(S->r, level, k->prec), k->no = optimizers(S->r, k->opt), k->nc = ckpts(S->r, k->ck);
   k->ns = shards(S->r, k->sh), k->nf = offloads(S->r, k->off), k->nl = losses(S->r, k->loss);
+  k->nb = in_bwds(S->r, level, k->in_bwd);
 }
 
 /* Adds configuration index i of the knobs' product on top of level in layout l, unless the
@@ -400,6 +419,7 @@ static bool add_config(struct search *S, struct config *c, const struct vf_setup
   c->s = *level;
   c->s.tp = L->tp, c->s.pp = L->pp, c->s.cp = L->cp, c->s.ep = L->ep, c->s.pp_schedule = L->schedule;
   c->s.loss = k->loss[i % k->nl], i /= k->nl;
+  c->s.optimizer_in_bwd = k->in_bwd[i % k->nb], i /= k->nb;
   c->s.weights = k->prec[i % k->np][0], c->s.amp = k->prec[i % k->np][1], i /= k->np;
   c->s.optimizer = k->opt[i % k->no], i /= k->no;
   c->s.grad_ckpt = k->ck[i % k->nc], i /= k->nc;
@@ -418,7 +438,7 @@ static bool add_config(struct search *S, struct config *c, const struct vf_setup
 static size_t build_configs(struct search *S, const struct vf_setup *level, uint64_t params, uint64_t trainable) {
   struct knobs k;
   knobs_of(S, level, &k);
-  size_t per_layout = S->n_alloc * k.nl * k.np * k.no * k.nc * k.ns * k.nf, n = 0;
+  size_t per_layout = S->n_alloc * k.nl * k.nb * k.np * k.no * k.nc * k.ns * k.nf, n = 0;
   struct config *grown = array_grow(S->configs, &S->cap_configs, S->n_layouts * per_layout, sizeof *grown);
   if (!grown) return 0;
   S->configs = grown;
@@ -464,11 +484,25 @@ static bool micro_fits(uint64_t b, void *arg) {
   return fits(f->S, f->c, b, f->t);
 }
 
+/* The smallest micro batch of n samples per replica whose accumulation is 1: the only ones
+ * a step in the backward runs with (torchtune refuses accumulation with it). */
+static uint64_t in_bwd_lowest(uint64_t n) {
+  uint64_t b = 2 * n / 3 ? 2 * n / 3 : 1;
+  while (b > 1 && accumulation_for(n, b - 1) == 1) b--;
+  while (accumulation_for(n, b) > 1) b++;
+  return b ? b : 1;
+}
+
 /* The largest micro batch whose peak fits tier t's budget, or 0. */
+static uint64_t lowest_micro(const struct vf_setup *s, uint64_t n) {
+  return s->optimizer_in_bwd == VF_IN_BWD_YES ? in_bwd_lowest(n) : 1;
+}
+
 static uint64_t largest_fitting(struct search *S, struct config *c, enum vf_tier t) {
-  if (!fits(S, c, 1, t)) return 0;
+  uint64_t low = lowest_micro(&c->s, c->per_gpu);
+  if (!fits(S, c, low, t)) return 0;
   struct fit_arg f = {S, c, t};
-  return last_fitting(1, c->per_gpu, micro_fits, &f);
+  return last_fitting(low, c->per_gpu, micro_fits, &f);
 }
 
 /* Of the micro batches from half of most up to it, all of which fit, the one that ranks
@@ -775,10 +809,10 @@ static bool exact_fits(struct search *S, enum vf_tier t, const struct vf_plan_ch
  * micro batch 1 fits. */
 static bool settle(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   struct vf_estimate e;
-  uint64_t n = samples_per_replica(S, &c->setup), b = c->setup.batch, low = b;
+  uint64_t n = samples_per_replica(S, &c->setup), b = c->setup.batch, low = b, floor = lowest_micro(&c->setup, n);
   while (!exact_fits(S, t, c, n, low, &e))
-    if (low == 1) return false;
-    else b = low - 1, low /= 2;
+    if (low <= floor) return false;
+    else b = low - 1, low = low / 2 > floor ? low / 2 : floor;
   while (low < b) { /* low fits, b + 1 does not (or b is where the quick search stopped) */
     uint64_t mid = low + (b - low + 1) / 2;
     if (exact_fits(S, t, c, n, mid, &e)) low = mid;
@@ -907,7 +941,7 @@ int vf_plan_search(const struct vf_plan_request *given, struct vf_plan_result *o
   struct vf_plan_request layout_request = *r;
   if (r->gpus_per_node)
     layout_request.keep |= VF_KEEP_PRECISION | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_OFFLOAD |
-                           VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS;
+                           VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS | VF_KEEP_IN_BWD;
   S->r = &layout_request;
   S->out = out;
   int rc = start(S, d);
