@@ -182,6 +182,12 @@ static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, bool
   json_object_set_new(o, "smallest_peak_device_bytes",
                       p->smallest.found ? json_integer((json_int_t)p->smallest.peak_device_bytes) : json_null());
   json_object_set_new(o, "estimates", json_integer((json_int_t)p->estimates));
+  json_t *tried = json_array();
+  for (size_t i = 0; i < p->n_alloc_tried; i++)
+    json_array_append_new(tried, json_pack("{s:s, s:I, s:I}", "alloc_conf", p->alloc_tried[i].alloc_conf,
+                                           "peak_device_bytes", (json_int_t)p->alloc_tried[i].peak_device_bytes,
+                                           "high", (json_int_t)p->alloc_tried[i].device_range.high));
+  json_object_set_new(o, "alloc_tried", tried);
   return o;
 }
 

@@ -366,6 +366,38 @@ static void test_guide_003_allocator(void **state) {
   done(f);
 }
 
+/* max_split_size_mb is weighed on the settings chosen beside expandable segments and taken
+ * only where it lowers the peak. The allocator model replays a run without a GPU limit, so
+ * the release of cached blocks above the size that it allows before the whole cache goes
+ * never runs, and large blocks left whole only strand more: guide 003 over varied lengths
+ * tries 128 and 512 MB and takes neither (each peak at least the chosen one's). Beside
+ * expandable segments given, which split every block, it is not tried. */
+static void test_max_split_tried(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  assert_int_equal(vf_length_dist_mean_max(600, 2048, &f->r.base.length_dist), 0);
+  f->r.base.lengths = VF_LENGTHS_VARIED;
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_null(strstr(b->alloc_conf, "max_split_size_mb"));
+  int split = 0;
+  for (size_t i = 0; i < f->out.n_alloc_tried; i++) {
+    const struct vf_plan_alloc_tried *a = &f->out.alloc_tried[i];
+    if (!strstr(a->alloc_conf, "max_split_size_mb:")) continue;
+    split++;
+    assert_true(a->peak_device_bytes >= b->peak_device_bytes);
+  }
+  assert_int_equal(split, 2);
+  done(f);
+  f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  f->c.expandable_segments = true;
+  f->r.alloc_conf_text = "expandable_segments:True";
+  plan(f);
+  assert_int_equal(f->out.n_alloc_tried, 0);
+  done(f);
+}
+
 /* Where the quick estimates let a longer seq fit than the exact ones do, a tier settles at
  * the longest the exact ones let fit, not at a tighter tier's shorter one: guide 003 with
  * the loss kept, one step of 128 longer does not fit the balanced budget. */
@@ -517,6 +549,7 @@ int main(void) {
       cmocka_unit_test(test_any_split),        cmocka_unit_test(test_no_bf16),
       cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
       cmocka_unit_test(test_activation_offload), cmocka_unit_test(test_optimizer_in_bwd),
+      cmocka_unit_test(test_max_split_tried),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

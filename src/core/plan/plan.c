@@ -50,6 +50,9 @@
 /* Exact estimates kept while settling; quick ones per configuration searched. */
 #define MAX_EXACT 24
 #define MAX_TRIED 64
+/* max_split_size_mb values tried on each tier's setting, the usual advice's. */
+static const unsigned split_mb[] = {128, 512};
+#define MAX_ALLOCS (2 + sizeof split_mb / sizeof *split_mb)
 
 static const char *const tier_names[VF_TIER_COUNT] = {"safe", "balanced", "aggressive"};
 
@@ -134,10 +137,12 @@ struct search {
   uint32_t tiers;  /* the tiers the level being searched is for (bit per tier) */
   bool probing;    /* the level is searched only to learn whether anything fits */
   uint64_t target; /* the effective batch asked for */
-  /* The given allocator configuration and, where it lacks them, expandable segments. */
-  struct vf_alloc_conf alloc[2];
-  char alloc_text[2][VF_PLAN_ALLOC_CONF_LEN];
-  size_t n_alloc;
+  /* The given allocator configuration and, where it lacks them, expandable segments (the
+   * n_alloc searched); then the max_split_size_mb values tried on the settings chosen, up to
+   * n_alloc_all (find_allocs). */
+  struct vf_alloc_conf alloc[MAX_ALLOCS];
+  char alloc_text[MAX_ALLOCS][VF_PLAN_ALLOC_CONF_LEN];
+  size_t n_alloc, n_alloc_all;
   struct tried tried[MAX_TRIED];
   size_t n_tried;
   struct plan_cluster cluster;
@@ -725,22 +730,47 @@ static void find_layouts(struct search *S) {
   }
 }
 
-/* The allocator configurations searched: the given one, and where it lacks them and the
- * allocator is the native caching one, expandable segments added to it (the setting
- * PyTorch's out-of-memory message suggests), unless --keep alloc-conf. */
+/* The allocator configurations a plan weighs: the given one and, where it lacks them and
+ * the allocator is the native caching one, expandable segments added to it (the setting
+ * PyTorch's out-of-memory message suggests), searched with every setting; and on the settings
+ * the tiers choose, max_split_size_mb added to the given one, where it has none (large blocks
+ * left whole, and the cached ones above the size released before the whole cache when the
+ * GPU is full). None of them with --keep alloc-conf. The text of each is the given one with
+ * the option appended. */
 void plan_alloc_conf(const struct vf_plan_request *r, const char *given, const char *text, struct vf_alloc_conf *out) {
   *out = *r->alloc;
-  out->expandable_segments |= strcmp(given, text) != 0;
+  if (strcmp(given, text) == 0) return;
+  struct vf_alloc_conf added;
+  struct vf_diag d;
+  if (vf_alloc_conf_parse(text + strlen(given) + (given[0] ? 1 : 0), &added, &d)) return;
+  out->expandable_segments |= added.expandable_segments;
+  if (added.max_split_size != UINT64_MAX) out->max_split_size = added.max_split_size;
+}
+
+static void add_alloc(struct search *S, const char *given, const char *option) {
+  char *text = S->alloc_text[S->n_alloc_all];
+  snprintf(text, VF_PLAN_ALLOC_CONF_LEN, "%s%s%s", given, given[0] ? "," : "", option);
+  plan_alloc_conf(S->r, given, text, &S->alloc[S->n_alloc_all++]);
 }
 
 static void find_allocs(struct search *S) {
   const struct vf_plan_request *r = S->r;
   const char *given = r->alloc_conf_text ? r->alloc_conf_text : "";
   const struct vf_alloc_conf *a = r->alloc;
+  bool fixed = (r->keep & VF_KEEP_ALLOC_CONF) || a->backend_async || a->caching_disabled;
   snprintf(S->alloc_text[0], sizeof S->alloc_text[0], "%s", given);
-  snprintf(S->alloc_text[1], sizeof S->alloc_text[1], "%s%sexpandable_segments:True", given, given[0] ? "," : "");
-  S->n_alloc = (r->keep & VF_KEEP_ALLOC_CONF) || a->expandable_segments || a->backend_async || a->caching_disabled ? 1 : 2;
-  for (size_t i = 0; i < S->n_alloc; i++) plan_alloc_conf(r, S->alloc_text[0], S->alloc_text[i], &S->alloc[i]);
+  S->alloc[0] = *a;
+  S->n_alloc_all = 1;
+  if (!fixed && !a->expandable_segments) add_alloc(S, given, "expandable_segments:True");
+  S->n_alloc = S->n_alloc_all;
+  /* Expandable segments split any block and release none whole: max_split_size_mb does
+   * nothing beside them. */
+  bool split_given = a->max_split_size != UINT64_MAX || a->expandable_segments;
+  for (size_t i = 0; !fixed && !split_given && i < sizeof split_mb / sizeof *split_mb; i++) {
+    char option[40];
+    snprintf(option, sizeof option, "max_split_size_mb:%u", split_mb[i]);
+    add_alloc(S, given, option);
+  }
 }
 
 /* The given setting as `estimate` makes it, its accumulation resolved, and what the search
@@ -791,7 +821,9 @@ static bool exact_estimate(struct search *S, const struct vf_setup *s, size_t al
 }
 
 static size_t alloc_index(const struct search *S, const struct vf_plan_choice *c) {
-  return S->n_alloc > 1 && strcmp(c->alloc_conf, S->alloc_text[1]) == 0;
+  for (size_t i = 1; i < S->n_alloc_all; i++)
+    if (strcmp(c->alloc_conf, S->alloc_text[i]) == 0) return i;
+  return 0;
 }
 
 /* Whether an exact estimate of tier t's choice c at micro batch b fits the tier's budget;
@@ -894,17 +926,36 @@ static uint64_t judged_choice(enum vf_tier t, const struct vf_plan_choice *c) {
   return t == VF_TIER_AGGRESSIVE ? c->peak_device_bytes : c->device_range.high;
 }
 
-/* The allocator's setting changes neither what is trained nor how fast: a tier takes it
- * wherever it lowers the peak of the setting chosen (the fragmentation PyTorch's
- * out-of-memory message suggests it for), with the micro batch the room allows. */
+/* The allocator's setting changes neither what is trained nor how fast: a tier takes the one
+ * that lowers the peak of the setting chosen most (the fragmentation PyTorch's out-of-memory
+ * message suggests expandable segments for), with the micro batch the room allows. */
 static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
-  struct vf_estimate e;
-  if (S->n_alloc < 2 || !c->found || alloc_index(S, c) ||
-      !exact_estimate(S, &c->setup, 1, &e) || judged_peak(S->r, t, &c->setup, &e) >= judged_choice(t, c))
-    return;
-  struct vf_plan_choice with = choice(S, &c->setup, 1, &e, c->budget_bytes);
+  if (!c->found) return;
+  size_t now = alloc_index(S, c), best = now;
+  uint64_t lowest = judged_choice(t, c);
+  struct vf_estimate e, best_e;
+  for (size_t i = 0; i < S->n_alloc_all; i++)
+    if (i != now && exact_estimate(S, &c->setup, i, &e) && judged_peak(S->r, t, &c->setup, &e) < lowest)
+      best = i, best_e = e, lowest = judged_peak(S->r, t, &c->setup, &e);
+  if (best == now) return;
+  struct vf_plan_choice with = choice(S, &c->setup, best, &best_e, c->budget_bytes);
   if (settle(S, t, &with) && score(S, &with.setup, with.tokens_per_second) >= score(S, &c->setup, c->tokens_per_second))
     *c = with;
+}
+
+/* The allocator settings weighed against the recommended setting, each with its peak, so that
+ * a plan shows those it did not take and why (a higher peak). */
+static void note_allocs(struct search *S) {
+  const struct vf_plan_choice *c = &S->out->tiers[VF_TIER_BALANCED];
+  size_t now = alloc_index(S, c);
+  for (size_t i = 0; c->found && i < S->n_alloc_all && S->out->n_alloc_tried < VF_PLAN_MAX_ALLOCS; i++) {
+    struct vf_estimate e;
+    if (i == now || !exact_estimate(S, &c->setup, i, &e)) continue;
+    struct vf_plan_alloc_tried *a = &S->out->alloc_tried[S->out->n_alloc_tried++];
+    snprintf(a->alloc_conf, sizeof a->alloc_conf, "%s", S->alloc_text[i]);
+    a->peak_device_bytes = e.device_peak;
+    a->device_range = device_range(S->r, &c->setup, &e);
+  }
 }
 
 /* The search ran on quick estimates: each tier's choice is settled on exact ones. What
@@ -947,6 +998,7 @@ int vf_plan_search(const struct vf_plan_request *given, struct vf_plan_result *o
   int rc = start(S, d);
   if (!rc) search(S);
   if (!rc) confirm(S);
+  if (!rc) note_allocs(S);
   if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
   free(S->configs);
   free(S);
