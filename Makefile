@@ -19,7 +19,8 @@ TRACE_APT_PACKAGES := python3 python3-venv g++
 # litgpt@0.3.0: the release the tracer's self-check against litgpt's measurements runs
 TRACE_FRAMEWORKS ?= hf litgpt torchtune lightning litgpt@0.3.0
 
-.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces traces-multi-gpu uncertainty
+.PHONY: all deps build demo check test asan fuzz bench clean trace-env trace-test traces traces-multi-gpu uncertainty \
+        py-env py-lint py-install wheel
 
 all: build
 
@@ -44,8 +45,24 @@ trace-env:
 	@sh scripts/deps.sh $(TRACE_APT_PACKAGES)
 	sh scripts/trace-env.sh $(TRACE_FRAMEWORKS)
 
-trace-test: trace-env
+trace-test: build trace-env
 	sh scripts/trace-tests.sh
+
+# The Python package (python/pyproject.toml): mypy --strict and ruff in .venv-dev
+# (python/requirements/dev.txt); `pip install ./python` into a fresh environment, checked
+# there; the wheel with libvramfit.so inside, manylinux-tagged by auditwheel (build/wheel/).
+py-env:
+	@sh scripts/deps.sh $(TRACE_APT_PACKAGES)
+	sh scripts/python-package.sh env
+
+py-lint: py-env
+	sh scripts/python-package.sh lint
+
+py-install: build
+	BUILD=$(BUILD) sh scripts/python-package.sh install
+
+wheel: build py-env
+	BUILD=$(BUILD) sh scripts/python-package.sh wheel
 
 # The traced corpus (bench/traced/*.tsv): every setup of bench/traced/setups.sh traced
 # again; TRACES=hf- (an id prefix) retraces a part. Takes about an hour for all.
@@ -75,8 +92,8 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) --target fuzzers
 	sh scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-check: test trace-test asan fuzz
-	@echo "make check: all tests passed (plain, tracer, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
+check: test trace-test py-lint py-install wheel asan fuzz
+	@echo "make check: all tests passed (plain, Python, ASan+UBSan, fuzz $(FUZZ_SECONDS)s per target)"
 
 bench: build
 	sh bench/run.sh $(BUILD)

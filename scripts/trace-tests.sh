@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs the tracer's pytest suites, each in the environment it needs: test_<framework>.py in
-# .venv-trace/<framework> (test_<framework>@<release>.py in .venv-trace/<framework>@<release>),
-# the framework-free tests (tracker, rules) in the hf one. A missing environment is a
+# Runs the Python tests, each in the environment it needs: test_<framework>.py and
+# test_<framework>_<what>.py in .venv-trace/<framework> (test_<framework>@<release>.py in
+# .venv-trace/<framework>@<release>), the framework-free tests (tracker, rules, the binding) in
+# the hf one. A missing environment is a
 # failure: `make trace-env` builds them.
 set -eu
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ status=0
 for test in python/tests/test_*.py; do
   name=$(basename "$test" .py)
   fw=${name#test_}
+  [ -d "$root/$fw" ] || fw=${fw%%_*}
   [ -d "$root/$fw" ] || fw=hf
   env=$root/$fw
   if [ ! -x "$env/bin/python" ]; then

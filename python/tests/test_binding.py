@@ -55,6 +55,7 @@ def test_plan_and_plan_workload():
 
 
 def test_errors_raise_with_the_exit_status():
+    assert issubclass(vramfit.VramfitError, ValueError)
     with pytest.raises(vramfit.VramfitError, match="unknown model 'no-such-model'") as e:
         vramfit.estimate("no-such-model")
     assert e.value.code == 2
@@ -68,3 +69,10 @@ def test_errors_raise_with_the_exit_status():
 def test_flags():
     assert vramfit.binding.flags({"lora_r": 16, "json": True, "gpu": None, "eval": False}) == \
         ["--lora-r", "16", "--json"]
+
+
+def test_from_the_sources_the_library_is_the_build_trees(monkeypatch):
+    # Installed, the package loads the libvramfit.so inside it (install_check.py); from the
+    # source tree, which has none inside, the build's.
+    monkeypatch.delenv("VRAMFIT_LIBRARY", raising=False)
+    assert vramfit.binding.library_path() == os.path.abspath(os.path.join(ROOT, "build", "libvramfit.so"))

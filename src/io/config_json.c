@@ -76,7 +76,9 @@ static const char *const k_vocab[] = {"vocab_size", NULL};
 static const char *const k_pos[] = {"max_position_embeddings", "n_positions", "n_ctx", NULL};
 static const char *const k_head_dim[] = {"head_dim", NULL};
 static const char *const k_experts[] = {"num_local_experts", NULL};
-static const char *const k_routed_experts[] = {"num_experts", "n_routed_experts", NULL};
+/* transformers 5.23.0 writes qwen3_moe's num_experts as num_local_experts (a live model's
+ * config as vramfit.estimate hands it over, Qwen3MoeConfig.to_json_string). */
+static const char *const k_routed_experts[] = {"num_experts", "n_routed_experts", "num_local_experts", NULL};
 static const char *const k_expert_inter[] = {"moe_intermediate_size", NULL};
 static const char *const k_topk[] = {"num_experts_per_tok", NULL};
 static const char *const k_types[] = {"type_vocab_size", NULL};

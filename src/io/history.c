@@ -33,8 +33,7 @@ static const char schema[] =
     " made_in TEXT, config_project TEXT);";
 
 /* Version 1 kept plans without their projects: they stay, belonging to none. */
-static const char migrate_1[] = "ALTER TABLE plans ADD COLUMN made_in TEXT;"
-                                "ALTER TABLE plans ADD COLUMN config_project TEXT;";
+static const char *const plan_columns_since_2[] = {"made_in", "config_project"};
 
 int vf_history_dir(char *buf, size_t size) {
   const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
@@ -84,12 +83,38 @@ static int read_version(sqlite3 *db) {
   return v;
 }
 
+/* Whether table has the column (PRAGMA table_info): a store marked with an older version
+ * may have it already (a development build's), and adding it twice fails. */
+static bool has_column(sqlite3 *db, const char *table, const char *column) {
+  char sql[96];
+  sqlite3_stmt *st;
+  bool found = false;
+  snprintf(sql, sizeof sql, "PRAGMA table_info(%s)", table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return false;
+  while (!found && sqlite3_step(st) == SQLITE_ROW)
+    found = strcmp((const char *)sqlite3_column_text(st, 1), column) == 0;
+  sqlite3_finalize(st);
+  return found;
+}
+
+/* The plans' columns a version-1 store lacks. */
+static int migrate_from_1(sqlite3 *db) {
+  int rc = SQLITE_OK;
+  for (size_t i = 0; rc == SQLITE_OK && i < sizeof plan_columns_since_2 / sizeof *plan_columns_since_2; i++) {
+    if (has_column(db, "plans", plan_columns_since_2[i])) continue;
+    char sql[96];
+    snprintf(sql, sizeof sql, "ALTER TABLE plans ADD COLUMN %s TEXT", plan_columns_since_2[i]);
+    rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+  }
+  return rc;
+}
+
 /* Inside the writer's transaction: the tables a fresh store lacks, the columns an older one
  * lacks, then the version. */
 static int make_schema(struct vf_history *h) {
   int was = read_version(h->db);
   int rc = sqlite3_exec(h->db, schema, NULL, NULL, NULL);
-  if (rc == SQLITE_OK && was == 1) rc = sqlite3_exec(h->db, migrate_1, NULL, NULL, NULL);
+  if (rc == SQLITE_OK && was == 1) rc = migrate_from_1(h->db);
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA user_version=%d", SCHEMA_VERSION);
   if (rc == SQLITE_OK) rc = sqlite3_exec(h->db, sql, NULL, NULL, NULL);

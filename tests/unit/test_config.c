@@ -95,6 +95,11 @@ static void test_each_model_type(void **state) {
       {"{\"model_type\": \"qwen3_moe\", \"num_key_value_heads\": 2, \"head_dim\": 16, \"num_experts\": 4, "
        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, " DIMS "}",
        VF_FAMILY_MIXTRAL, 87424, "model.layers.1.mlp.experts.3.down_proj.weight"},
+      /* qwen3_moe as transformers 5.23.0 writes its config (Qwen3MoeConfig.to_json_string):
+       * the experts counted under num_local_experts. */
+      {"{\"model_type\": \"qwen3_moe\", \"num_key_value_heads\": 2, \"head_dim\": 16, \"num_local_experts\": 4, "
+       "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, " DIMS "}",
+       VF_FAMILY_MIXTRAL, 87424, "model.layers.1.mlp.experts.3.down_proj.weight"},
       /* gemma3_text: gemma2's four norms, qwen3's q/k norms, tied. */
       {"{\"model_type\": \"gemma3_text\", \"num_key_value_heads\": 2, \"head_dim\": 16, " DIMS "}",
        VF_FAMILY_LLAMA, 80768, "model.layers.1.self_attn.q_norm.weight"},

@@ -141,20 +141,26 @@ static void plans_come_back(void **state) {
   vf_history_close(h);
 }
 
+/* A store in a fresh folder (named for NAME, into dir) made by sql, as an older vramfit left it. */
+static void make_store(const char *name, const char *sql, char *dir, size_t size) {
+  char path[600];
+  vf_test_tmpdir(name, dir, size);
+  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
 /* A store of version 1 (plans without projects) is brought up to date by the next writer;
  * its old plans belong to no project, and a reader of the old store finds none. */
 static void old_plans_belong_to_no_project(void **state) {
   (void)state;
-  char dir[512], path[600];
-  vf_test_tmpdir("history_v1", dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/history.sqlite3", dir);
-  sqlite3 *db;
-  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
-                                    " label TEXT NOT NULL, json TEXT NOT NULL);"
-                                    "INSERT INTO plans (saved, label, json) VALUES (1.7e9, 'old', '{}');"
-                                    "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
-  sqlite3_close(db);
+  char dir[512];
+  make_store("history_v1", "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
+                           " label TEXT NOT NULL, json TEXT NOT NULL);"
+                           "INSERT INTO plans (saved, label, json) VALUES (1.7e9, 'old', '{}');"
+                           "PRAGMA user_version=1", dir, sizeof dir);
   struct vf_history *h;
   char *json, *label;
   double when;
@@ -166,6 +172,24 @@ static void old_plans_belong_to_no_project(void **state) {
   assert_int_equal(vf_history_save_plan(h, "new", "{\"a\":3}", "/p", NULL, NULL), 0);
   assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), 0);
   assert_string_equal(label, "new");
+  vf_free(json);
+  vf_free(label);
+  vf_history_close(h);
+}
+
+/* A store marked version 1 that has the plans' project columns already (a development
+ * build's) is brought to the current version, not refused for a duplicate column. */
+static void version_1_with_the_columns_opens(void **state) {
+  (void)state;
+  char dir[512];
+  make_store("history_v1_cols", "CREATE TABLE plans (id INTEGER PRIMARY KEY, saved REAL NOT NULL,"
+                                " label TEXT NOT NULL, json TEXT NOT NULL, made_in TEXT);"
+                                "PRAGMA user_version=1", dir, sizeof dir);
+  struct vf_history *h = open_store(dir);
+  char *json, *label;
+  double when;
+  assert_int_equal(vf_history_save_plan(h, "new", "{}", "/p", NULL, NULL), 0);
+  assert_int_equal(vf_history_last_plan(h, "/p", &json, &label, &when, NULL), 0);
   vf_free(json);
   vf_free(label);
   vf_history_close(h);
@@ -368,6 +392,7 @@ int main(void) {
       cmocka_unit_test(the_measurement_for_a_setup),
       cmocka_unit_test(plans_come_back),
       cmocka_unit_test(old_plans_belong_to_no_project),
+      cmocka_unit_test(version_1_with_the_columns_opens),
       cmocka_unit_test(projects_are_work_trees_or_folders),
       cmocka_unit_test(folder_from_the_environment),
       cmocka_unit_test(concurrent_writers_lose_nothing),
