@@ -40,13 +40,17 @@ enum vf_sp { VF_SP_DEFAULT, VF_SP_NO, VF_SP_YES };
  * fused linear cross-entropy (fused) or Apple's Cut Cross-Entropy (cce). "default" is a
  * spelling here, the contract's --loss default. */
 enum vf_loss { VF_LOSS_DEFAULT, VF_LOSS_CHUNKED, VF_LOSS_FUSED, VF_LOSS_CCE };
+/* Whether each parameter's optimizer steps inside the backward, as soon as its gradient is
+ * made, which then goes (torchtune's optimizer_in_bwd): the whole model's gradients never
+ * exist at once. */
+enum vf_in_bwd { VF_IN_BWD_NO, VF_IN_BWD_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
                     VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS,
-                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP, VF_ENUM_LOSS };
+                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP, VF_ENUM_LOSS, VF_ENUM_IN_BWD };
 VF_API const char *vf_enum_name(enum vf_enum_kind kind, int value);
 VF_API int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -111,6 +115,7 @@ struct vf_setup {
   enum vf_precision weights, amp;
   enum vf_optimizer optimizer;
   enum vf_loss loss;
+  enum vf_in_bwd optimizer_in_bwd;
   enum vf_method method;
   uint64_t lora_r;
   uint32_t lora_targets; /* bit (1 << VF_KIND_x) per targeted kind */

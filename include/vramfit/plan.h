@@ -28,7 +28,7 @@ enum vf_keep {
   VF_KEEP_SEQ = 1 << 0, VF_KEEP_PRECISION = 1 << 1, VF_KEEP_OPTIMIZER = 1 << 2,
   VF_KEEP_METHOD = 1 << 3, VF_KEEP_LORA_R = 1 << 4, VF_KEEP_QUANT = 1 << 5,
   VF_KEEP_GRAD_CKPT = 1 << 6, VF_KEEP_SHARD = 1 << 7, VF_KEEP_OFFLOAD = 1 << 8,
-  VF_KEEP_ALLOC_CONF = 1 << 9, VF_KEEP_LOSS = 1 << 10,
+  VF_KEEP_ALLOC_CONF = 1 << 9, VF_KEEP_LOSS = 1 << 10, VF_KEEP_IN_BWD = 1 << 11,
   VF_KEEP_CAPACITY = VF_KEEP_METHOD | VF_KEEP_LORA_R | VF_KEEP_QUANT
 };
 
@@ -68,7 +68,7 @@ struct vf_plan_request {
   uint64_t gpus_per_node;
   double network_gbps; /* GB/s per GPU between nodes, one direction; 0: 50 (400 Gb/s) */
   /* The PYTORCH_ALLOC_CONF that alloc was parsed from (NULL or "": none); a setting that
-   * adds expandable segments to it reports the string it then needs. */
+   * adds expandable segments or max_split_size_mb to it reports the string it then needs. */
   const char *alloc_conf_text;
 };
 
@@ -86,7 +86,14 @@ struct vf_plan_choice {
   struct vf_range device_range; /* of peak_device_bytes; the point at both ends without a spread */
 };
 
-enum { VF_PLAN_MAX_CHANGES = 12, VF_PLAN_CHANGE_LEN = 256 };
+enum { VF_PLAN_MAX_CHANGES = 12, VF_PLAN_CHANGE_LEN = 256, VF_PLAN_MAX_ALLOCS = 4 };
+
+/* An allocator configuration weighed for the recommended setting and not taken. */
+struct vf_plan_alloc_tried {
+  char alloc_conf[VF_PLAN_ALLOC_CONF_LEN];
+  uint64_t peak_device_bytes;
+  struct vf_range device_range;
+};
 
 struct vf_plan_result {
   struct vf_plan_choice tiers[VF_TIER_COUNT]; /* found == false where nothing fits */
@@ -97,6 +104,10 @@ struct vf_plan_result {
   /* From the given setting to the balanced tier, most important first. */
   char changes[VF_PLAN_MAX_CHANGES][VF_PLAN_CHANGE_LEN];
   size_t n_changes;
+  /* The other allocator configurations weighed for the balanced tier's setting (expandable
+   * segments, max_split_size_mb values), each with the peak it gives that setting. */
+  struct vf_plan_alloc_tried alloc_tried[VF_PLAN_MAX_ALLOCS];
+  size_t n_alloc_tried;
 };
 
 /* Searches the allowed knobs. 0 once searched: out->tiers[VF_TIER_BALANCED].found says

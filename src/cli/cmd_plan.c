@@ -29,7 +29,7 @@ static const char usage[] =
     "  --keep LIST                  knobs that must not change, on top of capacity (= method,\n"
     "                               lora-r, quant and the model): seq, precision, optimizer,\n"
     "                               method, lora-r, quant, grad-ckpt, shard, offload, alloc-conf,\n"
-    "                               loss; none lifts capacity\n"
+    "                               loss, optimizer-in-bwd; none lifts capacity\n"
     "  --json                       machine-readable output (`vramfit apply --plan` reads it)\n"
     "  --write                      with training configs as MODEL: write the recommended\n"
     "                               setting into the keys it was read from, as 'vramfit apply\n"
@@ -155,6 +155,7 @@ static json_t *choice_json(const struct vf_plan_choice *c, bool layout) {
   json_object_set_new(o, "weights", json_string(vf_enum_name(VF_ENUM_PRECISION, (int)s->weights)));
   json_object_set_new(o, "alloc_conf", json_string(c->alloc_conf));
   json_object_set_new(o, "loss", json_string(vf_enum_name(VF_ENUM_LOSS, (int)s->loss)));
+  json_object_set_new(o, "optimizer_in_bwd", json_string(vf_enum_name(VF_ENUM_IN_BWD, (int)s->optimizer_in_bwd)));
   json_object_set_new(o, "lora_r", json_integer((json_int_t)s->lora_r));
   json_object_set_new(o, "quant", json_string(quant_name(s)));
   json_object_set_new(o, "gpus", json_integer((json_int_t)s->gpus));
@@ -181,11 +182,17 @@ static json_t *plan_json(const struct vf_plan_result *p, uint64_t capacity, bool
   json_object_set_new(o, "smallest_peak_device_bytes",
                       p->smallest.found ? json_integer((json_int_t)p->smallest.peak_device_bytes) : json_null());
   json_object_set_new(o, "estimates", json_integer((json_int_t)p->estimates));
+  json_t *tried = json_array();
+  for (size_t i = 0; i < p->n_alloc_tried; i++)
+    json_array_append_new(tried, json_pack("{s:s, s:I, s:I}", "alloc_conf", p->alloc_tried[i].alloc_conf,
+                                           "peak_device_bytes", (json_int_t)p->alloc_tried[i].peak_device_bytes,
+                                           "high", (json_int_t)p->alloc_tried[i].device_range.high));
+  json_object_set_new(o, "alloc_tried", tried);
   return o;
 }
 
 /* What the columns do not show, on a line of its own where it is not the given setting's:
- * the allocator's configuration, the loss, the precision. */
+ * the allocator's configuration, the loss, the optimizer's step in the backward, the precision. */
 static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choice *given) {
   const struct vf_setup *s = &c->setup;
   char line[320] = "";
@@ -194,6 +201,9 @@ static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choic
     n += (size_t)snprintf(line + n, sizeof line - n, ", PYTORCH_CUDA_ALLOC_CONF=%s", c->alloc_conf);
   if (s->loss != given->setup.loss && n < sizeof line)
     n += (size_t)snprintf(line + n, sizeof line - n, ", loss %s", vf_enum_name(VF_ENUM_LOSS, (int)s->loss));
+  if (s->optimizer_in_bwd != given->setup.optimizer_in_bwd && n < sizeof line)
+    n += (size_t)snprintf(line + n, sizeof line - n, ", optimizer_in_bwd %s",
+                          vf_enum_name(VF_ENUM_IN_BWD, (int)s->optimizer_in_bwd));
   bool precision = s->amp != given->setup.amp || s->weights != given->setup.weights;
   if (precision && n < sizeof line)
     snprintf(line + n, sizeof line - n, ", autocast %s, weights %s", vf_enum_name(VF_ENUM_PRECISION, (int)s->amp),
@@ -201,8 +211,22 @@ static void row_notes(const struct vf_plan_choice *c, const struct vf_plan_choic
   if (line[0]) printf("  %-10s %s\n", "", line + 2);
 }
 
+/* The offload column's width: 9, or the longest value a row shows
+ * ("optimizer,params,activations"); the smallest peak's row shows where nothing fits. */
+static int offload_width(const struct vf_plan_result *p) {
+  int width = (int)strlen("optimizer");
+  const struct vf_plan_choice *rows[] = {&p->given, &p->tiers[0], &p->tiers[1], &p->tiers[2], &p->smallest};
+  size_t n = p->tiers[VF_TIER_BALANCED].found ? 4 : 5;
+  for (size_t i = 0; i < n; i++) {
+    char text[64];
+    vf_offload_format(rows[i]->setup.offload, text, sizeof text);
+    if (rows[i]->found && (int)strlen(text) > width) width = (int)strlen(text);
+  }
+  return width;
+}
+
 static void tier_row(const char *name, const struct vf_plan_choice *c, const struct vf_plan_choice *given,
-                     uint64_t capacity, bool layout) {
+                     uint64_t capacity, bool layout, int offload_w) {
   if (!c->found) {
     printf("  %-10s  nothing fits\n", name);
     return;
@@ -213,11 +237,11 @@ static void tier_row(const char *name, const struct vf_plan_choice *c, const str
   cli_format_bytes(c->peak_device_bytes, peak, sizeof peak);
   cli_format_bytes(c->device_range.high, high, sizeof high);
   cli_group_digits((uint64_t)round(c->tokens_per_second), rate, sizeof rate);
-  printf("  %-10s %5llu %5llu %6llu  %-9s  %-16s  %-6s  %-5s  %-9s %10s %10s %5.1f%% %10s\n", name,
+  printf("  %-10s %5llu %5llu %6llu  %-9s  %-16s  %-6s  %-5s  %-*s %10s %10s %5.1f%% %10s\n", name,
          (unsigned long long)s->batch, (unsigned long long)s->accumulation, (unsigned long long)s->seq,
          vf_enum_name(VF_ENUM_CKPT, (int)s->grad_ckpt), vf_enum_name(VF_ENUM_OPTIMIZER, (int)s->optimizer),
-         vf_enum_name(VF_ENUM_METHOD, (int)s->method), vf_enum_name(VF_ENUM_SHARD, (int)s->shard), offload,
-         peak, high, 100.0 * (double)c->device_range.high / (double)capacity, rate);
+         vf_enum_name(VF_ENUM_METHOD, (int)s->method), vf_enum_name(VF_ENUM_SHARD, (int)s->shard), offload_w,
+         offload, peak, high, 100.0 * (double)c->device_range.high / (double)capacity, rate);
   row_notes(c, given);
   if (!layout) return;
   char where[96];
@@ -232,13 +256,14 @@ static void plan_text(const struct vf_model *m, const struct vf_gpu_spec *gpu, c
   printf("%s on %s (%s): effective batch %llu, %llu GPU%s\n\n", m->name, gpu->name[0] ? gpu->name : "the GPU", cap,
          (unsigned long long)p->target_effective_batch, (unsigned long long)p->given.setup.gpus,
          p->given.setup.gpus == 1 ? "" : "s");
-  printf("  %-10s %5s %5s %6s  %-9s  %-16s  %-6s  %-5s  %-9s %10s %10s %6s %10s\n", "tier", "batch", "accum",
-         "seq", "grad ckpt", "optimizer", "method", "shard", "offload", "peak", "high end", "of GPU", "tokens/s");
-  tier_row("given", &p->given, &p->given, gpu->capacity_bytes, layout);
+  int ow = offload_width(p);
+  printf("  %-10s %5s %5s %6s  %-9s  %-16s  %-6s  %-5s  %-*s %10s %10s %6s %10s\n", "tier", "batch", "accum",
+         "seq", "grad ckpt", "optimizer", "method", "shard", ow, "offload", "peak", "high end", "of GPU", "tokens/s");
+  tier_row("given", &p->given, &p->given, gpu->capacity_bytes, layout, ow);
   for (int t = 0; t < VF_TIER_COUNT; t++)
-    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], &p->given, gpu->capacity_bytes, layout);
+    tier_row(vf_tier_name((enum vf_tier)t), &p->tiers[t], &p->given, gpu->capacity_bytes, layout, ow);
   if (!p->tiers[VF_TIER_BALANCED].found) {
-    tier_row("smallest", &p->smallest, &p->given, gpu->capacity_bytes, layout);
+    tier_row("smallest", &p->smallest, &p->given, gpu->capacity_bytes, layout, ow);
     cli_format_bytes(p->smallest.peak_device_bytes, low, sizeof low);
     printf("\nnothing fits under %.0f%% of the GPU at the high end within the allowed changes: the smallest"
            " peak found is %s (let more knobs change: --keep)\n", 100 * safety, low);
@@ -314,7 +339,7 @@ static bool workload_option(int c) {
 static int model_keep(struct plan_args *a) {
   if (!a->keep_list || vf_keep_list(a->keep_list, &a->keep) == 0) return EXIT_OK;
   return cli_usage_error("plan", "--keep: '%s' is not a comma list of seq, precision, optimizer, method, lora-r, "
-                         "quant, grad-ckpt, shard, offload, alloc-conf, loss, capacity, none", a->keep_list);
+                         "quant, grad-ckpt, shard, offload, alloc-conf, loss, optimizer-in-bwd, capacity, none", a->keep_list);
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -138,6 +138,7 @@ static json_t *setup_json(const struct trace_args *a, const struct setup_context
   json_object_set_new(o, "lora_targets", kinds_json(s->lora_targets));
   json_object_set_new(o, "quant", json_string(vf_enum_name(VF_ENUM_QUANT, vf_setup_quant(s))));
   json_object_set_new(o, "grad_ckpt", json_string(vf_enum_name(VF_ENUM_CKPT, s->grad_ckpt)));
+  json_object_set_new(o, "optimizer_in_bwd", json_boolean(s->optimizer_in_bwd == VF_IN_BWD_YES));
   /* Unless asked for one, the framework picks its attention as it does for users. */
   json_object_set_new(o, "attention", json_string(a->attention == VF_ATTN_DEFAULT
                                                       ? "default" : vf_enum_name(VF_ENUM_ATTENTION, s->attention)));

@@ -184,7 +184,7 @@ uint32_t setup_config_keep(const struct setup_config *sc) {
   /* Each knob a plan may turn, and the key apply writes it as (NULL: apply writes none). */
   static const char *const knobs[][2] = {{"seq", "seq"}, {"precision", "precision"}, {"optimizer", "optimizer"},
                                          {"grad-ckpt", "grad_ckpt"}, {"shard", "zero_stage"}, {"offload", "offload"},
-                                         {"loss", "loss"}, {"method", NULL}, {"lora-r", NULL}, {"quant", NULL}};
+                                         {"loss", "loss"}, {"optimizer-in-bwd", "optimizer_in_bwd"}, {"method", NULL}, {"lora-r", NULL}, {"quant", NULL}};
   uint32_t keep = 0;
   if (!setup_config_any(sc)) return 0;
   for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)

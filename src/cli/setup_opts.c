@@ -54,6 +54,7 @@ static const struct {
     {O_EP, "--ep", K_EP},
     {O_FORMAT, "--format", K_COUNT},
     {O_LOSS, "--loss", K_LOSS},
+    {O_OPTIMIZER_IN_BWD, "--optimizer-in-bwd", K_OPTIMIZER_IN_BWD},
 };
 #define N_OPTIONS (sizeof options / sizeof *options)
 
@@ -191,6 +192,10 @@ static int parse_choice(struct setup_request *r, int c, const char *label, const
   case O_LOSS:
     rc = parse_enum(r, label, VF_ENUM_LOSS, arg, &v);
     s->loss = (enum vf_loss)v;
+    return rc;
+  case O_OPTIMIZER_IN_BWD:
+    rc = parse_enum(r, label, VF_ENUM_IN_BWD, arg, &v);
+    s->optimizer_in_bwd = (enum vf_in_bwd)v;
     return rc;
   default: /* every setup option is handled here or in parse_option */
     return VF_EINTERNAL;
@@ -380,7 +385,7 @@ const char *setup_alloc_conf_text(const struct setup_request *r) {
 static const char *const key_names[K_COUNT] = {
     "model", "framework", "framework_release", "torch", "task", "weights", "amp", "method", "lora_r",
     "lora_targets", "quant", "batch", "accumulation", "seq", "lengths", "eval", "grad_ckpt", "attention",
-    "optimizer", "loss", "shard", "offload", "gpus", "tp", "pp", "cp", "ep", "dp_replicate", "pp_schedule",
+    "optimizer", "loss", "optimizer_in_bwd", "shard", "offload", "gpus", "tp", "pp", "cp", "ep", "dp_replicate", "pp_schedule",
     "sequence_parallel", "alloc_conf"};
 
 enum setup_key setup_key_named(const char *name) {
@@ -419,6 +424,7 @@ static json_t *value_json(enum setup_key k, const struct vf_setup *s, const stru
   case K_ATTENTION: return enum_json(VF_ENUM_ATTENTION, s->attention);
   case K_OPTIMIZER: return enum_json(VF_ENUM_OPTIMIZER, s->optimizer);
   case K_LOSS: return enum_json(VF_ENUM_LOSS, s->loss);
+  case K_OPTIMIZER_IN_BWD: return enum_json(VF_ENUM_IN_BWD, s->optimizer_in_bwd);
   case K_SHARD: return enum_json(VF_ENUM_SHARD, s->shard);
   case K_OFFLOAD: vf_offload_format(s->offload, text, sizeof text); return json_string(text);
   case K_GPUS: return json_integer((json_int_t)s->gpus);
@@ -487,6 +493,7 @@ void setup_assumed_print(const struct setup_request *r, const struct setup_conte
   json_object_foreach(assumed, key, v) {
     if (r->setup.gpus == 1 && layout_key(key)) continue;
     if (r->setup.method == VF_METHOD_FULL && strncmp(key, "lora_", 5) == 0) continue; /* no adapters to shape */
+    if (strcmp(key, "optimizer_in_bwd") == 0) continue; /* no: the step after the backward, every loop's own */
     printf("%s %s ", first ? "assumed (no option or config gave them):" : ",", key);
     if (json_is_string(v)) printf("%s", json_string_value(v)[0] ? json_string_value(v) : "none");
     else if (json_is_boolean(v)) printf("%s", json_is_true(v) ? "yes" : "no");

@@ -86,6 +86,10 @@ struct vf_profile {
   /* The framework can offload the tensors saved for the backward to the CPU (a switch its
    * configs have), and only with activation checkpointing on. */
   bool offloads_activations, activation_offload_needs_ckpt;
+  /* The framework can step each parameter's optimizer inside the backward, in a hook run
+   * once its gradient is accumulated, and free the gradient there (a switch its configs
+   * have; its full fine-tuning recipes alone, without accumulation). */
+  bool optimizer_in_bwd;
   /* Bytes per element of each quantized weight that its quantizer allocates on the GPU
    * while converting it at load time (torchao's NF4 nearest-value search: 66). */
   uint32_t quant_load_bytes;

@@ -10,7 +10,8 @@
 
 /* Plan fields that are logical keys as they are. */
 static const char *const direct_fields[] = {"batch", "accumulation", "seq", "grad_ckpt", "optimizer",
-                                            "precision", "offload", "zero_stage", "loss"};
+                                            "precision", "offload", "zero_stage", "loss",
+                                            "optimizer_in_bwd"};
 
 struct list {
   struct vf_setting *v;

@@ -34,6 +34,7 @@ static const struct logical logicals[] = {
      NULL},
     {"offload", L_LIST, 0, 0, "none optimizer params activations", "none"},
     {"loss", L_ENUM, 0, 0, "default chunked fused cce", "default"},
+    {"optimizer_in_bwd", L_ENUM, 0, 0, "no yes", "no"},
 };
 
 /* Other spellings users type, as "key:spelling" -> value. */

@@ -91,6 +91,8 @@ int config_warn(struct creader *r, const char *name, const struct place *p, cons
                 const char *why, ...) __attribute__((format(printf, 5, 6)));
 /* The value recorded so far for name, or NULL. */
 const char *config_value(const struct creader *r, const char *name);
+/* Forgets a setting read (a key the tool reads only in other cases). */
+void config_drop(struct creader *r, const char *name);
 /* Adds the config a key of f names (a path, or part of f inline) to the files read. */
 int config_add_named(struct creader *r, struct cfile *f, const struct place *p, const char *format);
 

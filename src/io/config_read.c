@@ -91,6 +91,16 @@ int config_set(struct creader *r, const char *name, const char *value, const str
   return fill(&grown[c->n_settings++], name, value, p);
 }
 
+void config_drop(struct creader *r, const char *name) {
+  struct vf_config *c = r->out;
+  struct vf_config_setting *s = find(c, name);
+  if (!s) return;
+  setting_free(s);
+  size_t i = (size_t)(s - c->settings);
+  memmove(s, s + 1, (c->n_settings - i - 1) * sizeof *s);
+  c->n_settings--;
+}
+
 /* ---- files ---- */
 
 /* The logical keys the map gives the editor a place for ("paths", "set" or "derived"). */

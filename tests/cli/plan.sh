@@ -61,6 +61,19 @@ grep -q '"recommended": null' "$TMP/out" && grep -q '"smallest_peak_device_bytes
 succeeds ' balanced .* (lora|qlora) ' plan llama-2-7b --gpu rtx-4090 --keep none,seq
 
 # ---- bad input: exit 2, one line ------------------------------------------------------------
+# The table's columns stay aligned however long the offload value: a row whose offload is
+# optimizer,activations ends its high end where the heading does.
+run plan llama-3.2-1b --framework torchtune --weights bf16 --method lora --batch 4 --accumulation 8 --seq 8192 \
+  --grad-ckpt full --gpu 12GiB --keep capacity,seq,optimizer,loss,alloc-conf,grad-ckpt
+python3 - "$TMP/out" <<'PY' && ok || bad "plan table misaligned: $(head -9 "$TMP/out")"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+head = next(l for l in lines if l.lstrip().startswith("tier "))
+end = head.index("high end") + len("high end")
+rows = [l for l in lines if l.split()[:1] in (["given"], ["safe"], ["balanced"], ["aggressive"], ["smallest"]) and "GiB" in l]
+assert any("optimizer,activations" in r for r in rows), rows
+assert all(r[end - 3:end] == "GiB" for r in rows), rows
+PY
 fails 2 '^vramfit plan: --gpu is required' plan gpt2
 fails 2 '^vramfit plan: MODEL is missing' plan --gpu rtx-4090
 fails 2 "^vramfit plan: --keep: 'bogus' is not a comma list" plan gpt2 --gpu rtx-4090 --keep bogus

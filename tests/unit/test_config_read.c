@@ -185,7 +185,8 @@ static void torchtune_recipes(void **state) {
          "lora_targets=q,v,o,gate,up,down@1B_lora_single_device.yaml:12 batch=4@1B_lora_single_device.yaml:42 "
          "accumulation=8@1B_lora_single_device.yaml:60 lengths=varied@1B_lora_single_device.yaml:39 "
          "grad_ckpt=none@1B_lora_single_device.yaml:68 optimizer=adamw@1B_lora_single_device.yaml:46 "
-         "loss=chunked@1B_lora_single_device.yaml:55 offload=none@1B_lora_single_device.yaml:69 "
+         "optimizer_in_bwd=no@1B_lora_single_device.yaml:0 loss=chunked@1B_lora_single_device.yaml:55 "
+         "offload=none@1B_lora_single_device.yaml:69 "
          "method=lora@1B_lora_single_device.yaml:11 model=llama-3.2-1b@1B_lora_single_device.yaml:11 "
          "! seq@1B_lora_single_device.yaml:22 tokenizer.max_seq_len=null",
          NULL, 1, "torchtune/1B_lora_single_device.yaml");
@@ -197,13 +198,14 @@ static void torchtune_recipes(void **state) {
          "optimizer=paged-adamw-8bit@8B_qlora_packed.yaml:28 loss=chunked@8B_qlora_packed.yaml:31 "
          "offload=activations@8B_qlora_packed.yaml:37 method=qlora@8B_qlora_packed.yaml:7 "
          "model=llama-3.1-8b@8B_qlora_packed.yaml:7 ! -@8B_qlora_packed.yaml:38 compile=True "
-         "! optimizer@8B_qlora_packed.yaml:25 optimizer_in_bwd=True",
+         "! optimizer_in_bwd@8B_qlora_packed.yaml:25 optimizer_in_bwd=True",
          NULL, 1, "torchtune/8B_qlora_packed.yaml");
   expect("framework=torchtune@7B_full_distributed.yaml:4 amp=none@7B_full_distributed.yaml:36 "
          "weights=bf16@7B_full_distributed.yaml:36 batch=2@7B_full_distributed.yaml:24 "
          "accumulation=8@7B_full_distributed.yaml:32 seq=4096@7B_full_distributed.yaml:13 "
          "lengths=varied@7B_full_distributed.yaml:23 grad_ckpt=full@7B_full_distributed.yaml:35 "
-         "optimizer=adamw@7B_full_distributed.yaml:27 loss=chunked@7B_full_distributed.yaml:31 "
+         "optimizer=adamw@7B_full_distributed.yaml:27 optimizer_in_bwd=no@7B_full_distributed.yaml:0 "
+         "loss=chunked@7B_full_distributed.yaml:31 "
          "offload=optimizer,params@7B_full_distributed.yaml:33 method=full@7B_full_distributed.yaml:7 "
          "model=qwen2.5-7b@7B_full_distributed.yaml:7",
          NULL, 1, "torchtune/7B_full_distributed.yaml");
@@ -318,7 +320,7 @@ static void files_together(void **state) {
   /* --format names the main config's tool. */
   const char *c = put(dir, "c.yaml", "batch_size: 3\n");
   expect("framework=torchtune@c.yaml:1 batch=3@c.yaml:1 accumulation=1@c.yaml:0 grad_ckpt=none@c.yaml:0 "
-         "offload=none@c.yaml:0",
+         "optimizer_in_bwd=no@c.yaml:0 offload=none@c.yaml:0",
          "torchtune", 1, c);
 }
 

@@ -1786,6 +1786,44 @@ static void test_grad_scaler(void **state) {
   vf_model_cleanup(&m);
 }
 
+/* torchtune's optimizer_in_bwd: each parameter steps in a hook as its gradient arrives, which
+ * then goes, so the whole model's gradients never exist: full fine-tuning of Llama 3.2 1B in
+ * bf16 peaks at the end of its backward with every gradient alive without it; with it, the
+ * peak holds one gradient at most (the tied embedding's, summed last) and is lower; the
+ * states are the same. Refused where torchtune cannot run it. */
+static void test_optimizer_in_bwd(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_setup s;
+  load(&m, "llama-3.2-1b");
+  vf_setup_default(&s);
+  s.weights = VF_PREC_BF16, s.seq = 256, s.accumulation = 1;
+  struct vf_estimate after = run(&m, &s, "torchtune");
+  s.optimizer_in_bwd = VF_IN_BWD_YES;
+  struct vf_estimate inside = run(&m, &s, "torchtune");
+  uint64_t grads = after.trainable_params * 2, largest = 128256ull * 2048 * 2 + (1u << 20); /* the embedding's, a norm's */
+  assert_true(after.by_category[VF_CAT_GRADIENTS] >= grads);
+  assert_true(inside.by_category[VF_CAT_GRADIENTS] <= largest);
+  assert_true(inside.allocated_peak + (1ull << 30) < after.allocated_peak);
+  assert_int_equal(inside.by_category[VF_CAT_OPTIMIZER], after.by_category[VF_CAT_OPTIMIZER]);
+  vf_model_cleanup(&m);
+  expect_invalid(&s, "llama-3.2-1b", "hf 5.23 steps its optimizer after the backward");
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  load(&m, "llama-3.2-1b");
+  assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  s.accumulation = 2;
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), VF_EINVAL);
+  assert_non_null(strstr(d.msg, "needs --accumulation 1"));
+  s.accumulation = 1, s.method = VF_METHOD_LORA;
+  assert_int_equal(vf_estimate(&m, &s, &p, &c, &e, &d), VF_EINVAL);
+  assert_non_null(strstr(d.msg, "full fine-tuning only"));
+  vf_model_cleanup(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_toy_params),       cmocka_unit_test(test_optimizer_state_sizes),
@@ -1828,7 +1866,7 @@ int main(void) {
       cmocka_unit_test(test_rope_tables),      cmocka_unit_test(test_final_softcap),
       cmocka_unit_test(test_kv_expansion),     cmocka_unit_test(test_foreach_temporaries), cmocka_unit_test(test_generated_sample), cmocka_unit_test(test_checkpointed_input_grads),     cmocka_unit_test(test_accumulating_tied_grads),
       cmocka_unit_test(test_fused_loss),       cmocka_unit_test(test_loss_offered),
-      cmocka_unit_test(test_grad_scaler),
+      cmocka_unit_test(test_grad_scaler),      cmocka_unit_test(test_optimizer_in_bwd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

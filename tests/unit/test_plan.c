@@ -366,6 +366,38 @@ static void test_guide_003_allocator(void **state) {
   done(f);
 }
 
+/* max_split_size_mb is weighed on the settings chosen beside expandable segments and taken
+ * only where it lowers the peak. The allocator model replays a run without a GPU limit, so
+ * the release of cached blocks above the size that it allows before the whole cache goes
+ * never runs, and large blocks left whole only strand more: guide 003 over varied lengths
+ * tries 128 and 512 MB and takes neither (each peak at least the chosen one's). Beside
+ * expandable segments given, which split every block, it is not tried. */
+static void test_max_split_tried(void **state) {
+  (void)state;
+  struct fixture *f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  assert_int_equal(vf_length_dist_mean_max(600, 2048, &f->r.base.length_dist), 0);
+  f->r.base.lengths = VF_LENGTHS_VARIED;
+  plan(f);
+  const struct vf_plan_choice *b = &f->out.tiers[VF_TIER_BALANCED];
+  assert_true(b->found);
+  assert_null(strstr(b->alloc_conf, "max_split_size_mb"));
+  int split = 0;
+  for (size_t i = 0; i < f->out.n_alloc_tried; i++) {
+    const struct vf_plan_alloc_tried *a = &f->out.alloc_tried[i];
+    if (!strstr(a->alloc_conf, "max_split_size_mb:")) continue;
+    split++;
+    assert_true(a->peak_device_bytes >= b->peak_device_bytes);
+  }
+  assert_int_equal(split, 2);
+  done(f);
+  f = guide_003(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  f->c.expandable_segments = true;
+  f->r.alloc_conf_text = "expandable_segments:True";
+  plan(f);
+  assert_int_equal(f->out.n_alloc_tried, 0);
+  done(f);
+}
+
 /* Where the quick estimates let a longer seq fit than the exact ones do, a tier settles at
  * the longest the exact ones let fit, not at a tighter tier's shorter one: guide 003 with
  * the loss kept, one step of 128 longer does not fit the balanced budget. */
@@ -405,6 +437,37 @@ static void test_activation_offload(void **state) {
       assert_true(!(c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS)) || c->setup.grad_ckpt != VF_CKPT_NONE);
     }
     assert_true(offloaded == (i == 0));
+    done(f);
+  }
+}
+
+/* torchtune's optimizer_in_bwd keeps the trained model and frees the gradients as they come:
+ * full bf16 fine-tuning of Qwen2.5 7B (AdamW kept, 60 GiB) fits only with it, said in the
+ * changes; --keep optimizer-in-bwd holds it off and nothing fits. Asked for an effective
+ * batch of 4 on 80 GiB, a tier that steps in the backward does so at accumulation 1. */
+static void test_optimizer_in_bwd(void **state) {
+  (void)state;
+  for (int k = 0; k < 3; k++) {
+    struct fixture *f = setup_for("qwen2.5-7b", "h100-80gb");
+    struct vf_diag d;
+    if (k < 2) f->r.base.capacity_bytes = f->gpu.capacity_bytes = 60 * GIB;
+    assert_int_equal(profile_read("torchtune", NULL, &f->p, &d), 0);
+    struct vf_setup *b = &f->r.base;
+    b->weights = VF_PREC_BF16, b->grad_ckpt = VF_CKPT_FULL, b->accumulation = k < 2 ? 1 : 4;
+    f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER | VF_KEEP_PRECISION | VF_KEEP_OFFLOAD |
+                VF_KEEP_GRAD_CKPT | (k == 1 ? VF_KEEP_IN_BWD : 0);
+    plan(f);
+    const struct vf_plan_choice *c = &f->out.tiers[VF_TIER_BALANCED];
+    assert_true(c->found == (k != 1));
+    bool said = false;
+    for (size_t i = 0; i < f->out.n_changes; i++) said |= strstr(f->out.changes[i], "optimizer_in_bwd") != NULL;
+    assert_true(said == (k == 0));
+    for (int t = 0; t < VF_TIER_COUNT && k != 1; t++) {
+      c = &f->out.tiers[t];
+      assert_true(!c->found || c->setup.optimizer_in_bwd == VF_IN_BWD_NO || c->setup.accumulation == 1);
+      assert_true(!c->found || c->peak_device_bytes == choice_peak(f, c));
+    }
+    if (k == 0) assert_int_equal(f->out.tiers[VF_TIER_BALANCED].setup.optimizer_in_bwd, VF_IN_BWD_YES);
     done(f);
   }
 }
@@ -485,7 +548,8 @@ int main(void) {
       cmocka_unit_test(test_loss_knob),        cmocka_unit_test(test_seq_and_allocator),
       cmocka_unit_test(test_any_split),        cmocka_unit_test(test_no_bf16),
       cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
-      cmocka_unit_test(test_activation_offload),
+      cmocka_unit_test(test_activation_offload), cmocka_unit_test(test_optimizer_in_bwd),
+      cmocka_unit_test(test_max_split_tried),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

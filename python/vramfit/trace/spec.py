@@ -42,6 +42,8 @@ class Spec:
     grad_ckpt: str = "none"
     attention: str = "default"  # the framework's choice
     loss: str = "default"
+    # torchtune's optimizer_in_bwd: each parameter's optimizer steps in the backward
+    optimizer_in_bwd: bool = False
     gpus: int = 1
     shard: str = "none"
     offload: list[str] = field(default_factory=list)
@@ -81,7 +83,10 @@ class Spec:
                   (self.tp > 1, f"--tp {self.tp}: traces run data parallelism only"),
                   (self.pp > 1, f"--pp {self.pp}: traces run data parallelism only"),
                   (self.cp > 1, f"--cp {self.cp}: traces run data parallelism only"),
-                  (bool(self.offload), "--offload: traces run without offload")]
+                  (bool(self.offload), "--offload: traces run without offload"),
+                  (self.optimizer_in_bwd and self.framework != "torchtune",
+                   "--optimizer-in-bwd yes: torchtune's full fine-tuning recipes alone step the "
+                   "optimizer in the backward")]
         for present, why in layout:
             if present:
                 raise Unsupported(why)

@@ -182,7 +182,9 @@ int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const
   memset(out, 0, sizeof *out);
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
-  if ((rc = vf_layout_validate(&resolved, m, p, d)) || (rc = head_loss_offered(&resolved, p, d))) return rc;
+  if ((rc = vf_layout_validate(&resolved, m, p, d)) || (rc = head_loss_offered(&resolved, p, d)) ||
+      (rc = optim_in_backward_offered(&resolved, p, d)))
+    return rc;
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
   struct ctx x = {.m = m, .s = &resolved, .p = p, .task = resolved.task, .accumulation = resolved.accumulation,
                   .eval = resolved.eval == VF_EVAL_YES, .base_trainable = s->method == VF_METHOD_FULL,

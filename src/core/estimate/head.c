@@ -397,6 +397,7 @@ uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, stru
   /* A fused kernel's weight gradient is the one the head gets: AccumulateGrad takes it over. */
   tape_give(x, k.grad_weight);
   uint32_t root_grads = grads_head(x, g);
+  optim_root_in_backward(x, true, g);
   /* Accumulating, grads_head made nothing: the head's new gradient comes beside the kept one. */
   if (grads_accumulating_in_place(x)) root_grads = accumulating_head_grad(x);
   else chunked_head_grad(x);

@@ -494,6 +494,9 @@ void grads_zero(struct ctx *x);
 uint64_t optim_largest_trainable(const struct ctx *x);
 void optim_scaler_scale(struct ctx *x);
 void optim_step(struct ctx *x);
+void optim_layer_in_backward(struct ctx *x, int32_t layer, struct ids *g);
+void optim_root_in_backward(struct ctx *x, bool at_head, struct ids *g);
+int optim_in_backward_offered(const struct vf_setup *s, const struct vf_profile *p, struct vf_diag *d);
 uint64_t optim_paged_bytes(const struct ctx *x);
 
 /* ddp.c */

@@ -249,6 +249,7 @@ void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct ids *
   uint32_t attn = tape_take(x, attention_backward_bytes(x), VF_CAT_TEMPORARIES);
   parallel_ring_exchange(x, true);
   grads_layer(x, layer, g);
+  optim_layer_in_backward(x, layer, g);
   tape_give(x, attn);
   tape_release(x, sv);
   fsdp_reshard(x, gathered);

@@ -4,7 +4,10 @@
  * AdamW's temporaries, Adafactor's, ZeRO-3's sub groups), and fp16's loss scaler. Sources:
  * bitsandbytes optim/optimizer.py Optimizer2State.init_state and get_state_buffer;
  * torch.optim.Adafactor and transformers' Adafactor; torch/optim/adam.py@v2.13.0
- * _multi_tensor_adam; torch/amp/grad_scaler.py@v2.13.0. */
+ * _multi_tensor_adam; torch/amp/grad_scaler.py@v2.13.0; torchtune's optimizer_in_bwd:
+ * pytorch/torchtune recipes/full_finetune_single_device.py and torchtune/training/memory.py
+ * (register_optim_in_bwd_hooks) at v0.6.1. */
+#include "base/diag.h"
 #include "core/estimate/internal.h"
 
 /* Bytes of one state element: the parameter's dtype, or fp32 next to an fp32 master. */
@@ -78,32 +81,44 @@ static bool states_on_gpu(const struct vf_setup *s) {
 /* The bytes of what a trainable tensor gets, one tensor each; returns how many. */
 typedef int (*tensor_bytes_fn)(const struct ctx *x, const struct param *p, uint64_t out[5]);
 
-/* Takes what bytes_of gives every trainable tensor, unit by unit: a tensor each, or when
+/* Which of a unit's trainable tensors a take is for: all, or the root unit's embedding alone,
+ * or its other tensors (the head, the final norm). */
+enum pick { PICK_ALL, PICK_EMBEDDING, PICK_OTHERS };
+
+static bool picked(const struct param *p, enum pick pick) {
+  return p->trainable && (pick == PICK_ALL || p->embedding == (pick == PICK_EMBEDDING));
+}
+
+/* Takes what bytes_of gives the picked trainable tensors of unit l: a tensor each, or when
  * partitioned (ZeRO, FSDP flat parameters) one flat shard of the unit's sum, experts
- * counted once per expert-parallel group as layer_param_sum counts them. The ids go to ids when
- * given. */
-static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_category cat, struct ids *ids) {
-  for (int32_t l = -1; l < (int32_t)x->layers; l++) {
-    size_t begin, end;
-    params_layer(x->ps, l, &begin, &end);
-    uint64_t shard = 0;
-    for (size_t i = begin; i < end; i++) {
-      const struct param *p = &x->ps->v[i];
-      uint64_t bytes[5];
-      int k = p->trainable ? bytes_of(x, p, bytes) : 0;
-      for (int j = 0; j < k; j++) {
-        if (x->s->shard != VF_SHARD_NONE) {
-          shard += bytes[j] * (p->expert ? x->s->ep : 1);
-          continue;
-        }
-        uint32_t id = tape_take(x, bytes[j], cat);
-        if (ids) ids_push(x, ids, id);
+ * counted once per expert-parallel group as layer_param_sum counts them. The ids go to ids
+ * when given. */
+static void take_unit(struct ctx *x, int32_t l, enum pick pick, tensor_bytes_fn bytes_of, enum vf_category cat,
+                      struct ids *ids) {
+  size_t begin, end;
+  params_layer(x->ps, l, &begin, &end);
+  uint64_t shard = 0;
+  for (size_t i = begin; i < end; i++) {
+    const struct param *p = &x->ps->v[i];
+    uint64_t bytes[5];
+    int k = picked(p, pick) ? bytes_of(x, p, bytes) : 0;
+    for (int j = 0; j < k; j++) {
+      if (x->s->shard != VF_SHARD_NONE) {
+        shard += bytes[j] * (p->expert ? x->s->ep : 1);
+        continue;
       }
+      uint32_t id = tape_take(x, bytes[j], cat);
+      if (ids) ids_push(x, ids, id);
     }
-    if (!shard) continue;
-    uint32_t id = tape_take(x, shard / x->d.dsize, cat);
-    if (ids) ids_push(x, ids, id);
   }
+  if (!shard) return;
+  uint32_t id = tape_take(x, shard / x->d.dsize, cat);
+  if (ids) ids_push(x, ids, id);
+}
+
+/* The same for every unit. */
+static void take_per_tensor(struct ctx *x, tensor_bytes_fn bytes_of, enum vf_category cat, struct ids *ids) {
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) take_unit(x, l, PICK_ALL, bytes_of, cat, ids);
 }
 
 /* A tensor's optimizer states on the GPU (paged ones live in host memory until used). */
@@ -172,9 +187,55 @@ void optim_scaler_scale(struct ctx *x) {
   tape_take(x, 4, VF_CAT_OPTIMIZER);
 }
 
+/* torchtune's optimizer_in_bwd: one optimizer per parameter, stepped by a hook once the
+ * parameter's gradient is accumulated, then zero_grad(set_to_none=True) lets the gradient go
+ * (memory.py@v0.6.1 register_optim_in_bwd_hooks). The first step creates each tensor's states
+ * there, in the backward; the step after the backward has nothing left to do. */
+static bool steps_in_backward(const struct ctx *x) { return x->s->optimizer_in_bwd == VF_IN_BWD_YES; }
+
+static void step_in_backward(struct ctx *x, int32_t layer, enum pick pick, struct ids *g) {
+  if (!steps_in_backward(x)) return;
+  if (!x->opt.states_made && states_on_gpu(x->s)) take_unit(x, layer, pick, gpu_state_bytes, VF_CAT_OPTIMIZER, NULL);
+  ids_give(x, g);
+}
+
+void optim_layer_in_backward(struct ctx *x, int32_t layer, struct ids *g) { step_in_backward(x, layer, PICK_ALL, g); }
+
+/* The root unit's tensors step as their gradients are complete: with an untied embedding,
+ * the head's and the final norm's after the head's backward (at_head), the embedding's last;
+ * a tied embedding's only once its second gradient is added in, with the others. */
+void optim_root_in_backward(struct ctx *x, bool at_head, struct ids *g) {
+  bool split = embedding_grads_late(x);
+  if (at_head) {
+    if (split) step_in_backward(x, -1, PICK_OTHERS, g);
+    return;
+  }
+  step_in_backward(x, -1, split ? PICK_EMBEDDING : PICK_ALL, g);
+}
+
+/* What the step in the backward cannot run with, refused with the reason: a framework
+ * without it, adapters (torchtune's LoRA recipes have no optimizer_in_bwd), accumulation
+ * (the recipes raise on it: each micro batch would step), and the sharding, pipelines and
+ * offload not modelled with it. */
+int optim_in_backward_offered(const struct vf_setup *s, const struct vf_profile *p, struct vf_diag *d) {
+  const char *why = NULL;
+  if (s->optimizer_in_bwd != VF_IN_BWD_YES) return 0;
+  if (!p->optimizer_in_bwd)
+    return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "--optimizer-in-bwd yes: %s %s steps its optimizer after the "
+                   "backward (torchtune's full fine-tuning recipes step it inside)", p->name, p->release);
+  if (s->method != VF_METHOD_FULL) why = "it runs in full fine-tuning only (torchtune's LoRA recipes have no optimizer_in_bwd)";
+  else if (s->accumulation > 1) why = "it needs --accumulation 1 (torchtune raises 'Gradient accumulation is not supported with optimizer in bwd')";
+  else if (s->amp == VF_PREC_FP16) why = "fp16's GradScaler unscales the gradients before the step, which the hooks run before";
+  else if ((s->shard != VF_SHARD_NONE && s->shard != VF_SHARD_FSDP) || s->pp > 1 || (s->offload & VF_OFFLOAD_OPTIMIZER))
+    why = "it is modelled on one GPU or under FSDP, without a pipeline or optimizer offload";
+  if (!why) return 0;
+  return diag_at(d, VF_EINVAL, NULL, UINT64_MAX, "--optimizer-in-bwd yes: %s", why);
+}
+
 void optim_step(struct ctx *x) {
   bool first = !x->opt.states_made, scaler = scaler_runs(x);
   x->opt.states_made = true;
+  if (steps_in_backward(x)) return;
   uint32_t wide = scaler ? tape_take(x, 8, VF_CAT_TEMPORARIES) : 0;
   uint32_t inverse = scaler ? tape_take(x, 8, VF_CAT_TEMPORARIES) : 0;
   tape_give(x, wide);

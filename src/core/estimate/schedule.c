@@ -135,6 +135,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   pipe_hold_input_grads(x, stream);
   /* The embedding's gradient is the stage's last. */
   root_grads = grads_finish_root(x, g, root_grads);
+  optim_root_in_backward(x, false, g);
   tape_give(x, root_grads);
   fsdp_reshard_root(x);
   if (last_micro) {

@@ -7,8 +7,8 @@
 
 #include "core/plan/internal.h"
 
-enum move { M_ALLOC, M_LOSS, M_SEQ, M_METHOD, M_RANK, M_PRECISION, M_OPTIMIZER, M_CKPT, M_SHARD, M_LAYOUT, M_OFFLOAD,
-            M_COUNT };
+enum move { M_ALLOC, M_LOSS, M_SEQ, M_METHOD, M_RANK, M_PRECISION, M_OPTIMIZER, M_IN_BWD, M_CKPT, M_SHARD, M_LAYOUT,
+            M_OFFLOAD, M_COUNT };
 
 /* A setting on the way: its knobs and its allocator configuration. */
 struct point {
@@ -36,6 +36,7 @@ static bool differs(const struct point *a, const struct point *b, enum move m) {
   case M_RANK: return x->lora_r != y->lora_r;
   case M_PRECISION: return x->amp != y->amp || x->weights != y->weights;
   case M_OPTIMIZER: return x->optimizer != y->optimizer;
+  case M_IN_BWD: return x->optimizer_in_bwd != y->optimizer_in_bwd;
   case M_CKPT: return x->grad_ckpt != y->grad_ckpt;
   case M_SHARD: return x->shard != y->shard;
   case M_LAYOUT:
@@ -56,6 +57,10 @@ static void take(struct point *cur, const struct point *to, enum move m) {
   case M_RANK: c->lora_r = t->lora_r; break;
   case M_PRECISION: c->amp = t->amp, c->weights = t->weights; break;
   case M_OPTIMIZER: c->optimizer = t->optimizer; break;
+  case M_IN_BWD: /* the step in the backward comes with its split: accumulation 1 */
+    c->optimizer_in_bwd = t->optimizer_in_bwd;
+    if (t->optimizer_in_bwd == VF_IN_BWD_YES) c->batch = t->batch, c->accumulation = t->accumulation;
+    break;
   case M_CKPT: c->grad_ckpt = t->grad_ckpt; break;
   case M_SHARD: c->shard = t->shard; break;
   case M_LAYOUT: c->tp = t->tp, c->pp = t->pp, c->cp = t->cp, c->ep = t->ep, c->pp_schedule = t->pp_schedule; break;
@@ -98,6 +103,17 @@ static int describe_optimizer(char *buf, size_t size, const struct vf_setup *fro
   const char *because = to->optimizer < sizeof why / sizeof *why && why[to->optimizer] ? why[to->optimizer] : "";
   return snprintf(buf, size, "optimizer %s → %s%s", name(VF_ENUM_OPTIMIZER, (int)from->optimizer),
                   name(VF_ENUM_OPTIMIZER, (int)to->optimizer), because);
+}
+
+static int describe_in_bwd(char *buf, size_t size, const struct vf_setup *from, const struct vf_setup *to) {
+  if (to->optimizer_in_bwd == VF_IN_BWD_NO)
+    return snprintf(buf, size, "step the optimizer after the backward (optimizer_in_bwd off)");
+  int n = snprintf(buf, size, "step the optimizer inside the backward (torchtune's optimizer_in_bwd: each gradient goes "
+                   "once its parameter is updated, so the model's gradients never exist at once; no gradient clipping)");
+  if ((from->batch != to->batch || from->accumulation != to->accumulation) && n > 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n, ", micro batch %llu → %llu with accumulation %llu → 1, which it needs",
+             (unsigned long long)from->batch, (unsigned long long)to->batch, (unsigned long long)from->accumulation);
+  return n;
 }
 
 static int describe_loss(char *buf, size_t size, const struct vf_setup *from, const struct vf_setup *to) {
@@ -149,6 +165,7 @@ static int describe(char *buf, size_t size, const struct vf_plan_request *r, enu
   case M_RANK: return describe_dial(buf, size, "LoRA rank", f->lora_r, t->lora_r, "--keep lora-r");
   case M_PRECISION: return describe_precision(buf, size, r, f, t);
   case M_OPTIMIZER: return describe_optimizer(buf, size, f, t);
+  case M_IN_BWD: return describe_in_bwd(buf, size, f, t);
   case M_CKPT: return describe_ckpt(buf, size, f, t);
   case M_SHARD:
     return snprintf(buf, size, "shard %s → %s across %llu GPUs", name(VF_ENUM_SHARD, (int)f->shard),

@@ -36,8 +36,8 @@ void plan_changes(const struct vf_plan_request *r, struct vf_plan_result *out);
 bool plan_lacks_bf16(const struct vf_gpu_spec *g);
 
 /* The allocator configuration of a setting whose alloc_conf is text, the given one's
- * given: the request's, with expandable segments where the two differ (the only change a
- * plan makes to it). */
+ * given: the request's, with the option text appends to it (expandable segments or
+ * max_split_size_mb, the changes a plan makes to it). */
 void plan_alloc_conf(const struct vf_plan_request *r, const char *given, const char *text, struct vf_alloc_conf *out);
 
 #endif

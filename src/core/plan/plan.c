@@ -50,6 +50,9 @@
 /* Exact estimates kept while settling; quick ones per configuration searched. */
 #define MAX_EXACT 24
 #define MAX_TRIED 64
+/* max_split_size_mb values tried on each tier's setting, the usual advice's. */
+static const unsigned split_mb[] = {128, 512};
+#define MAX_ALLOCS (2 + sizeof split_mb / sizeof *split_mb)
 
 static const char *const tier_names[VF_TIER_COUNT] = {"safe", "balanced", "aggressive"};
 
@@ -60,7 +63,8 @@ int vf_keep_parse(const char *list, uint32_t *bits) {
       {"seq", VF_KEEP_SEQ},         {"precision", VF_KEEP_PRECISION}, {"optimizer", VF_KEEP_OPTIMIZER},
       {"method", VF_KEEP_METHOD},   {"lora-r", VF_KEEP_LORA_R},       {"quant", VF_KEEP_QUANT},
       {"grad-ckpt", VF_KEEP_GRAD_CKPT}, {"shard", VF_KEEP_SHARD},     {"offload", VF_KEEP_OFFLOAD},
-      {"alloc-conf", VF_KEEP_ALLOC_CONF}, {"loss", VF_KEEP_LOSS},     {"capacity", VF_KEEP_CAPACITY},
+      {"alloc-conf", VF_KEEP_ALLOC_CONF}, {"loss", VF_KEEP_LOSS},     {"optimizer-in-bwd", VF_KEEP_IN_BWD},
+      {"capacity", VF_KEEP_CAPACITY},
       {"none", 0}};
   uint32_t out = 0;
   if (!*list) return VF_EINVAL;
@@ -133,10 +137,12 @@ struct search {
   uint32_t tiers;  /* the tiers the level being searched is for (bit per tier) */
   bool probing;    /* the level is searched only to learn whether anything fits */
   uint64_t target; /* the effective batch asked for */
-  /* The given allocator configuration and, where it lacks them, expandable segments. */
-  struct vf_alloc_conf alloc[2];
-  char alloc_text[2][VF_PLAN_ALLOC_CONF_LEN];
-  size_t n_alloc;
+  /* The given allocator configuration and, where it lacks them, expandable segments (the
+   * n_alloc searched); then the max_split_size_mb values tried on the settings chosen, up to
+   * n_alloc_all (find_allocs). */
+  struct vf_alloc_conf alloc[MAX_ALLOCS];
+  char alloc_text[MAX_ALLOCS][VF_PLAN_ALLOC_CONF_LEN];
+  size_t n_alloc, n_alloc_all;
   struct tried tried[MAX_TRIED];
   size_t n_tried;
   struct plan_cluster cluster;
@@ -216,7 +222,7 @@ static int changes_from_base(const struct vf_setup *base, const struct vf_setup 
   return (s->seq != base->seq) + (s->method != base->method) + (s->lora_r != base->lora_r) +
          (s->amp != base->amp) + (s->weights != base->weights) + (s->optimizer != base->optimizer) +
          (s->grad_ckpt != base->grad_ckpt) + (s->shard != base->shard) + (s->offload != base->offload) +
-         (s->loss != base->loss) + layout;
+         (s->loss != base->loss) + (s->optimizer_in_bwd != base->optimizer_in_bwd) + layout;
 }
 
 /* The ranking score: the rate, less 1% for each knob changed and 2% for each percent the
@@ -313,6 +319,19 @@ static size_t losses(const struct vf_plan_request *r, enum vf_loss *out) {
   return n;
 }
 
+/* The given optimizer timing, and torchtune's step in the backward where the framework has
+ * it for full fine-tuning (it trains the same model: the same update, made as each gradient
+ * arrives) and --keep optimizer-in-bwd lets it; the micro batches searched then keep accumulation 1
+ * (in_bwd_lowest). */
+static size_t in_bwds(const struct vf_plan_request *r, const struct vf_setup *level, enum vf_in_bwd *out) {
+  size_t n = 0;
+  out[n++] = r->base.optimizer_in_bwd;
+  if (!(r->keep & VF_KEEP_IN_BWD) && r->profile->optimizer_in_bwd && level->method == VF_METHOD_FULL &&
+      r->base.optimizer_in_bwd == VF_IN_BWD_NO)
+    out[n++] = VF_IN_BWD_YES;
+  return n;
+}
+
 /* Frozen-base methods after the given one, each lighter: LoRA, then QLoRA (quantized). */
 static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
   size_t n = 0;
@@ -340,12 +359,15 @@ static size_t methods(const struct vf_plan_request *r, struct vf_setup *out) {
 static double state_floor(const struct vf_setup *s, double params, double trainable) {
   double split = (double)(s->tp * s->pp), shards = (double)(s->gpus / split);
   double weight = vf_setup_quant(s) != VF_QUANT_NONE ? 0.5 : s->weights == VF_PREC_FP32 ? 4 : 2;
-  double state = s->optimizer == VF_OPT_ADAMW ? 8
+  /* States take the trainable weights' dtype at least (16-bit ones without a master copy). */
+  double wide = s->weights == VF_PREC_FP32 ? 4 : 2;
+  double state = s->optimizer == VF_OPT_ADAMW ? 2 * wide
                  : s->optimizer == VF_OPT_ADAMW_8BIT || s->optimizer == VF_OPT_PAGED_ADAMW_8BIT ? 2
-                 : s->optimizer == VF_OPT_SGD_MOMENTUM || s->optimizer == VF_OPT_LION ? 4
+                 : s->optimizer == VF_OPT_SGD_MOMENTUM || s->optimizer == VF_OPT_LION ? wide
                                                                                       : 0;
   double weights = (s->offload & VF_OFFLOAD_PARAMS) ? 0 : params * weight / (vf_shard_weights(s->shard) ? shards : 1);
-  double grads = trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
+  double grads = s->optimizer_in_bwd == VF_IN_BWD_YES ? 0
+                 : trainable * (s->weights == VF_PREC_FP32 ? 4 : 2) / (s->shard >= VF_SHARD_ZERO2 ? shards : 1);
   double states =
       (s->offload & VF_OFFLOAD_OPTIMIZER) ? 0 : trainable * state / (s->shard >= VF_SHARD_ZERO1 ? shards : 1);
   return (weights + grads + states) / split;
@@ -382,12 +404,14 @@ struct knobs {
   enum vf_shard sh[4];
   uint32_t off[6];
   enum vf_loss loss[2];
-  size_t np, no, nc, ns, nf, nl;
+  enum vf_in_bwd in_bwd[2];
+  size_t np, no, nc, ns, nf, nl, nb;
 };
 
 static void knobs_of(const struct search *S, const struct vf_setup *level, struct knobs *k) {
   k->np = precisions(S->r, level, k->prec), k->no = optimizers(S->r, k->opt), k->nc = ckpts(S->r, k->ck);
   k->ns = shards(S->r, k->sh), k->nf = offloads(S->r, k->off), k->nl = losses(S->r, k->loss);
+  k->nb = in_bwds(S->r, level, k->in_bwd);
 }
 
 /* Adds configuration index i of the knobs' product on top of level in layout l, unless the
@@ -400,6 +424,7 @@ static bool add_config(struct search *S, struct config *c, const struct vf_setup
   c->s = *level;
   c->s.tp = L->tp, c->s.pp = L->pp, c->s.cp = L->cp, c->s.ep = L->ep, c->s.pp_schedule = L->schedule;
   c->s.loss = k->loss[i % k->nl], i /= k->nl;
+  c->s.optimizer_in_bwd = k->in_bwd[i % k->nb], i /= k->nb;
   c->s.weights = k->prec[i % k->np][0], c->s.amp = k->prec[i % k->np][1], i /= k->np;
   c->s.optimizer = k->opt[i % k->no], i /= k->no;
   c->s.grad_ckpt = k->ck[i % k->nc], i /= k->nc;
@@ -418,7 +443,7 @@ static bool add_config(struct search *S, struct config *c, const struct vf_setup
 static size_t build_configs(struct search *S, const struct vf_setup *level, uint64_t params, uint64_t trainable) {
   struct knobs k;
   knobs_of(S, level, &k);
-  size_t per_layout = S->n_alloc * k.nl * k.np * k.no * k.nc * k.ns * k.nf, n = 0;
+  size_t per_layout = S->n_alloc * k.nl * k.nb * k.np * k.no * k.nc * k.ns * k.nf, n = 0;
   struct config *grown = array_grow(S->configs, &S->cap_configs, S->n_layouts * per_layout, sizeof *grown);
   if (!grown) return 0;
   S->configs = grown;
@@ -464,11 +489,25 @@ static bool micro_fits(uint64_t b, void *arg) {
   return fits(f->S, f->c, b, f->t);
 }
 
+/* The smallest micro batch of n samples per replica whose accumulation is 1: the only ones
+ * a step in the backward runs with (torchtune refuses accumulation with it). */
+static uint64_t in_bwd_lowest(uint64_t n) {
+  uint64_t b = 2 * n / 3 ? 2 * n / 3 : 1;
+  while (b > 1 && accumulation_for(n, b - 1) == 1) b--;
+  while (accumulation_for(n, b) > 1) b++;
+  return b ? b : 1;
+}
+
 /* The largest micro batch whose peak fits tier t's budget, or 0. */
+static uint64_t lowest_micro(const struct vf_setup *s, uint64_t n) {
+  return s->optimizer_in_bwd == VF_IN_BWD_YES ? in_bwd_lowest(n) : 1;
+}
+
 static uint64_t largest_fitting(struct search *S, struct config *c, enum vf_tier t) {
-  if (!fits(S, c, 1, t)) return 0;
+  uint64_t low = lowest_micro(&c->s, c->per_gpu);
+  if (!fits(S, c, low, t)) return 0;
   struct fit_arg f = {S, c, t};
-  return last_fitting(1, c->per_gpu, micro_fits, &f);
+  return last_fitting(low, c->per_gpu, micro_fits, &f);
 }
 
 /* Of the micro batches from half of most up to it, all of which fit, the one that ranks
@@ -691,22 +730,47 @@ static void find_layouts(struct search *S) {
   }
 }
 
-/* The allocator configurations searched: the given one, and where it lacks them and the
- * allocator is the native caching one, expandable segments added to it (the setting
- * PyTorch's out-of-memory message suggests), unless --keep alloc-conf. */
+/* The allocator configurations a plan weighs: the given one and, where it lacks them and
+ * the allocator is the native caching one, expandable segments added to it (the setting
+ * PyTorch's out-of-memory message suggests), searched with every setting; and on the settings
+ * the tiers choose, max_split_size_mb added to the given one, where it has none (large blocks
+ * left whole, and the cached ones above the size released before the whole cache when the
+ * GPU is full). None of them with --keep alloc-conf. The text of each is the given one with
+ * the option appended. */
 void plan_alloc_conf(const struct vf_plan_request *r, const char *given, const char *text, struct vf_alloc_conf *out) {
   *out = *r->alloc;
-  out->expandable_segments |= strcmp(given, text) != 0;
+  if (strcmp(given, text) == 0) return;
+  struct vf_alloc_conf added;
+  struct vf_diag d;
+  if (vf_alloc_conf_parse(text + strlen(given) + (given[0] ? 1 : 0), &added, &d)) return;
+  out->expandable_segments |= added.expandable_segments;
+  if (added.max_split_size != UINT64_MAX) out->max_split_size = added.max_split_size;
+}
+
+static void add_alloc(struct search *S, const char *given, const char *option) {
+  char *text = S->alloc_text[S->n_alloc_all];
+  snprintf(text, VF_PLAN_ALLOC_CONF_LEN, "%s%s%s", given, given[0] ? "," : "", option);
+  plan_alloc_conf(S->r, given, text, &S->alloc[S->n_alloc_all++]);
 }
 
 static void find_allocs(struct search *S) {
   const struct vf_plan_request *r = S->r;
   const char *given = r->alloc_conf_text ? r->alloc_conf_text : "";
   const struct vf_alloc_conf *a = r->alloc;
+  bool fixed = (r->keep & VF_KEEP_ALLOC_CONF) || a->backend_async || a->caching_disabled;
   snprintf(S->alloc_text[0], sizeof S->alloc_text[0], "%s", given);
-  snprintf(S->alloc_text[1], sizeof S->alloc_text[1], "%s%sexpandable_segments:True", given, given[0] ? "," : "");
-  S->n_alloc = (r->keep & VF_KEEP_ALLOC_CONF) || a->expandable_segments || a->backend_async || a->caching_disabled ? 1 : 2;
-  for (size_t i = 0; i < S->n_alloc; i++) plan_alloc_conf(r, S->alloc_text[0], S->alloc_text[i], &S->alloc[i]);
+  S->alloc[0] = *a;
+  S->n_alloc_all = 1;
+  if (!fixed && !a->expandable_segments) add_alloc(S, given, "expandable_segments:True");
+  S->n_alloc = S->n_alloc_all;
+  /* Expandable segments split any block and release none whole: max_split_size_mb does
+   * nothing beside them. */
+  bool split_given = a->max_split_size != UINT64_MAX || a->expandable_segments;
+  for (size_t i = 0; !fixed && !split_given && i < sizeof split_mb / sizeof *split_mb; i++) {
+    char option[40];
+    snprintf(option, sizeof option, "max_split_size_mb:%u", split_mb[i]);
+    add_alloc(S, given, option);
+  }
 }
 
 /* The given setting as `estimate` makes it, its accumulation resolved, and what the search
@@ -757,7 +821,9 @@ static bool exact_estimate(struct search *S, const struct vf_setup *s, size_t al
 }
 
 static size_t alloc_index(const struct search *S, const struct vf_plan_choice *c) {
-  return S->n_alloc > 1 && strcmp(c->alloc_conf, S->alloc_text[1]) == 0;
+  for (size_t i = 1; i < S->n_alloc_all; i++)
+    if (strcmp(c->alloc_conf, S->alloc_text[i]) == 0) return i;
+  return 0;
 }
 
 /* Whether an exact estimate of tier t's choice c at micro batch b fits the tier's budget;
@@ -775,10 +841,10 @@ static bool exact_fits(struct search *S, enum vf_tier t, const struct vf_plan_ch
  * micro batch 1 fits. */
 static bool settle(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   struct vf_estimate e;
-  uint64_t n = samples_per_replica(S, &c->setup), b = c->setup.batch, low = b;
+  uint64_t n = samples_per_replica(S, &c->setup), b = c->setup.batch, low = b, floor = lowest_micro(&c->setup, n);
   while (!exact_fits(S, t, c, n, low, &e))
-    if (low == 1) return false;
-    else b = low - 1, low /= 2;
+    if (low <= floor) return false;
+    else b = low - 1, low = low / 2 > floor ? low / 2 : floor;
   while (low < b) { /* low fits, b + 1 does not (or b is where the quick search stopped) */
     uint64_t mid = low + (b - low + 1) / 2;
     if (exact_fits(S, t, c, n, mid, &e)) low = mid;
@@ -860,17 +926,36 @@ static uint64_t judged_choice(enum vf_tier t, const struct vf_plan_choice *c) {
   return t == VF_TIER_AGGRESSIVE ? c->peak_device_bytes : c->device_range.high;
 }
 
-/* The allocator's setting changes neither what is trained nor how fast: a tier takes it
- * wherever it lowers the peak of the setting chosen (the fragmentation PyTorch's
- * out-of-memory message suggests it for), with the micro batch the room allows. */
+/* The allocator's setting changes neither what is trained nor how fast: a tier takes the one
+ * that lowers the peak of the setting chosen most (the fragmentation PyTorch's out-of-memory
+ * message suggests expandable segments for), with the micro batch the room allows. */
 static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
-  struct vf_estimate e;
-  if (S->n_alloc < 2 || !c->found || alloc_index(S, c) ||
-      !exact_estimate(S, &c->setup, 1, &e) || judged_peak(S->r, t, &c->setup, &e) >= judged_choice(t, c))
-    return;
-  struct vf_plan_choice with = choice(S, &c->setup, 1, &e, c->budget_bytes);
+  if (!c->found) return;
+  size_t now = alloc_index(S, c), best = now;
+  uint64_t lowest = judged_choice(t, c);
+  struct vf_estimate e, best_e;
+  for (size_t i = 0; i < S->n_alloc_all; i++)
+    if (i != now && exact_estimate(S, &c->setup, i, &e) && judged_peak(S->r, t, &c->setup, &e) < lowest)
+      best = i, best_e = e, lowest = judged_peak(S->r, t, &c->setup, &e);
+  if (best == now) return;
+  struct vf_plan_choice with = choice(S, &c->setup, best, &best_e, c->budget_bytes);
   if (settle(S, t, &with) && score(S, &with.setup, with.tokens_per_second) >= score(S, &c->setup, c->tokens_per_second))
     *c = with;
+}
+
+/* The allocator settings weighed against the recommended setting, each with its peak, so that
+ * a plan shows those it did not take and why (a higher peak). */
+static void note_allocs(struct search *S) {
+  const struct vf_plan_choice *c = &S->out->tiers[VF_TIER_BALANCED];
+  size_t now = alloc_index(S, c);
+  for (size_t i = 0; c->found && i < S->n_alloc_all && S->out->n_alloc_tried < VF_PLAN_MAX_ALLOCS; i++) {
+    struct vf_estimate e;
+    if (i == now || !exact_estimate(S, &c->setup, i, &e)) continue;
+    struct vf_plan_alloc_tried *a = &S->out->alloc_tried[S->out->n_alloc_tried++];
+    snprintf(a->alloc_conf, sizeof a->alloc_conf, "%s", S->alloc_text[i]);
+    a->peak_device_bytes = e.device_peak;
+    a->device_range = device_range(S->r, &c->setup, &e);
+  }
 }
 
 /* The search ran on quick estimates: each tier's choice is settled on exact ones. What
@@ -907,12 +992,13 @@ int vf_plan_search(const struct vf_plan_request *given, struct vf_plan_result *o
   struct vf_plan_request layout_request = *r;
   if (r->gpus_per_node)
     layout_request.keep |= VF_KEEP_PRECISION | VF_KEEP_OPTIMIZER | VF_KEEP_GRAD_CKPT | VF_KEEP_OFFLOAD |
-                           VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS;
+                           VF_KEEP_ALLOC_CONF | VF_KEEP_LOSS | VF_KEEP_IN_BWD;
   S->r = &layout_request;
   S->out = out;
   int rc = start(S, d);
   if (!rc) search(S);
   if (!rc) confirm(S);
+  if (!rc) note_allocs(S);
   if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
   free(S->configs);
   free(S);

@@ -226,6 +226,8 @@ def _refuse(spec: Spec) -> None:
                                         "checkpoint whole layers only (the distributed full "
                                         "recipe's ac_mode is not traced)"),
         (spec.loss == "fused", "--loss fused: torchtune 0.6 has no fused cross-entropy"),
+        (spec.optimizer_in_bwd and spec.lora, "--optimizer-in-bwd yes: torchtune's LoRA recipes "
+                                              "have no optimizer_in_bwd"),
         (spec.optimizer == "paged-adamw-8bit",
          "--optimizer paged-adamw-8bit: bitsandbytes keeps paged states in CUDA managed "
          "memory, outside the caching allocator, which the fake device cannot make"),
@@ -284,8 +286,7 @@ def recipe_config(spec: Spec, model_config: dict[str, Any], out_dir: str) -> dic
         "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
         "epochs": 1, "max_steps_per_epoch": spec.steps,
         "gradient_accumulation_steps": spec.accumulation,
-        # The contract has no optimizer-in-backward; the configs that use it name it.
-        "optimizer_in_bwd": False,
+        "optimizer_in_bwd": spec.optimizer_in_bwd,
         "clip_grad_norm": None, "compile": False,
         "metric_logger": {"_component_": "torchtune.training.metric_logging.DiskLogger",
                           "log_dir": os.path.join(out_dir, "logs")},
@@ -356,6 +357,11 @@ def mark_phases(recipe: Any, run: Run) -> None:
         loss.register_hook(lambda _grad: run.phase("backward"))
 
     loss_fn.register_forward_hook(on_loss)
+
+    # With optimizer_in_bwd the recipe keeps no optimizer (its _setup_optimizer returns None):
+    # each parameter's steps inside the backward, which has no optimizer phase after it.
+    if optimizer is None:
+        return
 
     def before_step(*_: Any) -> None:
         run.phase("optimizer")
