@@ -16,7 +16,8 @@
  * search, not halving). Within a level every combination of the knobs is ranked by its
  * throughput at its fastest micro batch, memory aside (an upper bound), and tried in that
  * order until no bound beats the best found. Ranking charges each changed knob 1% so that a
- * change must buy speed.
+ * change must buy speed. The search ranks on quick estimates; each tier's few best settings
+ * are then settled on exact ones, and the best of them taken (settle_runners).
  *
  * Layouts (gpus_per_node): every tp, pp, cp, ep and schedule the framework can run on the
  * world is one more dimension of the combinations, with the shard; the other knobs stay
@@ -48,8 +49,10 @@
 #define MAX_LAYOUTS 1024
 #define MAX_CP 8
 /* Exact estimates kept while settling; quick ones per configuration searched. */
-#define MAX_EXACT 24
+#define MAX_EXACT 96
 #define MAX_TRIED 64
+/* The best settings of a tier's search settled on exact estimates, the best of them taken. */
+#define MAX_RUNNERS 4
 /* max_split_size_mb values tried on each tier's setting, the usual advice's. */
 static const unsigned split_mb[] = {128, 512};
 #define MAX_ALLOCS (2 + sizeof split_mb / sizeof *split_mb)
@@ -133,6 +136,13 @@ struct search {
   struct vf_plan_result *out;
   uint64_t budget[VF_TIER_COUNT];
   double score[VF_TIER_COUNT];
+  /* Per tier, the best settings found, one per setting of the knobs, best first (score[t]
+   * is the first's): the quick estimates misjudge the micro batch that fits by a GiB or two where the
+   * allocator's cache grows with the layers, so a runner-up may fit a larger one exactly
+   * (guide 003: adafactor at micro batch 2 where adamw-8bit fits only 1). */
+  struct vf_plan_choice runners[VF_TIER_COUNT][MAX_RUNNERS];
+  double runner_score[VF_TIER_COUNT][MAX_RUNNERS], runner_bound[VF_TIER_COUNT][MAX_RUNNERS];
+  size_t n_runners[VF_TIER_COUNT];
   bool settled[VF_TIER_COUNT];
   uint32_t tiers;  /* the tiers the level being searched is for (bit per tier) */
   bool probing;    /* the level is searched only to learn whether anything fits */
@@ -524,6 +534,26 @@ static uint64_t best_micro(const struct search *S, struct vf_setup s, uint64_t n
   return best;
 }
 
+/* Keeps choice c, of ranking score sc and bound, among tier t's runners, in their order, one
+ * per setting of the knobs (the allocator's and the micro batch aside); an earlier one wins a
+ * tie. */
+static void keep_runner(struct search *S, enum vf_tier t, const struct vf_plan_choice *c, double sc,
+                        double bound) {
+  struct vf_plan_choice *list = S->runners[t];
+  double *scores = S->runner_score[t], *bounds = S->runner_bound[t];
+  size_t n = S->n_runners[t], at = n;
+  for (size_t k = 0; k < n; k++)
+    if (changes_from_base(&list[k].setup, &c->setup) == 0) at = k;
+  if (at < n ? scores[at] >= sc : n == MAX_RUNNERS && scores[n - 1] >= sc) return;
+  if (at == n) at = n < MAX_RUNNERS ? n++ : n - 1;
+  for (; at > 0 && scores[at - 1] < sc; at--)
+    list[at] = list[at - 1], scores[at] = scores[at - 1], bounds[at] = bounds[at - 1];
+  list[at] = *c, scores[at] = sc, bounds[at] = bound;
+  S->n_runners[t] = n;
+  S->score[t] = scores[0];
+  S->out->tiers[t] = list[0];
+}
+
 static void consider(struct search *S, enum vf_tier t, struct config *c, uint64_t most) {
   struct vf_setup s = c->s;
   uint64_t b = best_micro(S, s, c->per_gpu, most, at(S, c, most));
@@ -532,10 +562,7 @@ static void consider(struct search *S, enum vf_tier t, struct config *c, uint64_
   if (!e) return;
   set_micro(&s, c->per_gpu, b);
   struct vf_plan_choice c_at = choice(S, &s, c->alloc, e, S->budget[t]);
-  double sc = score(S, &s, c_at.tokens_per_second);
-  if (sc <= S->score[t]) return;
-  S->score[t] = sc;
-  S->out->tiers[t] = c_at;
+  keep_runner(S, t, &c_at, score(S, &s, c_at.tokens_per_second), c->bound);
 }
 
 /* Whether the layout of c with half its context-parallel size fits: splitting the tokens
@@ -607,7 +634,7 @@ static bool level_fits(struct search *S, const struct vf_setup *level, enum vf_t
   search_level(S, level);
   bool found = S->out->tiers[t].found;
   S->out->tiers[t] = (struct vf_plan_choice){0};
-  S->score[t] = 0, S->probing = false;
+  S->score[t] = 0, S->n_runners[t] = 0, S->probing = false;
   return found;
 }
 
@@ -927,14 +954,15 @@ static uint64_t judged_choice(enum vf_tier t, const struct vf_plan_choice *c) {
 }
 
 /* The allocator's setting changes neither what is trained nor how fast: a tier takes the one
- * that lowers the peak of the setting chosen most (the fragmentation PyTorch's out-of-memory
- * message suggests expandable segments for), with the micro batch the room allows. */
-static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
+ * of the first count that lowers the peak of the setting chosen most (the fragmentation
+ * PyTorch's out-of-memory message suggests expandable segments for), with the micro batch the
+ * room allows. */
+static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c, size_t count) {
   if (!c->found) return;
   size_t now = alloc_index(S, c), best = now;
   uint64_t lowest = judged_choice(t, c);
   struct vf_estimate e, best_e;
-  for (size_t i = 0; i < S->n_alloc_all; i++)
+  for (size_t i = 0; i < count; i++)
     if (i != now && exact_estimate(S, &c->setup, i, &e) && judged_peak(S->r, t, &c->setup, &e) < lowest)
       best = i, best_e = e, lowest = judged_peak(S->r, t, &c->setup, &e);
   if (best == now) return;
@@ -958,6 +986,28 @@ static void note_allocs(struct search *S) {
   }
 }
 
+/* Whether tier t's runner k may beat its choice c so far: at another seq or rank, or with a
+ * bound above c's score (an exact estimate costs dozens of quick ones). */
+static bool may_beat(const struct search *S, enum vf_tier t, size_t k, const struct vf_plan_choice *c) {
+  const struct vf_setup *r = &S->runners[t][k].setup;
+  return !c->found || r->seq != c->setup.seq || r->lora_r != c->setup.lora_r ||
+         S->runner_bound[t][k] > score(S, &c->setup, c->tokens_per_second);
+}
+
+/* Tier t's choice c: the best of its runners, each settled on exact estimates (the seq or
+ * rank lowered where the micro batch cannot be) with the allocator setting searched that
+ * suits it; max_split_size_mb is weighed on the best alone. */
+static void settle_runners(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
+  for (size_t k = 0; k < S->n_runners[t]; k++) {
+    if (k > 0 && !may_beat(S, t, k, c)) continue;
+    struct vf_plan_choice r = S->runners[t][k];
+    if (!settle(S, t, &r)) r.found = descend(S, t, &r);
+    take_alloc(S, t, &r, S->n_alloc);
+    if (k == 0 || (r.found && (!c->found || !better(S, c, &r)))) *c = r;
+  }
+  take_alloc(S, t, c, S->n_alloc_all);
+}
+
 /* The search ran on quick estimates: each tier's choice is settled on exact ones. What
  * fits a tighter tier's budget fits a looser one's, so a looser tier whose own choice
  * settled worse (or not at all) takes the tighter one's, its micro batch grown where the
@@ -965,8 +1015,7 @@ static void note_allocs(struct search *S) {
 static void confirm(struct search *S) {
   for (int t = 0; t < VF_TIER_COUNT; t++) {
     struct vf_plan_choice *c = &S->out->tiers[t], *tighter = t > 0 ? &S->out->tiers[t - 1] : NULL;
-    if (c->found && !settle(S, (enum vf_tier)t, c)) c->found = descend(S, (enum vf_tier)t, c);
-    take_alloc(S, (enum vf_tier)t, c);
+    settle_runners(S, (enum vf_tier)t, c);
     climb(S, (enum vf_tier)t, c);
     if (!tighter || !tighter->found) continue;
     if (c->found && better(S, c, tighter)) continue;
