@@ -136,7 +136,7 @@ run estimate axolotl/lora_ds.yml --json
 # --write does both, with a backup and the diff; a second run has nothing to change.
 cp trl/sft_qlora.yaml sft.orig
 run plan trl/sft_qlora.yaml --gpu 16GiB --write
-[ "$rc" = 0 ] && grep -q '^+per_device_train_batch_size: 1$' "$TMP/out" && ok || bad "plan --write: exit $rc, $(tail -5 "$TMP/out")"
+[ "$rc" = 0 ] && grep -q '^+per_device_train_batch_size: 2$' "$TMP/out" && ok || bad "plan --write: exit $rc, $(tail -5 "$TMP/out")"
 grep -q '^trl/sft_qlora.yaml: written (backup ' "$TMP/err" && cmp -s sft.orig trl/sft_qlora.yaml.backup && ok ||
   bad "plan --write: no backup of the original: $(cat "$TMP/err")"
 if only_values sft.orig trl/sft_qlora.yaml; then ok; else bad "plan --write changed more than values: $(diff sft.orig trl/sft_qlora.yaml)"; fi

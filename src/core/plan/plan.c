@@ -52,7 +52,7 @@
 #define MAX_EXACT 96
 #define MAX_TRIED 64
 /* The best settings of a tier's search settled on exact estimates, the best of them taken. */
-#define MAX_RUNNERS 4
+#define MAX_RUNNERS 8
 /* max_split_size_mb values tried on each tier's setting, the usual advice's. */
 static const unsigned split_mb[] = {128, 512};
 #define MAX_ALLOCS (2 + sizeof split_mb / sizeof *split_mb)
@@ -136,10 +136,11 @@ struct search {
   struct vf_plan_result *out;
   uint64_t budget[VF_TIER_COUNT];
   double score[VF_TIER_COUNT];
-  /* Per tier, the best settings found, one per setting of the knobs, best first (score[t]
-   * is the first's): the quick estimates misjudge the micro batch that fits by a GiB or two where the
-   * allocator's cache grows with the layers, so a runner-up may fit a larger one exactly
-   * (guide 003: adafactor at micro batch 2 where adamw-8bit fits only 1). */
+  /* Per tier, the best settings found, one per setting of the knobs and the allocator (one may
+   * let a larger micro batch fit where it lowers no peak at the smaller), best first (score[t]
+   * is the first's): the quick estimates misjudge the micro batch that fits by a GiB or two,
+   * so a runner-up may fit a larger one exactly (guide 003: adafactor at micro batch 2 where
+   * adamw-8bit fits only 1). */
   struct vf_plan_choice runners[VF_TIER_COUNT][MAX_RUNNERS];
   double runner_score[VF_TIER_COUNT][MAX_RUNNERS], runner_bound[VF_TIER_COUNT][MAX_RUNNERS];
   size_t n_runners[VF_TIER_COUNT];
@@ -535,7 +536,7 @@ static uint64_t best_micro(const struct search *S, struct vf_setup s, uint64_t n
 }
 
 /* Keeps choice c, of ranking score sc and bound, among tier t's runners, in their order, one
- * per setting of the knobs (the allocator's and the micro batch aside); an earlier one wins a
+ * per setting of the knobs and the allocator (the micro batch aside); an earlier one wins a
  * tie. */
 static void keep_runner(struct search *S, enum vf_tier t, const struct vf_plan_choice *c, double sc,
                         double bound) {
@@ -543,7 +544,8 @@ static void keep_runner(struct search *S, enum vf_tier t, const struct vf_plan_c
   double *scores = S->runner_score[t], *bounds = S->runner_bound[t];
   size_t n = S->n_runners[t], at = n;
   for (size_t k = 0; k < n; k++)
-    if (changes_from_base(&list[k].setup, &c->setup) == 0) at = k;
+    if (changes_from_base(&list[k].setup, &c->setup) == 0 && strcmp(list[k].alloc_conf, c->alloc_conf) == 0)
+      at = k;
   if (at < n ? scores[at] >= sc : n == MAX_RUNNERS && scores[n - 1] >= sc) return;
   if (at == n) at = n < MAX_RUNNERS ? n++ : n - 1;
   for (; at > 0 && scores[at - 1] < sc; at--)
@@ -954,15 +956,14 @@ static uint64_t judged_choice(enum vf_tier t, const struct vf_plan_choice *c) {
 }
 
 /* The allocator's setting changes neither what is trained nor how fast: a tier takes the one
- * of the first count that lowers the peak of the setting chosen most (the fragmentation
- * PyTorch's out-of-memory message suggests expandable segments for), with the micro batch the
- * room allows. */
-static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c, size_t count) {
+ * that lowers the peak of the setting chosen most (the fragmentation PyTorch's out-of-memory
+ * message suggests expandable segments for), with the micro batch the room allows. */
+static void take_alloc(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   if (!c->found) return;
   size_t now = alloc_index(S, c), best = now;
   uint64_t lowest = judged_choice(t, c);
   struct vf_estimate e, best_e;
-  for (size_t i = 0; i < count; i++)
+  for (size_t i = 0; i < S->n_alloc_all; i++)
     if (i != now && exact_estimate(S, &c->setup, i, &e) && judged_peak(S->r, t, &c->setup, &e) < lowest)
       best = i, best_e = e, lowest = judged_peak(S->r, t, &c->setup, &e);
   if (best == now) return;
@@ -995,17 +996,16 @@ static bool may_beat(const struct search *S, enum vf_tier t, size_t k, const str
 }
 
 /* Tier t's choice c: the best of its runners, each settled on exact estimates (the seq or
- * rank lowered where the micro batch cannot be) with the allocator setting searched that
- * suits it; max_split_size_mb is weighed on the best alone. */
+ * rank lowered where the micro batch cannot be); the allocator setting that suits it, and
+ * max_split_size_mb, are weighed on the best alone. */
 static void settle_runners(struct search *S, enum vf_tier t, struct vf_plan_choice *c) {
   for (size_t k = 0; k < S->n_runners[t]; k++) {
     if (k > 0 && !may_beat(S, t, k, c)) continue;
     struct vf_plan_choice r = S->runners[t][k];
     if (!settle(S, t, &r)) r.found = descend(S, t, &r);
-    take_alloc(S, t, &r, S->n_alloc);
     if (k == 0 || (r.found && (!c->found || !better(S, c, &r)))) *c = r;
   }
-  take_alloc(S, t, c, S->n_alloc_all);
+  take_alloc(S, t, c);
 }
 
 /* The search ran on quick estimates: each tier's choice is settled on exact ones. What
