@@ -74,6 +74,8 @@ static void drop_blk(struct vf_alloc_state *s, uint32_t i) {
 
 /* ---- ordered sets: (stream, size, address) ---- */
 
+enum { EQUAL_KEYS_WALKED = 8 };
+
 
 /* First entry whose (stream, size) is not below hi; branch-free, as the outcome of each
  * comparison is unpredictable. */
@@ -93,19 +95,32 @@ static uint32_t lower_bound(const struct set *t, uint64_t hi) {
   return (uint32_t)(base - t->k) + (base->hi < hi);
 }
 
-/* Where block i belongs: after the equal keys of lower addresses. */
+/* Where block i belongs: after the equal keys of lower addresses. A few equal keys are
+ * walked; past them the rest is searched: a mixture of experts frees thousands of
+ * same-sized blocks, and a walk over them made a 128-expert model's estimate take seconds. */
 static uint32_t insert_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
   const struct blk *b = &s->blk[i];
   uint64_t hi = set_key(b);
-  uint32_t at = lower_bound(t, hi);
-  while (at < t->n && t->k[at].hi == hi && s->blk[t->k[at].blk].addr < b->addr) at++;
-  return at;
+  uint32_t lo = lower_bound(t, hi);
+  for (uint32_t walked = 0; lo < t->n && t->k[lo].hi == hi && s->blk[t->k[lo].blk].addr < b->addr; lo++)
+    if (++walked == EQUAL_KEYS_WALKED) break;
+  if (lo == t->n || t->k[lo].hi != hi || s->blk[t->k[lo].blk].addr >= b->addr) return lo;
+  uint32_t end = hi == UINT64_MAX ? t->n : lower_bound(t, hi + 1);
+  while (lo < end) {
+    uint32_t mid = lo + (end - lo) / 2;
+    if (s->blk[t->k[mid].blk].addr < b->addr) lo = mid + 1;
+    else end = mid;
+  }
+  return lo;
 }
 
+/* The entry of block i: among a few equal keys walked, else where its address puts it
+ * (blocks of a set have distinct addresses). */
 static uint32_t find_pos(const struct vf_alloc_state *s, const struct set *t, uint32_t i) {
   uint32_t at = lower_bound(t, set_key(&s->blk[i]));
-  while (t->k[at].blk != i) at++;
-  return at;
+  for (uint32_t walked = 0; walked < EQUAL_KEYS_WALKED; walked++, at++)
+    if (t->k[at].blk == i) return at;
+  return insert_pos(s, t, i);
 }
 
 static void set_insert(const struct vf_alloc_state *s, struct set *t, uint32_t i) {
