@@ -1,6 +1,7 @@
 /* The setup options shared by estimate and plan (see setup_opts.h). */
 #include <ctype.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,48 +135,49 @@ static int parse_length_dist(struct setup_request *r, const char *label, const c
   return 0;
 }
 
+/* The options that name one value of an enum, and the setup field each sets (every enum of
+ * the setup is int-sized: gcc and clang give enums of small values int's size). */
+static const struct {
+  int option;
+  enum vf_enum_kind kind;
+  size_t field;
+} enum_options[] = {
+    {O_TASK, VF_ENUM_TASK, offsetof(struct vf_setup, task)},
+    {O_OPTIMIZER, VF_ENUM_OPTIMIZER, offsetof(struct vf_setup, optimizer)},
+    {O_METHOD, VF_ENUM_METHOD, offsetof(struct vf_setup, method)},
+    {O_QUANT, VF_ENUM_QUANT, offsetof(struct vf_setup, quant)},
+    {O_GRAD_CKPT, VF_ENUM_CKPT, offsetof(struct vf_setup, grad_ckpt)},
+    {O_ATTENTION, VF_ENUM_ATTENTION, offsetof(struct vf_setup, attention)},
+    {O_SHARD, VF_ENUM_SHARD, offsetof(struct vf_setup, shard)},
+    {O_EVAL, VF_ENUM_EVAL, offsetof(struct vf_setup, eval)},
+    {O_SEQUENCE_PARALLEL, VF_ENUM_SP, offsetof(struct vf_setup, sequence_parallel)},
+    {O_LOSS, VF_ENUM_LOSS, offsetof(struct vf_setup, loss)},
+    {O_OPTIMIZER_IN_BWD, VF_ENUM_IN_BWD, offsetof(struct vf_setup, optimizer_in_bwd)},
+};
+_Static_assert(sizeof(enum vf_task) == sizeof(int) && sizeof(enum vf_optimizer) == sizeof(int) &&
+                   sizeof(enum vf_method) == sizeof(int) && sizeof(enum vf_quant) == sizeof(int) &&
+                   sizeof(enum vf_ckpt) == sizeof(int) && sizeof(enum vf_attention) == sizeof(int) &&
+                   sizeof(enum vf_shard) == sizeof(int) && sizeof(enum vf_eval) == sizeof(int) &&
+                   sizeof(enum vf_sp) == sizeof(int) && sizeof(enum vf_loss) == sizeof(int) &&
+                   sizeof(enum vf_in_bwd) == sizeof(int),
+               "enum_options writes the setup's enums as int");
+
 static int parse_choice(struct setup_request *r, int c, const char *label, const char *arg) {
   struct vf_setup *s = &r->setup;
   int v = 0, rc;
+  for (size_t i = 0; i < sizeof enum_options / sizeof *enum_options; i++) {
+    if (enum_options[i].option != c) continue;
+    rc = parse_enum(r, label, enum_options[i].kind, arg, &v);
+    if (!rc) memcpy((char *)s + enum_options[i].field, &v, sizeof v);
+    return rc;
+  }
   switch (c) {
-  case O_TASK:
-    rc = parse_enum(r, label, VF_ENUM_TASK, arg, &v);
-    s->task = (enum vf_task)v;
-    return rc;
-  case O_OPTIMIZER:
-    rc = parse_enum(r, label, VF_ENUM_OPTIMIZER, arg, &v);
-    s->optimizer = (enum vf_optimizer)v;
-    return rc;
-  case O_METHOD:
-    rc = parse_enum(r, label, VF_ENUM_METHOD, arg, &v);
-    s->method = (enum vf_method)v;
-    return rc;
-  case O_QUANT:
-    rc = parse_enum(r, label, VF_ENUM_QUANT, arg, &v);
-    s->quant = (enum vf_quant)v;
-    return rc;
-  case O_GRAD_CKPT:
-    rc = parse_enum(r, label, VF_ENUM_CKPT, arg, &v);
-    s->grad_ckpt = (enum vf_ckpt)v;
-    return rc;
-  case O_ATTENTION:
-    rc = parse_enum(r, label, VF_ENUM_ATTENTION, arg, &v);
-    s->attention = (enum vf_attention)v;
-    return rc;
-  case O_SHARD:
-    rc = parse_enum(r, label, VF_ENUM_SHARD, arg, &v);
-    s->shard = (enum vf_shard)v;
-    return rc;
   case O_LENGTHS:
     if (!strncmp(arg, "varied:", 7)) return parse_length_dist(r, label, arg);
     rc = parse_enum(r, label, VF_ENUM_LENGTHS, arg, &v);
     s->lengths = (enum vf_lengths)v;
     s->length_dist.n = 0;
     r->lengths_spec = NULL;
-    return rc;
-  case O_EVAL:
-    rc = parse_enum(r, label, VF_ENUM_EVAL, arg, &v);
-    s->eval = (enum vf_eval)v;
     return rc;
   case O_PP_SCHEDULE:
     /* "none" is a profile's word for a framework without a pipeline, no one's choice. */
@@ -185,18 +187,6 @@ static int parse_choice(struct setup_request *r, int c, const char *label, const
     }
     s->pp_schedule = (enum vf_pp_schedule)v;
     return 0;
-  case O_SEQUENCE_PARALLEL:
-    rc = parse_enum(r, label, VF_ENUM_SP, arg, &v);
-    s->sequence_parallel = (enum vf_sp)v;
-    return rc;
-  case O_LOSS:
-    rc = parse_enum(r, label, VF_ENUM_LOSS, arg, &v);
-    s->loss = (enum vf_loss)v;
-    return rc;
-  case O_OPTIMIZER_IN_BWD:
-    rc = parse_enum(r, label, VF_ENUM_IN_BWD, arg, &v);
-    s->optimizer_in_bwd = (enum vf_in_bwd)v;
-    return rc;
   default: /* every setup option is handled here or in parse_option */
     return VF_EINTERNAL;
   }
