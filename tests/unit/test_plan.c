@@ -409,6 +409,18 @@ static void test_best_settled_exactly(void **state) {
   done(f);
 }
 
+/* Optimizers that keep AdamW's update (8-bit states, offload) come before one that changes it:
+ * guide 003 fits AdamW with its states offloaded, so balanced keeps AdamW's update where
+ * Adafactor (no first moment) ranked as high. */
+static void test_update_kept_first(void **state) {
+  (void)state;
+  struct fixture *f = guide_003_sized(VF_KEEP_CAPACITY | VF_KEEP_SEQ);
+  plan(f);
+  for (int t = 0; t < VF_TIER_COUNT; t++)
+    if (f->out.tiers[t].found) assert_int_not_equal(f->out.tiers[t].setup.optimizer, VF_OPT_ADAFACTOR);
+  done(f);
+}
+
 /* max_split_size_mb is weighed on the settings chosen beside expandable segments and taken
  * only where it lowers the peak. The allocator model replays a run without a GPU limit, so
  * the release of cached blocks above the size that it allows before the whole cache goes
@@ -593,6 +605,7 @@ int main(void) {
       cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
       cmocka_unit_test(test_activation_offload), cmocka_unit_test(test_optimizer_in_bwd),
       cmocka_unit_test(test_max_split_tried),  cmocka_unit_test(test_best_settled_exactly),
+      cmocka_unit_test(test_update_kept_first),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

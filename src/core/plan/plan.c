@@ -147,6 +147,7 @@ struct search {
   bool settled[VF_TIER_COUNT];
   uint32_t tiers;  /* the tiers the level being searched is for (bit per tier) */
   bool probing;    /* the level is searched only to learn whether anything fits */
+  bool algorithms; /* optimizers that change the update may be tried (optimizers()) */
   uint64_t target; /* the effective batch asked for */
   /* The given allocator configuration and, where it lacks them, expandable segments (the
    * n_alloc searched); then the max_split_size_mb values tried on the settings chosen, up to
@@ -269,13 +270,16 @@ static size_t precisions(const struct vf_plan_request *r, const struct vf_setup 
 }
 
 /* Each optimizer after the given one keeps less state. */
-static size_t optimizers(const struct vf_plan_request *r, enum vf_optimizer *out) {
+/* AdamW's storage (8-bit states, paged) keeps its update, and so the trained model; Adafactor
+ * (no first moment, factored second) changes the update, so it is tried only where the
+ * storage alone fits nothing (S->algorithms), as the method and seq are. */
+static size_t optimizers(const struct search *S, enum vf_optimizer *out) {
   static const enum vf_optimizer chain[] = {VF_OPT_ADAMW, VF_OPT_ADAMW_8BIT, VF_OPT_PAGED_ADAMW_8BIT,
                                             VF_OPT_ADAFACTOR};
-  size_t n = 0, i = 0, count = sizeof chain / sizeof *chain;
-  out[n++] = r->base.optimizer;
-  if (r->keep & VF_KEEP_OPTIMIZER) return n;
-  while (i < count && chain[i] != r->base.optimizer) i++;
+  size_t n = 0, i = 0, count = sizeof chain / sizeof *chain - !S->algorithms;
+  out[n++] = S->r->base.optimizer;
+  if (S->r->keep & VF_KEEP_OPTIMIZER) return n;
+  while (i < count && chain[i] != S->r->base.optimizer) i++;
   while (++i < count) out[n++] = chain[i];
   return n;
 }
@@ -420,7 +424,7 @@ struct knobs {
 };
 
 static void knobs_of(const struct search *S, const struct vf_setup *level, struct knobs *k) {
-  k->np = precisions(S->r, level, k->prec), k->no = optimizers(S->r, k->opt), k->nc = ckpts(S->r, k->ck);
+  k->np = precisions(S->r, level, k->prec), k->no = optimizers(S, k->opt), k->nc = ckpts(S->r, k->ck);
   k->ns = shards(S->r, k->sh), k->nf = offloads(S->r, k->off), k->nl = losses(S->r, k->loss);
   k->nb = in_bwds(S->r, level, k->in_bwd);
 }
@@ -694,7 +698,12 @@ static void search(struct search *S) {
   struct vf_setup level[3];
   size_t n = methods(r, level);
   for (size_t m = 0; m < n; m++) level[m].batch = 1;
-  for (size_t m = 0; m < n && !all_settled(S); m++) settle_level(S, &level[m]);
+  for (size_t m = 0; m < n && !all_settled(S); m++) {
+    S->algorithms = false;
+    settle_level(S, &level[m]);
+    S->algorithms = true;
+    if (!all_settled(S) && !(r->keep & VF_KEEP_OPTIMIZER)) settle_level(S, &level[m]);
+  }
   uint64_t cp = r->base.cp ? r->base.cp : 1, step = SEQ_STEP % cp ? SEQ_STEP * cp : SEQ_STEP;
   for (size_t m = 0; m < n && !(r->keep & VF_KEEP_SEQ) && !all_settled(S); m++)
     settle_dial(S, &level[m], &(struct dial){offsetof(struct vf_setup, seq), step, level[m].seq});
