@@ -4,26 +4,14 @@ plain build (make build: build/libvramfit.so and build/vramfit, or $VRAMFIT_LIBR
 $VRAMFIT)."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from typing import Any
 
 import pytest
+from cli_json import ROOT, cli
 
 import vramfit
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "examples", "contrastive-embedder", "workload.yaml")
-
-
-def cli(*args: str) -> dict[str, Any]:
-    binary = os.environ.get("VRAMFIT", os.path.join(ROOT, "build", "vramfit"))
-    run = subprocess.run([binary, *args, "--json"], capture_output=True, text=True,
-                         env=dict(os.environ, XDG_STATE_HOME=os.environ["XDG_STATE_HOME"]))
-    assert run.returncode in (0, 1), run.stderr
-    result: dict[str, Any] = json.loads(run.stdout)
-    return result
 
 
 @pytest.fixture(autouse=True)

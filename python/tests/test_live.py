@@ -6,7 +6,6 @@ ValueError. Runs in the hf environment; needs the plain build (build/libvramfit.
 build/vramfit)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from typing import Any
@@ -15,19 +14,10 @@ import peft
 import pytest
 import torch
 import transformers
+from cli_json import ROOT, cli
 
 import vramfit
 from vramfit.live import describe
-
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-
-
-def cli(*args: str) -> dict[str, Any]:
-    binary = os.environ.get("VRAMFIT", os.path.join(ROOT, "build", "vramfit"))
-    run = subprocess.run([binary, *args, "--json"], capture_output=True, text=True)
-    assert run.returncode in (0, 1), run.stderr
-    result: dict[str, Any] = json.loads(run.stdout)
-    return result
 
 
 @pytest.fixture(autouse=True)
