@@ -25,7 +25,8 @@ static const struct {
     {"method", VF_ENUM_METHOD}, {"lora_r", -1}, {"lora_targets", -3}, {"quant", VF_ENUM_QUANT},
     {"batch", -1}, {"gpus", -1}, {"accumulation", -1}, {"seq", -1}, {"lengths", VF_ENUM_LENGTHS},
     {"eval", VF_ENUM_EVAL}, {"grad_ckpt", VF_ENUM_CKPT}, {"attention", VF_ENUM_ATTENTION},
-    {"optimizer", VF_ENUM_OPTIMIZER}, {"loss", -2}, {"shard", VF_ENUM_SHARD}, {"offload", -3},
+    {"optimizer", VF_ENUM_OPTIMIZER}, {"loss", VF_ENUM_LOSS}, {"optimizer_in_bwd", VF_ENUM_IN_BWD},
+    {"shard", VF_ENUM_SHARD}, {"offload", -3},
     {"tp", -1}, {"pp", -1}, {"cp", -1}, {"ep", -1}, {"alloc_conf", -2},
 };
 
