@@ -5,6 +5,8 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 10
+# Tests run side by side, one per core: each keeps to a folder of its own.
+JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
 
 # python3-yaml, tmux, librsvg2-bin (rsvg-convert renders the plot) and pandoc (the man pages
@@ -37,7 +39,7 @@ demo: build
 	sh scripts/demo.sh $(BUILD)/vramfit
 
 test: build trace-env
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && ctest -j$(JOBS) --output-on-failure
 
 # One Python environment per traced framework under .venv-trace/ (pinned requirements in
 # python/requirements/); `vramfit trace` and the tracer's tests run in them.
@@ -85,7 +87,7 @@ asan: deps trace-env
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --output-on-failure
+		ctest -j$(JOBS) --output-on-failure
 
 fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON -DVF_FUZZ=ON
