@@ -195,6 +195,15 @@ static void version_1_with_the_columns_opens(void **state) {
   vf_history_close(h);
 }
 
+/* The file and its folder both belong to the project want. */
+static void both_belong_to(const char *file, const char *folder, const char *want) {
+  char out[1024];
+  assert_int_equal(vf_history_project(file, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  assert_int_equal(vf_history_project(folder, out, sizeof out), 0);
+  assert_string_equal(out, want);
+}
+
 /* A project is the git work tree that holds a path (a .git folder, or a worktree's .git
  * file), else the path's own folder. */
 static void projects_are_work_trees_or_folders(void **state) {
@@ -208,23 +217,16 @@ static void projects_are_work_trees_or_folders(void **state) {
   fclose(fopen(file, "w"));
   /* No work tree: the file's folder, the folder itself. */
   assert_non_null(realpath(sub, want));
-  assert_int_equal(vf_history_project(file, out, sizeof out), 0);
-  assert_string_equal(out, want);
-  assert_int_equal(vf_history_project(sub, out, sizeof out), 0);
-  assert_string_equal(out, want);
+  both_belong_to(file, sub, want);
   /* Inside a work tree (a worktree's .git is a file): its top. */
   snprintf(git, sizeof git, "%s/.git", dir);
   fclose(fopen(git, "w"));
   assert_non_null(realpath(dir, want));
-  assert_int_equal(vf_history_project(file, out, sizeof out), 0);
-  assert_string_equal(out, want);
-  assert_int_equal(vf_history_project(sub, out, sizeof out), 0);
-  assert_string_equal(out, want);
+  both_belong_to(file, sub, want);
   assert_int_equal(vf_history_project(file, out, 4), VF_ERANGE);
   assert_int_equal(vf_history_project("/nonexistent/vramfit/x.yaml", out, sizeof out), VF_EIO);
   unlink(file);
   rmdir(sub);
-  snprintf(git, sizeof git, "%s/.git", dir);
   unlink(git);
   rmdir(dir);
 }
