@@ -869,6 +869,23 @@ static void test_fsdp1_units_held_until_the_limiter(void **state) {
   assert_int_equal(u.first_step_new, 2);
 }
 
+/* FSDP1 wraps a model on the host unit by unit, the layers before the root: each unit's
+ * tensors reach the GPU one by one, are concatenated into a flat parameter, and this rank's
+ * half is cloned before both go (torch 2.13 distributed/fsdp/_init_utils.py,
+ * _flat_param.py). The load peaks at the root: the 8 layers' halves (164,352 B each in
+ * fp32, 82,176 B as half, 82,432 as allocated) next to the root's embedding and head
+ * (65,536 B each) and final norm (256 B, 512 as allocated), its flat parameter (131,328 B,
+ * 131,584 allocated) and its half (65,664 B, 66,048 allocated). Sharding alone would peak
+ * at the halves of the whole model. */
+static void test_fsdp1_wrap(void **state) {
+  (void)state;
+  struct vf_setup s;
+  fsdp_on_two(&s);
+  struct vf_estimate e = run(NULL, &s, "hf@4.36");
+  uint64_t wrap = 8 * 82432 + (65536 + 65536 + 512) + 131584 + 66048;
+  assert_in_range(e.phase_allocated[VF_PHASE_LOAD], wrap, wrap + 2 * 512);
+}
+
 /* A tied embedding under FSDP2 (llama-3.2-1b, fp32 weights under bf16 mixed precision on
  * 2 GPUs): the head's and the embedding's gradients of the gathered weight are bf16 (FSDP2
  * _fsdp_param.py: the unsharded parameter in param_dtype), summed out of place at the end
@@ -918,6 +935,7 @@ int main(void) {
       cmocka_unit_test(test_bad_layouts),
       cmocka_unit_test(test_fsdp_upcast),
       cmocka_unit_test(test_fsdp1_units_held_until_the_limiter),
+      cmocka_unit_test(test_fsdp1_wrap),
       cmocka_unit_test(test_fsdp2_tied_root_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

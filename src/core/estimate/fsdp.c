@@ -88,10 +88,13 @@ void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
  * all-gathers in flight): that wait is where the host learns the work is done. In the
  * backward a unit's pre-backward prefetches the next unit of the backward as soon as its
  * own is gathered (backward_prefetch BACKWARD_PRE, the default). */
-bool fsdp1_streams(const struct ctx *x) {
-  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && x->d.dsize > 1 && !pipe_fsdp(x) &&
-         !zero3_coordinator(x);
+/* Whether torch's FSDP1 shards the weights: flat parameters (profile field fsdp_flat_params)
+ * wrapped by FSDP itself, not a pipeline's or ZeRO-3's own gatherer. */
+static bool fsdp1(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
 }
+
+bool fsdp1_streams(const struct ctx *x) { return fsdp1(x) && x->d.dsize > 1; }
 
 static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes) {
   uint32_t *q = x->fsdp.free_events;
@@ -212,6 +215,46 @@ void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g
     tape_give(x, x->fsdp.held_gather[l + 1]);
     x->fsdp.held_gather[l + 1] = 0;
   }
+}
+
+/* FSDP1 wraps one unit of a model that sits on the host or the meta device (accelerate's
+ * FSDP1 model, which the Trainer leaves on the host; Lightning's and Fabric's, made on the
+ * meta device). Sources, torch 2.2 and 2.13 alike, distributed/fsdp/_init_utils.py
+ * _init_param_handle_from_module: the unit's parameters reach the GPU one tensor at a time
+ * (_move_states_to_device, param.data = param.to(device); a meta module is materialized
+ * there by param_init_fn or _materialize_meta_module); _init_param_handle_from_params makes
+ * a FlatParamHandle, whose flat parameter is a new tensor of them all (_flat_param.py
+ * flatten_tensors: torch.cat), and shard() clones this rank's chunk (_get_shard:
+ * chunk.clone()) before freeing the flat storage; CPUOffload(offload_params) then moves
+ * the shard to the host (flat_param_to); the moved tensors go when the function returns.
+ * Their blocks stay cached: a loop that resets only the peak counters before training
+ * (torch.cuda.reset_peak_memory_stats) starts its reserved peak from them. */
+static void fsdp1_wrap_unit(struct ctx *x, int32_t layer) {
+  size_t begin, end;
+  params_layer(x->ps, layer, &begin, &end);
+  struct ids moved = {0};
+  uint64_t unit = 0;
+  for (size_t i = begin; i < end; i++) {
+    const struct param *p = &x->ps->v[i];
+    ids_push(x, &moved, tape_take(x, p->bytes, VF_CAT_WEIGHTS));
+    unit += p->bytes;
+  }
+  uint32_t flat = tape_take(x, unit, VF_CAT_WEIGHTS);
+  uint32_t shard = tape_take(x, layer_sum(x, layer, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
+  tape_give(x, flat);
+  if (x->s->offload & VF_OFFLOAD_PARAMS) tape_give(x, shard);
+  ids_give(x, &moved);
+  free(moved.id);
+}
+
+/* FSDP1's wrap, children before their parent (distributed/fsdp/wrap.py _recursive_wrap):
+ * each layer, then the root with what lies outside the layers. The shards stay. Returns
+ * false where FSDP1 does not shard the weights, and the caller takes them itself. */
+bool fsdp1_wrap(struct ctx *x) {
+  if (!fsdp1(x)) return false;
+  for (int32_t l = 0; l < (int32_t)x->layers; l++) fsdp1_wrap_unit(x, l);
+  fsdp1_wrap_unit(x, -1);
+  return true;
 }
 
 static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }

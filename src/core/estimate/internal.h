@@ -526,6 +526,7 @@ void fsdp_drop_prefetched(struct ctx *x);
 void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g);
 void fsdp_reshard(struct ctx *x, uint32_t gathered);
 bool fsdp1_streams(const struct ctx *x);
+bool fsdp1_wrap(struct ctx *x);
 void fsdp_load_full_state_dict(struct ctx *x);
 
 /* pipeline.c */

@@ -42,10 +42,10 @@ void schedule_workspace(struct ctx *x, uint32_t *made) {
 /* Everything that persists across steps, made before the first: weights, DDP buckets
  * (the cuBLAS workspaces come with the first matmuls, schedule_workspace). */
 static void persistent(struct ctx *x) {
-  bool sharded_w = vf_shard_weights(x->s->shard);
+  bool sharded_w = vf_shard_weights(x->s->shard), wrapped = fsdp1_wrap(x);
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     if (!sharded_w) layer_params(x, l, NULL);
-    else if (!(x->s->offload & VF_OFFLOAD_PARAMS))
+    else if (!wrapped && !(x->s->offload & VF_OFFLOAD_PARAMS))
       tape_take(x, layer_sum(x, l, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
     /* ZeRO-3's persistent parameters, gathered next to their partition. */
     tape_take(x, zero3_gathered_elems(x, l, true) * x->d.c, VF_CAT_WEIGHTS);
