@@ -1333,6 +1333,41 @@ static void hf_timeline(const struct vf_model *m, const struct vf_setup *s, vf_t
   assert_int_equal(vf_estimate_timeline(m, s, &p, &c, fn, arg, &e, &d), 0);
 }
 
+/* The validation's logit-sized tensors, by bytes per logit. */
+struct eval_logits {
+  uint64_t logit_bytes[16];
+};
+
+static void count_eval_logits(void *arg, const struct vf_timeline_event *e) {
+  struct eval_logits *l = arg;
+  uint64_t logits = 8 * 256; /* the toy's 8 positions x 256 logits */
+  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_EVAL && e->bytes % logits == 0 && e->bytes / logits < 16)
+    l->logit_bytes[e->bytes / logits]++;
+}
+
+/* litgpt's validation holds 8 bytes per logit at its peak, as separate tensors: the fp32
+ * logits Fabric converts the head's output to and their fp32 log-softmax (traced:
+ * litgpt/utils.py chunked_cross_entropy with chunk_size 0 under validate()), each cut
+ * from the cache on its own, never one block of both. */
+static void test_eval_logits_apart(void **state) {
+  (void)state;
+  struct vf_model m;
+  struct vf_profile p;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  load_config(&m, toy_config);
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  vf_alloc_conf_default(&c);
+  struct vf_setup s = toy_setup(NULL);
+  s.eval = VF_EVAL_YES;
+  struct eval_logits l = {{0}};
+  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_eval_logits, &l, &e, &d), 0);
+  vf_model_cleanup(&m);
+  assert_true(l.logit_bytes[4] >= 2);
+  assert_int_equal(l.logit_bytes[8], 0);
+}
+
 /* Full checkpointing under autocast (fp32 weights, full fine-tuning): the casts of the
  * trainable weights stay in autocast's cache through the forward and the loss (per layer
  * q, k, v, o of 4,096 elements and gate, up, down of 8,192, in bf16), and are gone when the
@@ -1839,12 +1874,14 @@ int main(void) {
       cmocka_unit_test(test_zero_grad_in_place),
       cmocka_unit_test(test_flat_params),      cmocka_unit_test(test_validates_first),      cmocka_unit_test(test_dequant_temporaries),
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
-      cmocka_unit_test(test_varied_lengths),   cmocka_unit_test(test_held_logits),
+      cmocka_unit_test(test_varied_lengths),
+      cmocka_unit_test(test_gpu_capacity),   cmocka_unit_test(test_held_logits),
       cmocka_unit_test(test_quantized_inputs),
       cmocka_unit_test(test_quant_rest_fp32),
       cmocka_unit_test(test_cast_qkv_keeps_no_view),
       cmocka_unit_test(test_fsdp_gathers_quantized_storage), cmocka_unit_test(test_graph_held),
       cmocka_unit_test(test_gelu_new),         cmocka_unit_test(test_full_load),
+      cmocka_unit_test(test_eval_logits_apart),
       cmocka_unit_test(test_dora),             cmocka_unit_test(test_zero_grad_before_backward),
       cmocka_unit_test(test_eval_and_save),
       cmocka_unit_test(test_lion_fp32_states), cmocka_unit_test(test_embedding_states_fp32),

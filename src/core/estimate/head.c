@@ -420,5 +420,8 @@ uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, stru
 void head_eval_loss(struct ctx *x) {
   if (!x->pp.has_head) return;
   if (x->s->loss == VF_LOSS_CCE) tape_transient(x, x->d.T * 4, VF_CAT_TEMPORARIES);
-  else tape_transient(x, head_loss_outputs(x) * logits_peak_bytes(x), VF_CAT_TEMPORARIES);
+  else {
+    struct logit_tensors t = take_logit_tensors(x, head_loss_outputs(x), logits_peak_bytes(x), 1);
+    give_logit_tensors(x, &t);
+  }
 }
