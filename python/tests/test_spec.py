@@ -17,3 +17,12 @@ def test_plain_varied_lengths_shorten_the_first_step():
 def test_drawn_lengths_are_followed_in_order():
     s = spec(lengths="varied", steps=8, batch_lengths=[300, 200, 512])
     assert [s.longest(m) for m in range(4)] == [300, 200, 512, 300]
+
+
+def test_only_torchtune_traces_offloading():
+    import pytest
+    from vramfit.trace.spec import Unsupported
+
+    Spec.from_json('{"model": "m", "config": "c.json", "framework": "torchtune", "offload": ["activations"]}')
+    with pytest.raises(Unsupported, match="only torchtune"):
+        Spec.from_json('{"model": "m", "config": "c.json", "framework": "hf", "offload": ["activations"]}')

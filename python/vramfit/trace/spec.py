@@ -83,7 +83,8 @@ class Spec:
                   (self.tp > 1, f"--tp {self.tp}: traces run data parallelism only"),
                   (self.pp > 1, f"--pp {self.pp}: traces run data parallelism only"),
                   (self.cp > 1, f"--cp {self.cp}: traces run data parallelism only"),
-                  (bool(self.offload), "--offload: traces run without offload"),
+                  (bool(self.offload) and self.framework != "torchtune",
+                   "--offload: only torchtune's recipes are traced offloading (activations)"),
                   (self.optimizer_in_bwd and self.framework != "torchtune",
                    "--optimizer-in-bwd yes: torchtune's full fine-tuning recipes alone step the "
                    "optimizer in the backward")]
