@@ -142,5 +142,8 @@ VF_API void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_sta
 VF_API int vf_allocator_check(const struct vf_allocator *a);
 /* torch.cuda.reset_peak_memory_stats(): peaks become the current values. */
 VF_API void vf_allocator_reset_peaks(struct vf_allocator *a);
+/* Changes what the allocator may reserve from now on (0: unlimited), keeping its blocks: a
+ * replay that ran out of memory goes on past the GPU's size to measure how far it needs. */
+VF_API void vf_allocator_set_capacity(struct vf_allocator *a, uint64_t capacity_bytes);
 
 #endif

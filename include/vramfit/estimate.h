@@ -142,6 +142,10 @@ VF_API void vf_setup_default(struct vf_setup *s);
 /* Fills what the setup left to the framework (task, attention, accumulation, lengths)
  * with what the model and the framework's profile say. */
 VF_API void vf_setup_resolve(struct vf_setup *s, const struct vf_model *m, const struct vf_profile *p);
+/* Batches padded to their longest sample with no distribution of the samples' lengths given:
+ * samples are assumed spread evenly over 1..seq (the distribution of mean seq / 2), and the
+ * replay draws batches from that as from a given one. A no-op otherwise. */
+VF_API void vf_setup_assume_lengths(struct vf_setup *s);
 /* Parses a LoRA target list ("q,v", "all-linear") into bits. */
 VF_API int vf_lora_targets_parse(const char *text, uint32_t *bits);
 /* The quantization of the base weights a setup means: --quant as given, nf4-dq for qlora
@@ -184,6 +188,13 @@ struct vf_estimate {
   /* With a distribution of sample lengths: the higher reserved peak of the drawn batches in
    * either order (0 without one); the reserved and device ranges reach up to it. */
   uint64_t reserved_worst;
+  /* With a GPU given: what the allocator may reserve there (its capacity less the CUDA
+   * context). Reaching it, the allocator freed its cached blocks and retried, as PyTorch's
+   * does before it raises out of memory (cache_releases counts those retries); where a
+   * request failed even so (out_of_memory), the replay went on past the GPU's size to
+   * measure the peak. 0 and false without a GPU. */
+  uint64_t allocator_capacity, cache_releases;
+  bool out_of_memory;
   /* Parallel layout: the pipeline schedule (VF_PP_NONE without a pipeline), the pipeline
    * rank whose peak is reported (the most loaded), its blocks and the micro batches whose
    * activations it holds at once; whether tensor parallelism splits the sequence too. */

@@ -115,6 +115,11 @@ static json_t *setup_notes(const struct setup_request *r, const struct setup_con
              vf_enum_name(VF_ENUM_PRECISION, used.weights));
     json_array_append_new(notes, json_string(line));
   }
+  if (used.lengths == VF_LENGTHS_VARIED && !used.length_dist.n) {
+    snprintf(line, sizeof line, "lengths varied: the samples' lengths were not given; assumed spread evenly up to "
+             "--seq %llu (--lengths varied:MEAN,MAX or varied:FILE gives them)", (unsigned long long)used.seq);
+    json_array_append_new(notes, json_string(line));
+  }
   if (r->setup.attention != VF_ATTN_DEFAULT && used.attention != r->setup.attention) {
     snprintf(line, sizeof line, "--attention %s: %s %s runs %s's soft-capped attention on the %s path",
              vf_enum_name(VF_ENUM_ATTENTION, r->setup.attention), p->name, p->release, c->model.name,
@@ -122,6 +127,22 @@ static json_t *setup_notes(const struct setup_request *r, const struct setup_con
     json_array_append_new(notes, json_string(line));
   }
   return notes;
+}
+
+/* What the replay met on the GPU given: its size reached, the allocator's cache freed. */
+static void gpu_notes(const struct vf_estimate *e, json_t *notes) {
+  char line[320], cap[32];
+  cli_format_bytes(e->allocator_capacity, cap, sizeof cap);
+  if (e->out_of_memory) {
+    snprintf(line, sizeof line, "out of memory: past the %s the GPU leaves the allocator beside the CUDA "
+             "context, even once it frees its cache; the figures go on as on a larger GPU", cap);
+    json_array_append_new(notes, json_string(line));
+  } else if (e->cache_releases) {
+    snprintf(line, sizeof line, "the allocator fills the %s the GPU leaves it and frees its cached blocks to go on "
+             "(%llu times), as PyTorch's does before it raises out of memory: a larger GPU would reserve more",
+             cap, (unsigned long long)e->cache_releases);
+    json_array_append_new(notes, json_string(line));
+  }
 }
 
 /* The parallel layout and the pipeline rank the figures are for. */
@@ -208,7 +229,9 @@ static json_t *estimate_json(const struct setup_context *c, const struct shown *
   json_object_set_new(o, "setup", setup_values_json(r, c));
   json_object_set_new(o, "assumed", setup_assumed_json(r, c));
   json_object_set_new(o, "read_from", setup_read_from_json(r));
-  json_object_set_new(o, "notes", setup_notes(r, c, p));
+  json_t *notes = setup_notes(r, c, p);
+  gpu_notes(e, notes);
+  json_object_set_new(o, "notes", notes);
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
   return o;
@@ -250,9 +273,21 @@ static void verdict(const struct shown *p, const struct vf_gpu_spec *gpu) {
   const char *on = gpu->name[0] ? gpu->name : "the GPU";
   printf("\n%s%s%s on %s (%s)", color ? (fits ? "\033[32m" : close ? "\033[33m" : "\033[31m") : "",
          fits ? "fits" : "does not fit", color ? "\033[0m" : "", on, capacity);
-  if (fits) {
+  const struct vf_estimate *e = p->e;
+  char live[32], usable[32];
+  cli_format_bytes(p->ranges.kind[VF_PEAK_ALLOCATED].high, live, sizeof live);
+  cli_format_bytes(e->allocator_capacity, usable, sizeof usable);
+  if (fits && e->cache_releases) {
+    printf(" once the allocator frees its cache: the tensors reach %s at the high end, of the %s it can hand out\n",
+           live, usable);
+  } else if (fits) {
     cli_format_bytes(cap - high, room, sizeof room);
     printf(" even at the high end, %s: %s to spare\n", at_high, room);
+  } else if (e->out_of_memory && e->allocated_peak > e->allocator_capacity) {
+    cli_format_bytes(e->allocated_peak, live, sizeof live);
+    printf(": %s of tensors at the peak, more than the %s its allocator can hand out\n", live, usable);
+  } else if (e->out_of_memory) {
+    printf(": out of memory even with the allocator's cache freed, its %s cut into blocks too small\n", usable);
   } else if (close) {
     cli_format_bytes(high - cap, room, sizeof room);
     printf(" at the high end, %s: %s short; the estimate itself, %s, fits, with too little room for "
@@ -282,6 +317,7 @@ static void estimate_text(const struct setup_context *c, const struct setup_conf
   setup_config_print(r, c, sc);
   setup_assumed_print(r, c);
   json_t *notes = setup_notes(r, c, p), *note;
+  gpu_notes(e, notes);
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
   json_decref(notes);

@@ -68,3 +68,8 @@ uint64_t vf_length_dist_batch(const struct vf_length_dist *d, uint64_t batch, ui
   }
   return longest;
 }
+
+void vf_setup_assume_lengths(struct vf_setup *s) {
+  if (s->lengths == VF_LENGTHS_VARIED && !s->length_dist.n && s->seq)
+    vf_length_dist_mean_max((s->seq + 1) / 2, s->seq, &s->length_dist);
+}

@@ -554,7 +554,7 @@ static int fits(const struct vf_model *m, struct vf_setup *s, const struct vf_pr
   s->batch = batch;
   struct vf_estimate e;
   int rc = vf_estimate(m, s, prof, alloc, &e, d);
-  *ok = !rc && e.device_peak <= s->capacity_bytes;
+  *ok = !rc && !e.out_of_memory && e.device_peak <= s->capacity_bytes;
   return rc;
 }
 

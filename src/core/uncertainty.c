@@ -59,10 +59,22 @@ static void reach_worst(const struct vf_estimate *e, struct vf_ranges *out) {
   if (out->kind[VF_PEAK_DEVICE].high < e->device_peak + more) out->kind[VF_PEAK_DEVICE].high = e->device_peak + more;
 }
 
+/* Where the replay filled the GPU and went on by freeing the allocator's cache, reserved
+ * memory cannot go past what the GPU leaves the allocator: an estimator error that leaves
+ * the live tensors within it is caught by the same release. Live tensors beyond it fail. */
+static void within_the_gpu(const struct vf_estimate *e, struct vf_ranges *out) {
+  uint64_t cap = e->allocator_capacity;
+  if (!cap || !e->cache_releases || e->out_of_memory || out->kind[VF_PEAK_ALLOCATED].high > cap) return;
+  if (out->kind[VF_PEAK_RESERVED].high > cap) out->kind[VF_PEAK_RESERVED].high = cap;
+  uint64_t device = cap + e->context;
+  if (out->kind[VF_PEAK_DEVICE].high > device) out->kind[VF_PEAK_DEVICE].high = device;
+}
+
 void vf_estimate_ranges(const struct vf_estimate *e, const struct vf_uncertainty *u, struct vf_ranges *out) {
   const uint64_t point[VF_PEAK_COUNT] = {e->allocated_peak, e->reserved_peak, e->device_peak};
   for (int k = 0; k < VF_PEAK_COUNT; k++) out->kind[k] = vf_range_of(point[k], &u->kind[k]);
   reach_worst(e, out);
+  within_the_gpu(e, out);
 }
 
 const struct vf_uncertainty *vf_uncertainty_for(const struct vf_uncertainty_table *t, const struct vf_setup *s) {

@@ -164,6 +164,24 @@ static void estimate_ranges_cover_the_three_peaks(void **state) {
   assert_int_equal(r.kind[VF_PEAK_DEVICE].low, 1500);
 }
 
+/* A replay that filled the GPU and went on by freeing the allocator's cache (2,200 bytes the
+ * allocator may take, 500 of context): reserved cannot pass 2,200, nor the device 2,700,
+ * while the tensors' own high end (2,000) fits in it; once they may not, nothing is cut. */
+static void ranges_stop_at_the_gpu_the_cache_was_freed_on(void **state) {
+  (void)state;
+  struct vf_estimate e = {.allocated_peak = 1000, .reserved_peak = 2000, .device_peak = 2500, .context = 500,
+                          .allocator_capacity = 2200, .cache_releases = 3};
+  struct vf_uncertainty u = {{{-0.5, 0}, {-0.2, 0.25}, {-0.5, 0}}, "hf/full"};
+  struct vf_ranges r;
+  vf_estimate_ranges(&e, &u, &r);
+  assert_int_equal(r.kind[VF_PEAK_RESERVED].high, 2200);
+  assert_int_equal(r.kind[VF_PEAK_DEVICE].high, 2700);
+  e.allocator_capacity = 1900;
+  vf_estimate_ranges(&e, &u, &r);
+  assert_int_equal(r.kind[VF_PEAK_RESERVED].high, 2500);
+  assert_int_equal(r.kind[VF_PEAK_DEVICE].high, 5000);
+}
+
 static void methods_fall_into_classes(void **state) {
   (void)state;
   struct vf_setup s;
@@ -350,6 +368,7 @@ int main(void) {
       cmocka_unit_test(range_is_never_narrower_than_the_floor),
       cmocka_unit_test(range_keeps_the_point_inside_at_the_extremes),
       cmocka_unit_test(estimate_ranges_cover_the_three_peaks),
+      cmocka_unit_test(ranges_stop_at_the_gpu_the_cache_was_freed_on),
       cmocka_unit_test(methods_fall_into_classes),
       cmocka_unit_test(reader_picks_the_closest_group),
       cmocka_unit_test(reader_refuses_malformed_files),

@@ -806,11 +806,7 @@ void vf_allocator_reset(struct vf_allocator *a, const struct vf_alloc_conf *c,
   s->plain_rounding = true;
   for (int i = 0; i < VF_ALLOC_DIVISION_INTERVALS; i++)
     if (s->conf.roundup_power2_divisions[i] > 1 && !c->backend_async) s->plain_rounding = false;
-  if (capacity_bytes > MAX_CAPACITY) capacity_bytes = MAX_CAPACITY;
-  s->capacity = capacity_bytes ? capacity_bytes : UINT64_MAX;
-  double fraction = s->conf.per_process_memory_fraction;
-  s->set_fraction = capacity_bytes && fraction < 1.0;
-  s->allowed = s->set_fraction ? (uint64_t)(fraction * (double)capacity_bytes) : s->capacity;
+  vf_allocator_set_capacity(a, capacity_bytes);
   s->nblk = 0;
   s->nfree = 0;
   s->free_head = NIL;
@@ -857,6 +853,15 @@ void vf_allocator_cleanup(struct vf_allocator *a) {
 
 void vf_allocator_stats(const struct vf_allocator *a, struct vf_alloc_stats *out) {
   *out = a->state->st;
+}
+
+void vf_allocator_set_capacity(struct vf_allocator *a, uint64_t capacity_bytes) {
+  struct vf_alloc_state *s = a->state;
+  if (capacity_bytes > MAX_CAPACITY) capacity_bytes = MAX_CAPACITY;
+  s->capacity = capacity_bytes ? capacity_bytes : UINT64_MAX;
+  double fraction = s->conf.per_process_memory_fraction;
+  s->set_fraction = capacity_bytes && fraction < 1.0;
+  s->allowed = s->set_fraction ? (uint64_t)(fraction * (double)capacity_bytes) : s->capacity;
 }
 
 void vf_allocator_reset_peaks(struct vf_allocator *a) {

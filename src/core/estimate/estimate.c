@@ -50,11 +50,9 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
   out->layers = pipeline_rank_layers(x->m->arch.layers, s->pp, x->pp.chunks, rank, x->p->pp_even_layers);
   zero_rank(x, out->layers);
   rc = replay_layers(x, out->layers, alloc, &out->r);
-  /* Without the samples' lengths, two of the longest batches in a row are all the replay
-   * can say. With them it has replayed batches of those lengths; the same batches in the
-   * other order (the longest but the last coming first) leave the cache otherwise, and the
-   * higher of the two is the top of the range. */
-  if (!rc && lengths == VF_LENGTHS_VARIED && !s->length_dist.n) replay_strand_shorter_batches(&out->r);
+  /* The replay has run batches of the samples' lengths; the same batches in the other order
+   * (the longest but the last coming first) leave the cache otherwise, and the higher of
+   * the two is the top of the range. */
   out->reversed = out->r;
   if (!rc && lengths == VF_LENGTHS_VARIED && s->length_dist.n) {
     vf_timeline_fn listener = x->replay.listener; /* a timeline is of the drawn order */
@@ -150,6 +148,9 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->trainable_params = best->trainable_params;
   out->attention = x->attn.kind;
   out->accumulation = x->accumulation;
+  out->allocator_capacity = x->replay.capacity;
+  out->cache_releases = best->r.cache_releases;
+  out->out_of_memory = best->r.out_of_memory;
   out->lengths = x->s->lengths;
   out->eval = x->s->eval;
   if (x->s->length_dist.n && x->s->lengths == VF_LENGTHS_VARIED) {
@@ -173,6 +174,12 @@ static int refuse_unmodelled(const struct vf_model *m, struct vf_diag *d) {
                                  : "MoE layers with shared experts after dense ones");
 }
 
+/* What PyTorch's allocator may reserve on the GPU: its memory less the CUDA context, which
+ * cudaMalloc cannot hand out (0: no GPU given, no limit). */
+static uint64_t allocator_capacity(const struct vf_setup *s) {
+  return s->capacity_bytes > s->context_bytes ? s->capacity_bytes - s->context_bytes : 0;
+}
+
 int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                        const struct vf_alloc_conf *alloc, uint64_t replay_max, vf_timeline_fn fn, void *arg,
                        struct vf_estimate *out, struct vf_diag *d) {
@@ -182,13 +189,15 @@ int estimate_replaying(const struct vf_model *m, const struct vf_setup *s, const
   memset(out, 0, sizeof *out);
   struct vf_setup resolved = *s;
   vf_setup_resolve(&resolved, m, p);
+  vf_setup_assume_lengths(&resolved);
   if ((rc = vf_layout_validate(&resolved, m, p, d)) || (rc = head_loss_offered(&resolved, p, d)) ||
       (rc = optim_in_backward_offered(&resolved, p, d)))
     return rc;
   if (replay_max < REPLAY_B) replay_max = REPLAY_B;
   struct ctx x = {.m = m, .s = &resolved, .p = p, .task = resolved.task, .accumulation = resolved.accumulation,
                   .eval = resolved.eval == VF_EVAL_YES, .base_trainable = s->method == VF_METHOD_FULL,
-                  .replay = {.max = replay_max, .listener = fn, .listener_arg = arg}};
+                  .replay = {.max = replay_max, .listener = fn, .listener_arg = arg,
+                             .capacity = allocator_capacity(&resolved)}};
   x.layers_train = grads_layers_train(&x);
   pipe_setup(&x);
   parallel_dims(&x);

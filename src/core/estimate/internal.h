@@ -237,6 +237,7 @@ struct replay_state {
   uint64_t max;            /* models of more layers are extended from shorter replays */
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
+  uint64_t capacity; /* what the allocator may reserve: the GPU's less the CUDA context (0: no GPU) */
 };
 
 struct ctx {
@@ -308,6 +309,8 @@ struct unit_peak {
 
 struct result {
   struct unit_peak unit[UNITS];
+  uint64_t cache_releases; /* cudaMalloc retried after the cache was freed (a GPU given) */
+  bool out_of_memory;      /* a request failed even so */
 };
 
 /* Layer counts replayed: past the first and last layers, whose neighbours differ. */
@@ -553,7 +556,6 @@ void parallel_token_exchange(struct ctx *x);
 
 /* replay.c */
 int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *alloc, struct result *out);
-void replay_strand_shorter_batches(struct result *r);
 uint64_t replay_reserved(const struct result *r);
 void replay_fill(struct vf_estimate *out, const struct result *r, const struct vf_setup *s);
 

@@ -80,6 +80,12 @@ static int replay(const struct ctx *x, const struct tape *t, const struct vf_all
       if (x->replay.listener) report(x, e, l, unit, a);
     } else {
       rc = vf_allocator_malloc(a, e->bytes, e->stream, &l->block);
+      if (rc == VF_ERANGE && x->replay.capacity) {
+        /* Out of memory on the GPU: the replay goes on past its size to measure the peak. */
+        r->out_of_memory = true;
+        vf_allocator_set_capacity(a, 0);
+        rc = vf_allocator_malloc(a, e->bytes, e->stream, &l->block);
+      }
       l->bytes = vf_alloc_round_size(conf, e->bytes);
       l->cat = e->cat;
       cat[e->cat] += l->bytes;
@@ -89,6 +95,8 @@ static int replay(const struct ctx *x, const struct tape *t, const struct vf_all
     }
   }
   free(lv);
+  vf_allocator_stats(a, &st);
+  r->cache_releases = st.num_alloc_retries;
   return rc;
 }
 
@@ -115,7 +123,7 @@ static int run(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *conf,
   rewind(x, layers);
   schedule_write(x);
   if (x->tape.rc) return x->tape.rc;
-  vf_allocator_reset(a, conf, 0);
+  vf_allocator_reset(a, conf, x->replay.capacity);
   return replay(x, &x->tape, conf, a, r);
 }
 
@@ -133,7 +141,7 @@ static uint64_t extend(uint64_t xa, uint64_t xb, double k) {
  * extension multiplies a jump; static-shape training reserves 5-30% above what it
  * allocates (shared/research/allocator.md §11), so the extended slack is capped there. */
 #define SLACK_CAP_PCT 30
-static void extend_result(const struct result *ra, struct result *rb, double k) {
+static void extend_result(const struct ctx *x, const struct result *ra, struct result *rb, double k) {
   for (int u = 0; u < UNITS; u++) {
     const struct unit_peak *a = &ra->unit[u];
     struct unit_peak *b = &rb->unit[u];
@@ -143,6 +151,12 @@ static void extend_result(const struct result *ra, struct result *rb, double k) 
     if (slack > b->allocated * SLACK_CAP_PCT / 100) slack = b->allocated * SLACK_CAP_PCT / 100;
     for (int c = 0; c < CAT_SLOTS; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
     b->reserved = b->allocated + slack;
+    /* Past the GPU's size the allocator frees its cache and retries: only what is live
+     * stays out of reach (the exact replay says whether fragmentation fails it). */
+    if (x->replay.capacity && b->reserved > x->replay.capacity) {
+      if (b->allocated > x->replay.capacity) rb->out_of_memory = true;
+      else b->reserved = x->replay.capacity, rb->cache_releases++;
+    }
   }
 }
 
@@ -157,24 +171,10 @@ int replay_layers(struct ctx *x, uint64_t layers, const struct vf_alloc_conf *al
     struct result ra;
     rc = run(x, REPLAY_A, alloc, &a, &ra);
     if (!rc) rc = run(x, REPLAY_B, alloc, &a, out);
-    if (!rc) extend_result(&ra, out, (double)(layers - REPLAY_B) / (REPLAY_B - REPLAY_A));
+    if (!rc) extend_result(x, &ra, out, (double)(layers - REPLAY_B) / (REPLAY_B - REPLAY_A));
   }
   vf_allocator_cleanup(&a);
   return rc;
-}
-
-/* Batches padded to their longest sample change length from step to step. The caching
- * allocator keeps the blocks it cut for earlier, shorter batches: the longest batch's
- * tensors do not fit in them and take new segments, while smaller requests keep the old
- * blocks split, so they seldom merge back into whole segments. At the longest batch's
- * peak the cache holds up to one more set of the tensors sized by the batch's tokens
- * (shared/research/allocator.md §11: variable shapes reserve more). */
-void replay_strand_shorter_batches(struct result *r) {
-  for (int u = 0; u < UNITS; u++) {
-    struct unit_peak *pk = &r->unit[u];
-    uint64_t stranded = pk->allocated + pk->cat[VF_CAT_ACTIVATIONS] + pk->cat[VF_CAT_TEMPORARIES];
-    if (pk->reserved < stranded) pk->reserved = stranded;
-  }
 }
 
 uint64_t replay_reserved(const struct result *r) {
