@@ -7,7 +7,8 @@
  * same figures to the estimator's targets (tests/helpers/accuracy.c is shared).
  *
  * The traced corpus is also broken down by framework, model family (model_type) and
- * method, with each group's deepest under-estimate.
+ * method, with each group's deepest under-estimate, and its reserved peaks as the tracer
+ * replayed them are compared too, apart for fixed and varied batch lengths.
  *
  * REPORTED_DIR (bench/traced/multi-gpu) holds traced rows the gate reports but does not
  * hold to the targets; they are listed and broken down by method the same way.
@@ -115,6 +116,23 @@ static int run_published(const char *vramfit, const char *list, char *err, size_
   return failed;
 }
 
+/* The traced corpus's reserved peaks as the tracer replayed them against the estimate's,
+ * by the lengths replayed (acc_split_replayed: only fixed lengths replay the same batches).
+ * Returns the cases that gave no estimate. */
+static int run_replayed(const char *vramfit, const char *dir) {
+  struct acc_set s = {0};
+  char err[512];
+  if (acc_read_replayed_dir(dir, &s, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  acc_estimate(vramfit, &s);
+  acc_split_replayed(&s);
+  int failed = print_kinds(&s, "traced corpus: reserved");
+  acc_free(&s);
+  return failed;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3 || argc > 5) {
     fprintf(stderr, "usage: %s VRAMFIT PUBLISHED_TSV[,PUBLISHED_TSV...] [TRACED_DIR [REPORTED_DIR]]\n", argv[0]);
@@ -139,6 +157,7 @@ int main(int argc, char **argv) {
     print_groups(&traced, "traced: family", by_family);
     print_groups(&traced, "traced: method", by_method);
   }
+  if (traced.n) failed += run_replayed(argv[1], argv[3]);
   if (reported.n) {
     printf("\nmulti-GPU traced corpus:\n");
     failed += run(argv[1], &reported, "multi-GPU: kind");

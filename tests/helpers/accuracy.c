@@ -261,7 +261,7 @@ const char *acc_arg(const struct acc_case *c, const char *flag, char *out, size_
   return NULL;
 }
 
-static double estimate_one(const char *vramfit, const struct acc_case *c) {
+static double estimate_one(const char *vramfit, struct acc_case *c) {
   char args[sizeof c->args], model[sizeof c->model], *argv[MAX_ARGS + 5];
   snprintf(model, sizeof model, "%s", c->model);
   int n = 0;
@@ -276,6 +276,8 @@ static double estimate_one(const char *vramfit, const struct acc_case *c) {
   json_t *root = out ? json_loads(out, 0, NULL) : NULL;
   free(out);
   json_t *v = json_object_get(json_object_get(root, "peak"), field_of(c->kind));
+  const char *lengths = json_string_value(json_object_get(json_object_get(root, "setup"), "lengths"));
+  snprintf(c->lengths, sizeof c->lengths, "%s", lengths ? lengths : "");
   /* exit 1 is the "does not fit" answer: the estimate is still there */
   double est = json_is_integer(v) && WIFEXITED(status) && WEXITSTATUS(status) <= 1
                    ? (double)json_integer_value(v) : -1;
@@ -285,6 +287,14 @@ static double estimate_one(const char *vramfit, const struct acc_case *c) {
 
 void acc_estimate(const char *vramfit, struct acc_set *s) {
   for (size_t i = 0; i < s->n; i++) s->v[i].estimated = estimate_one(vramfit, &s->v[i]);
+}
+
+void acc_split_replayed(struct acc_set *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    struct acc_case *c = &s->v[i];
+    if (strcmp(c->kind, "replayed") != 0) continue;
+    snprintf(c->kind, sizeof c->kind, "replayed %s", strncmp(c->lengths, "varied", 6) == 0 ? "varied" : "fixed");
+  }
 }
 
 double acc_error(const struct acc_case *c) { return (c->estimated - c->measured) / c->measured; }

@@ -19,6 +19,7 @@ struct acc_case {
   double estimated; /* bytes; < 0 when vramfit gave no estimate */
   char release[64]; /* published cases: the --framework NAME@RELEASE it was measured with */
   char family[32];  /* traced cases: the model's model_type (qwen2, gemma2, ...) */
+  char lengths[16]; /* the batches' lengths the estimate replayed (setup.lengths: fixed, varied) */
 };
 
 struct acc_set {
@@ -36,6 +37,11 @@ int acc_read_traced_dir(const char *dir, struct acc_set *s, char *err, size_t si
 /* The same files' replayed reserved peaks, as cases of kind "replayed" (compared with
  * peak.reserved_bytes); rows without one are left out. */
 int acc_read_replayed_dir(const char *dir, struct acc_set *s, char *err, size_t size);
+/* Splits estimated "replayed" cases into "replayed fixed" and "replayed varied" by the
+ * lengths the estimate replayed: with plain varied lengths the tracer runs a shorter batch
+ * then full ones, the estimate batches drawn from an assumed spread, so only fixed lengths
+ * compare the same batches. */
+void acc_split_replayed(struct acc_set *s);
 void acc_free(struct acc_set *s);
 
 /* The word after flag in the case's args ("--method" -> "lora") into out; NULL when the

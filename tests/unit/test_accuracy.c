@@ -4,7 +4,8 @@
  * underestimated by more than 10% (the estimator's targets, bench/README.md).
  * The traced corpus (bench/traced/NAME.tsv) is run when it exists and held to its own
  * targets: median 2%, 90th percentile 5%, no underestimate beyond 5%; so is its multi-GPU
- * part (bench/traced/multi-gpu/).
+ * part (bench/traced/multi-gpu/). Its reserved peaks as replayed are held, for fixed batch
+ * lengths, to median 2%, 90th percentile 10%, no underestimate beyond 15%.
  *
  * Needs VRAMFIT (the binary) and VF_SOURCE_DIR; the calibration file missing is a failure. */
 #include <stdarg.h>
@@ -21,6 +22,9 @@
  * under by more than 10%; the traced corpus within 2% median, 5% p90, none under by 5%. */
 static const struct acc_limits published_limits = {0.05, -1, 0.10};
 static const struct acc_limits traced_limits = {0.02, 0.05, 0.05};
+/* Reserved as the tracer replayed the traced batches, where the estimate replays the same
+ * ones (fixed lengths): within 2% median, 10% p90, none under by 15%. */
+static const struct acc_limits replayed_limits = {0.02, 0.10, 0.15};
 
 static const char *env(const char *name) {
   const char *v = getenv(name);
@@ -86,6 +90,31 @@ static void traced_corpus_when_present(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* The traced corpus's reserved peaks, replayed by the tracer through the allocator model,
+ * against the estimate's replay of its own tensors: held where both replay the same batches
+ * (fixed lengths); with varied lengths only reported (acc_split_replayed). */
+static void traced_reserved_fixed_lengths(void **state) {
+  (void)state;
+  struct acc_set s = {0};
+  char dir[4096], err[512];
+  snprintf(dir, sizeof dir, "%s/bench/traced", env("VF_SOURCE_DIR"));
+  if (acc_read_replayed_dir(dir, &s, err, sizeof err)) fail_msg("%s", err);
+  if (!s.n) return;
+  acc_estimate(env("VRAMFIT"), &s);
+  acc_split_replayed(&s);
+  struct acc_stats st;
+  char why[256];
+  acc_stats_of(&s, "replayed varied", &st);
+  print_stats("traced", "replayed varied", &st);
+  acc_stats_of(&s, "replayed fixed", &st);
+  print_stats("traced", "replayed fixed", &st);
+  bool met = acc_meets(&st, &replayed_limits, why, sizeof why);
+  if (!met) printf("  traced replayed fixed: %s\n", why);
+  assert_true(st.n > 100);
+  acc_free(&s);
+  assert_true(met);
+}
+
 /* The multi-GPU traced corpus (bench/traced/multi-gpu/NAME.tsv: rank 0 of torchtune's FSDP2
  * recipes and of the Hugging Face Trainer's FSDP and DDP on a fake process group), held to
  * the corpus's targets. */
@@ -103,8 +132,8 @@ static void multi_gpu_corpus_meets_the_targets(void **state) {
 static void limits_bite(void **state) {
   (void)state;
   struct acc_case cases[] = {
-      {"a", "m", "allocated", "", 100, 101, "", ""}, {"b", "m", "allocated", "", 100, 98, "", ""},
-      {"c", "m", "allocated", "", 100, 89, "", ""}, /* 11% under */
+      {"a", "m", "allocated", "", 100, 101, "", "", ""}, {"b", "m", "allocated", "", 100, 98, "", "", ""},
+      {"c", "m", "allocated", "", 100, 89, "", "", ""}, /* 11% under */
   };
   struct acc_set s = {cases, 3};
   struct acc_stats st;
@@ -133,6 +162,7 @@ int main(void) {
       cmocka_unit_test(limits_bite),
       cmocka_unit_test(published_cases_meet_the_targets),
       cmocka_unit_test(traced_corpus_when_present),
+      cmocka_unit_test(traced_reserved_fixed_lengths),
       cmocka_unit_test(multi_gpu_corpus_meets_the_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
