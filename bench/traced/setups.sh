@@ -226,3 +226,8 @@ printf '%s\t%s\t%s\n' ld-hf-03 qwen2.5-0.5b '--framework hf --weights bf16 --bat
 printf '%s\t%s\t%s\n' ld-hf-04 gpt2 '--framework hf --weights bf16 --method lora --batch 16 --seq 512 --lengths varied:120,512'
 printf '%s\t%s\t%s\n' ld-tt-01 llama-3.2-1b '--framework torchtune --weights bf16 --method lora --batch 16 --seq 128 --lengths varied:60,128 --accumulation 2'
 printf '%s\t%s\t%s\n' ld-lg-01 llama-3.2-1b '--framework litgpt --weights bf16 --method lora --batch 16 --seq 256 --lengths varied:100,256 --accumulation 1'
+# torchtune's activation offloading (its side stream and stash), fixed lengths
+printf '%s\t%s\t%s\n' of-tt-01 llama-3.2-1b '--framework torchtune --weights bf16 --method lora --lora-r 8 --lora-targets q,v --batch 8 --seq 2048 --lengths fixed --grad-ckpt full --offload activations'
+printf '%s\t%s\t%s\n' of-tt-02 qwen2.5-0.5b '--framework torchtune --weights bf16 --method full --batch 4 --seq 2048 --lengths fixed --grad-ckpt full --offload activations'
+printf '%s\t%s\t%s\n' of-tt-03 llama-3.2-1b '--framework torchtune --weights bf16 --method qlora --lora-r 8 --lora-targets q,k,v,o --batch 4 --seq 1024 --lengths fixed --grad-ckpt full --offload activations'
+printf '%s\t%s\t%s\n' of-tt-04 qwen2.5-0.5b '--framework torchtune --weights bf16 --method lora --lora-r 8 --lora-targets q,v --batch 2 --seq 1024 --lengths fixed --grad-ckpt full --offload activations --accumulation 2'

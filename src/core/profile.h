@@ -86,6 +86,10 @@ struct vf_profile {
   /* The framework can offload the tensors saved for the backward to the CPU (a switch its
    * configs have), and only with activation checkpointing on. */
   bool offloads_activations, activation_offload_needs_ckpt;
+  /* Offloaded activations the offloader keeps on the GPU until as many newer ones are copied
+   * out, its copies and the reloads made on a stream of its own (0: freed at once, reloaded
+   * on the computation stream). */
+  uint32_t offload_stash;
   /* The framework can step each parameter's optimizer inside the backward, in a hook run
    * once its gradient is accumulated, and free the gradient there (a switch its configs
    * have; its full fine-tuning recipes alone, without accumulation). */

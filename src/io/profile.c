@@ -70,6 +70,7 @@ static const struct field fields[] = {
     FIELD("cce_loss", F_BOOL, cce_loss),
     FIELD("offloads_activations", F_BOOL, offloads_activations),
     FIELD("activation_offload_needs_ckpt", F_BOOL, activation_offload_needs_ckpt),
+    FIELD("offload_stash", F_U32, offload_stash),
     FIELD("optimizer_in_bwd", F_BOOL, optimizer_in_bwd),
     FIELD("quant_load_bytes", F_U32, quant_load_bytes),
     FIELD("adapter_fp32", F_BOOL, adapter_fp32),

@@ -886,6 +886,54 @@ static void test_fsdp1_wrap(void **state) {
   assert_in_range(e.phase_allocated[VF_PHASE_LOAD], wrap, wrap + 2 * 512);
 }
 
+/* Layer inputs (one stream each, STREAM bytes) alive at once in the forward, at most. */
+struct inputs_live {
+  bool input[1 << 14];
+  int live, most;
+};
+
+static void count_inputs(void *arg, const struct vf_timeline_event *e) {
+  struct inputs_live *w = arg;
+  if (e->id >= sizeof w->input) fail_msg("more events than the toy should make");
+  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && e->category == VF_CAT_ACTIVATIONS &&
+      e->bytes == STREAM) {
+    w->input[e->id] = true;
+    if (++w->live > w->most) w->most = w->live;
+  } else if (e->op == VF_TIMELINE_FREE && w->input[e->id]) {
+    w->input[e->id] = false;
+    w->live--;
+  }
+}
+
+static int most_inputs_in_forward(const struct vf_profile *p) {
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.seq = 1024, s.lengths = VF_LENGTHS_FIXED, s.grad_ckpt = VF_CKPT_FULL, s.offload = VF_OFFLOAD_ACTIVATIONS;
+  struct inputs_live *w = calloc(1, sizeof *w);
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(NULL, &s, p, count_inputs, w, &e, &d)) fail_msg("%s", d.msg);
+  int most = w->most;
+  free(w);
+  return most;
+}
+
+/* torchtune's offloader copies each checkpointed layer's input to the host and keeps it on
+ * the GPU until five more tensors are packed (max_fwd_stash_size), the empty tensor torch's
+ * checkpoint saves beside each input counting too: layer l's input (the l-th pair's second)
+ * goes when layer l + 3 packs its first. So as a layer's forward runs, before it packs, the
+ * inputs of the three layers before it are still there: three more than an offloader that
+ * frees each at once. */
+static void test_offload_stash(void **state) {
+  (void)state;
+  struct vf_profile p = profile("torchtune");
+  assert_int_equal(p.offload_stash, 5);
+  int stashed = most_inputs_in_forward(&p);
+  p.offload_stash = 0;
+  int freed = most_inputs_in_forward(&p);
+  assert_int_equal(stashed - freed, 3);
+}
+
 /* A tied embedding under FSDP2 (llama-3.2-1b, fp32 weights under bf16 mixed precision on
  * 2 GPUs): the head's and the embedding's gradients of the gathered weight are bf16 (FSDP2
  * _fsdp_param.py: the unsharded parameter in param_dtype), summed out of place at the end
@@ -936,6 +984,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp_upcast),
       cmocka_unit_test(test_fsdp1_units_held_until_the_limiter),
       cmocka_unit_test(test_fsdp1_wrap),
+      cmocka_unit_test(test_offload_stash),
       cmocka_unit_test(test_fsdp2_tied_root_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,8 +69,9 @@ struct ev {
  * stream): sharded training gathers weights and reduces gradients on streams of their own
  * (FSDP2 fully_shard/_fsdp_collectives.py foreach_all_gather / foreach_reduce: the buffers
  * are made under the all-gather and reduce-scatter streams; FSDP1 _runtime_utils.py
- * _unshard / _reduce_grad: its unshard and post-backward streams). */
-enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER };
+ * _unshard / _reduce_grad: its unshard and post-backward streams); activation offloading
+ * brings tensors back on its own (profile field offload_stash). */
+enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER, STREAM_OFFLOAD };
 
 /* Lists of allocation ids, freed together (ids_give). */
 struct ids {
@@ -224,8 +225,20 @@ struct pipe_state {
 
 /* schedule.c. The mechanisms that save fill sv through tape_keep; head.c has the backward's
  * cuBLAS workspace made (schedule_workspace), its matmul being the backward's first. */
+/* layer.c: the offloaded activations still on the GPU, oldest first (offload_stash), and
+ * the tensors packed so far, offloaded or not (the stash counts them all). */
+#define MAX_STASH 16
+struct offload_stash {
+  struct saved *sv[MAX_STASH];
+  uint32_t at[MAX_STASH];     /* index in sv */
+  uint64_t packed[MAX_STASH]; /* its place among the packed tensors */
+  uint32_t n;
+  uint64_t packs;
+};
+
 struct sched_state {
   struct saved *sv; /* per replayed layer, plus the head */
+  struct offload_stash stash;
   int micro;        /* index of the micro batch replayed, from 0 */
   bool lengths_reversed; /* a distribution's lengths drawn in the other order */
   bool last_micro;  /* this micro batch ends an accumulation cycle */
@@ -423,6 +436,7 @@ void layer_norm_saves(struct ctx *x, struct saved *sv, uint32_t readers, bool tr
 void layer_forward_keeping_nothing(struct ctx *x, int32_t layer);
 void layer_forward(struct ctx *x, struct saved *sv, int32_t layer);
 void layer_offload(struct ctx *x, struct saved *sv);
+void layer_offload_flush(struct ctx *x);
 void layer_backward(struct ctx *x, int32_t layer, struct saved *sv, struct ids *g);
 
 /* attention.c */

@@ -6,6 +6,8 @@
  * (BertOutput.forward, BertLayer.feed_forward_chunk), modeling_llama.py, modeling_gpt_neox.py
  * GPTNeoXLayer; autocast_mode.cpp cached_cast; Megatron-Core's expert data parallel group,
  * torchtitan's dp_mod_ep mesh. */
+#include <string.h>
+
 #include "core/estimate/internal.h"
 
 /* What is sharded of parameters [begin, end): their elements (or bytes), of the trainable
@@ -197,20 +199,62 @@ void layer_forward(struct ctx *x, struct saved *sv, int32_t layer) {
   }
 }
 
-/* Activation offloading moves a layer's saved tensors to the host after its forward and
- * brings them back for its backward. */
-void layer_offload(struct ctx *x, struct saved *sv) {
-  if (!(x->s->offload & VF_OFFLOAD_ACTIVATIONS)) return;
-  for (size_t i = 0; i < sv->n; i++)
-    if (sv->cat[i] == VF_CAT_ACTIVATIONS && !sv->on_graph[i]) {
-      tape_give(x, sv->id[i]);
-      sv->id[i] = 0;
-    }
+static void offloaded(struct ctx *x, struct saved *sv, uint32_t i) {
+  tape_give(x, sv->id[i]);
+  sv->id[i] = 0;
 }
 
+/* Activation offloading moves a layer's saved tensors to the host after its forward and
+ * brings them back for its backward. An offloader that copies on a stream of its own keeps
+ * each tensor on the GPU until offload_stash further tensors have been packed, small ones
+ * and those it does not offload included (torchtune 0.6.1 _activation_offloading.py
+ * pack_tensor: the fwd_stash, by tensor id). A fully checkpointed layer packs two: the
+ * input it keeps and the empty tensor torch's checkpoint saves beside it
+ * (torch/utils/checkpoint.py _NoopSaveInputs). */
+static void pack(struct ctx *x, struct saved *sv, uint32_t i) {
+  struct offload_stash *st = &x->sched.stash;
+  st->packs++;
+  while (st->n && st->packed[0] + x->p->offload_stash <= st->packs) {
+    offloaded(x, st->sv[0], st->at[0]);
+    st->n--;
+    memmove(st->sv, st->sv + 1, st->n * sizeof *st->sv);
+    memmove(st->at, st->at + 1, st->n * sizeof *st->at);
+    memmove(st->packed, st->packed + 1, st->n * sizeof *st->packed);
+  }
+  if (!sv) return;
+  if (st->n == MAX_STASH) {
+    offloaded(x, sv, i);
+    return;
+  }
+  st->sv[st->n] = sv, st->at[st->n] = i, st->packed[st->n++] = st->packs;
+}
+
+void layer_offload(struct ctx *x, struct saved *sv) {
+  if (!(x->s->offload & VF_OFFLOAD_ACTIVATIONS)) return;
+  if (x->p->offload_stash && x->s->grad_ckpt == VF_CKPT_FULL) pack(x, NULL, 0);
+  for (uint32_t i = 0; i < sv->n; i++) {
+    if (sv->cat[i] != VF_CAT_ACTIVATIONS || sv->on_graph[i]) continue;
+    if (x->p->offload_stash) pack(x, sv, i);
+    else offloaded(x, sv, i);
+  }
+}
+
+/* The final norm packs more tensors than the stash holds (torchtune's RMSNorm and
+ * transformers' both save its fp32 input, the inverse root, their product and the weight):
+ * every layer's input has gone to the host before the head runs. */
+void layer_offload_flush(struct ctx *x) {
+  struct offload_stash *st = &x->sched.stash;
+  for (uint32_t k = 0; k < st->n; k++) offloaded(x, st->sv[k], st->at[k]);
+  st->n = 0;
+  st->packs = 0;
+}
+
+/* What was offloaded comes back, on the offloader's stream where it has one (the stream's
+ * own blocks, which the computation stream's allocations cannot take). */
 static void reload(struct ctx *x, struct saved *sv) {
+  uint8_t stream = x->p->offload_stash ? STREAM_OFFLOAD : STREAM_COMPUTE;
   for (size_t i = 0; i < sv->n; i++)
-    if (!sv->id[i]) sv->id[i] = tape_take(x, sv->bytes[i], (enum vf_category)sv->cat[i]);
+    if (!sv->id[i]) sv->id[i] = tape_take_on(x, sv->bytes[i], (enum vf_category)sv->cat[i], stream);
 }
 
 /* Checkpointed layers run their forward again before their backward: all of it (full) or

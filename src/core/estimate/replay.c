@@ -115,6 +115,7 @@ static void rewind(struct ctx *x, uint64_t layers) {
   x->tape.rc = 0;
   x->sched.forward_workspace = x->sched.backward_workspace = 0;
   x->zero.reduce_buckets = x->fsdp.root = x->fsdp.prefetched = 0;
+  x->sched.stash.n = 0, x->sched.stash.packs = 0;
   memset(x->fsdp.free_events, 0, sizeof x->fsdp.free_events);
 }
 

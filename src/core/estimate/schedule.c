@@ -104,6 +104,7 @@ static void one_step(struct ctx *x, bool last_micro) {
   uint32_t input = tape_take(x, stream, VF_CAT_ACTIVATIONS);
   schedule_workspace(x, &x->sched.forward_workspace);
   input = forward_layers(x, input);
+  layer_offload_flush(x);
   mark(x, ST_LOSS);
   fsdp_gather_root_part(x, false);
   struct loss_kept loss = {0};
