@@ -491,6 +491,20 @@ static void test_flat_params(void **state) {
                    parts + concatenation - (whole + shard));
 }
 
+/* The toy's 8 positions with validation under profile p, its events to fn. */
+static void toy_eval_timeline(const struct vf_profile *p, vf_timeline_fn fn, void *arg) {
+  struct vf_model m;
+  struct vf_alloc_conf c;
+  struct vf_diag d;
+  struct vf_estimate e;
+  load_config(&m, toy_config);
+  vf_alloc_conf_default(&c);
+  struct vf_setup s = toy_setup(NULL);
+  s.eval = VF_EVAL_YES;
+  assert_int_equal(vf_estimate_timeline(&m, &s, p, &c, fn, arg, &e, &d), 0);
+  vf_model_cleanup(&m);
+}
+
 /* Where the first validation falls: the index of the first event of the eval phase, and
  * of the forward. */
 struct first_events {
@@ -509,25 +523,16 @@ static void note_first(void *arg, const struct vf_timeline_event *e) {
  * replay's first validation comes before its first forward. */
 static void test_validates_first(void **state) {
   (void)state;
-  struct vf_model m;
   struct vf_profile p;
-  struct vf_alloc_conf c;
   struct vf_diag d;
-  struct vf_estimate e;
-  struct vf_setup s;
-  load_config(&m, toy_config);
   assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
   assert_true(p.validates_first);
-  vf_setup_default(&s);
-  s.seq = 8, s.eval = VF_EVAL_YES;
-  vf_alloc_conf_default(&c);
   struct first_events on = {0}, off = {0};
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &on, &e, &d), 0);
+  toy_eval_timeline(&p, note_first, &on);
   p.validates_first = false;
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, note_first, &off, &e, &d), 0);
+  toy_eval_timeline(&p, note_first, &off);
   assert_true(on.eval && on.eval < on.forward);
   assert_true(off.eval > off.forward);
-  vf_model_cleanup(&m);
 }
 
 /* Allocated peaks of each phase, from the estimate and from a replay of every layer. */
@@ -1386,19 +1391,11 @@ static void count_eval_logits(void *arg, const struct vf_timeline_event *e) {
  * from the cache on its own, never one block of both. */
 static void test_eval_logits_apart(void **state) {
   (void)state;
-  struct vf_model m;
   struct vf_profile p;
-  struct vf_alloc_conf c;
   struct vf_diag d;
-  struct vf_estimate e;
-  load_config(&m, toy_config);
   assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
-  vf_alloc_conf_default(&c);
-  struct vf_setup s = toy_setup(NULL);
-  s.eval = VF_EVAL_YES;
   struct eval_logits l = {{0}};
-  assert_int_equal(vf_estimate_timeline(&m, &s, &p, &c, count_eval_logits, &l, &e, &d), 0);
-  vf_model_cleanup(&m);
+  toy_eval_timeline(&p, count_eval_logits, &l);
   assert_true(l.logit_bytes[4] >= 2);
   assert_int_equal(l.logit_bytes[8], 0);
 }
