@@ -1,5 +1,7 @@
-"""The setup the tracer reads: each micro batch's longest sample."""
-from vramfit.trace.spec import Spec
+"""The setup the tracer reads: each micro batch's longest sample, and the layouts it refuses."""
+import pytest
+
+from vramfit.trace.spec import Spec, Unsupported
 
 
 def spec(**kwargs: object) -> Spec:
@@ -20,9 +22,6 @@ def test_drawn_lengths_are_followed_in_order():
 
 
 def test_only_torchtune_traces_offloading():
-    import pytest
-    from vramfit.trace.spec import Unsupported
-
     Spec.from_json('{"model": "m", "config": "c.json", "framework": "torchtune", "offload": ["activations"]}')
     with pytest.raises(Unsupported, match="only torchtune"):
         Spec.from_json('{"model": "m", "config": "c.json", "framework": "hf", "offload": ["activations"]}')
