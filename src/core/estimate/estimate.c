@@ -54,7 +54,7 @@ static int replay_rank(struct ctx *x, uint64_t rank, enum vf_lengths lengths, co
    * (the longest but the last coming first) leave the cache otherwise, and the higher of
    * the two is the top of the range. */
   out->reversed = out->r;
-  if (!rc && lengths == VF_LENGTHS_VARIED && s->length_dist.n) {
+  if (!rc && lengths == VF_LENGTHS_VARIED) {
     vf_timeline_fn listener = x->replay.listener; /* a timeline is of the drawn order */
     x->replay.listener = NULL;
     x->sched.lengths_reversed = true;
@@ -153,7 +153,7 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->out_of_memory = best->r.out_of_memory;
   out->lengths = x->s->lengths;
   out->eval = x->s->eval;
-  if (x->s->length_dist.n && x->s->lengths == VF_LENGTHS_VARIED) {
+  if (x->s->lengths == VF_LENGTHS_VARIED) {
     uint64_t other = replay_reserved(&best->reversed);
     out->reserved_worst = other > out->reserved_peak ? other : out->reserved_peak;
   }

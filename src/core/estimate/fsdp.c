@@ -78,6 +78,12 @@ void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
     x->fsdp.prefetched = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
 }
 
+/* Whether torch's FSDP1 shards the weights: flat parameters (profile field fsdp_flat_params)
+ * wrapped by FSDP itself, not a pipeline's or ZeRO-3's own gatherer. */
+static bool fsdp1(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
+}
+
 /* FSDP1 on its streams (torch 2.13 distributed/fsdp/_runtime_utils.py _unshard, _reshard,
  * _pre_backward_hook; _flat_param.py _free_unsharded_flat_param; _limiter_utils.py): a
  * unit is all-gathered on the unshard stream; resharding records its use on the
@@ -88,12 +94,6 @@ void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
  * all-gathers in flight): that wait is where the host learns the work is done. In the
  * backward a unit's pre-backward prefetches the next unit of the backward as soon as its
  * own is gathered (backward_prefetch BACKWARD_PRE, the default). */
-/* Whether torch's FSDP1 shards the weights: flat parameters (profile field fsdp_flat_params)
- * wrapped by FSDP itself, not a pipeline's or ZeRO-3's own gatherer. */
-static bool fsdp1(const struct ctx *x) {
-  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
-}
-
 bool fsdp1_streams(const struct ctx *x) { return fsdp1(x) && x->d.dsize > 1; }
 
 static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes) {
@@ -217,6 +217,8 @@ void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g
   }
 }
 
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
+
 /* FSDP1 wraps one unit of a model that sits on the host or the meta device (accelerate's
  * FSDP1 model, which the Trainer leaves on the host; Lightning's and Fabric's, made on the
  * meta device). Sources, torch 2.2 and 2.13 alike, distributed/fsdp/_init_utils.py
@@ -233,13 +235,8 @@ static void fsdp1_wrap_unit(struct ctx *x, int32_t layer) {
   size_t begin, end;
   params_layer(x->ps, layer, &begin, &end);
   struct ids moved = {0};
-  uint64_t unit = 0;
-  for (size_t i = begin; i < end; i++) {
-    const struct param *p = &x->ps->v[i];
-    ids_push(x, &moved, tape_take(x, p->bytes, VF_CAT_WEIGHTS));
-    unit += p->bytes;
-  }
-  uint32_t flat = tape_take(x, unit, VF_CAT_WEIGHTS);
+  for (size_t i = begin; i < end; i++) ids_push(x, &moved, tape_take(x, x->ps->v[i].bytes, VF_CAT_WEIGHTS));
+  uint32_t flat = tape_take(x, unit_bytes(x, layer), VF_CAT_WEIGHTS);
   uint32_t shard = tape_take(x, layer_sum(x, layer, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
   tape_give(x, flat);
   if (x->s->offload & VF_OFFLOAD_PARAMS) tape_give(x, shard);
@@ -256,8 +253,6 @@ bool fsdp1_wrap(struct ctx *x) {
   fsdp1_wrap_unit(x, -1);
   return true;
 }
-
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
 
 /* Loading a full state dict into a model FSDP has already sharded gathers every unit at
  * once: Lightning's FSDPStrategy loads it under FSDP's FULL_STATE_DICT context

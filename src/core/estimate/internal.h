@@ -229,9 +229,11 @@ struct pipe_state {
  * the tensors packed so far, offloaded or not (the stash counts them all). */
 #define MAX_STASH 16
 struct offload_stash {
-  struct saved *sv[MAX_STASH];
-  uint32_t at[MAX_STASH];     /* index in sv */
-  uint64_t packed[MAX_STASH]; /* its place among the packed tensors */
+  struct stashed {
+    struct saved *sv;
+    uint32_t at;     /* index in sv */
+    uint64_t packed; /* its place among the packed tensors */
+  } v[MAX_STASH];
   uint32_t n;
   uint64_t packs;
 };

@@ -214,19 +214,13 @@ static void offloaded(struct ctx *x, struct saved *sv, uint32_t i) {
 static void pack(struct ctx *x, struct saved *sv, uint32_t i) {
   struct offload_stash *st = &x->sched.stash;
   st->packs++;
-  while (st->n && st->packed[0] + x->p->offload_stash <= st->packs) {
-    offloaded(x, st->sv[0], st->at[0]);
-    st->n--;
-    memmove(st->sv, st->sv + 1, st->n * sizeof *st->sv);
-    memmove(st->at, st->at + 1, st->n * sizeof *st->at);
-    memmove(st->packed, st->packed + 1, st->n * sizeof *st->packed);
+  while (st->n && st->v[0].packed + x->p->offload_stash <= st->packs) {
+    offloaded(x, st->v[0].sv, st->v[0].at);
+    memmove(st->v, st->v + 1, --st->n * sizeof *st->v);
   }
   if (!sv) return;
-  if (st->n == MAX_STASH) {
-    offloaded(x, sv, i);
-    return;
-  }
-  st->sv[st->n] = sv, st->at[st->n] = i, st->packed[st->n++] = st->packs;
+  if (st->n == MAX_STASH) offloaded(x, sv, i);
+  else st->v[st->n++] = (struct stashed){sv, i, st->packs};
 }
 
 void layer_offload(struct ctx *x, struct saved *sv) {
@@ -244,7 +238,7 @@ void layer_offload(struct ctx *x, struct saved *sv) {
  * every layer's input has gone to the host before the head runs. */
 void layer_offload_flush(struct ctx *x) {
   struct offload_stash *st = &x->sched.stash;
-  for (uint32_t k = 0; k < st->n; k++) offloaded(x, st->sv[k], st->at[k]);
+  for (uint32_t k = 0; k < st->n; k++) offloaded(x, st->v[k].sv, st->v[k].at);
   st->n = 0;
   st->packs = 0;
 }

@@ -153,10 +153,11 @@ static void extend_result(const struct ctx *x, const struct result *ra, struct r
     for (int c = 0; c < CAT_SLOTS; c++) b->cat[c] = extend(a->cat[c], b->cat[c], k);
     b->reserved = b->allocated + slack;
     /* Past the GPU's size the allocator frees its cache and retries: only what is live
-     * stays out of reach (the exact replay says whether fragmentation fails it). */
+     * stays out of reach (the exact replay says whether fragmentation fails it, and how
+     * often the cache goes; extended, it went at least once). */
     if (x->replay.capacity && b->reserved > x->replay.capacity) {
       if (b->allocated > x->replay.capacity) rb->out_of_memory = true;
-      else b->reserved = x->replay.capacity, rb->cache_releases++;
+      else b->reserved = x->replay.capacity, rb->cache_releases += !rb->cache_releases;
     }
   }
 }

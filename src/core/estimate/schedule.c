@@ -212,7 +212,7 @@ static void save_pass(struct ctx *x) {
 /* The steps replayed: two (states appear in the first, the second has everything), or
  * VF_LENGTH_STEPS where batches are padded to lengths drawn from a distribution. */
 static int steps(const struct ctx *x) {
-  return x->s->lengths == VF_LENGTHS_VARIED && x->s->length_dist.n ? VF_LENGTH_STEPS : 2;
+  return x->s->lengths == VF_LENGTHS_VARIED ? VF_LENGTH_STEPS : 2;
 }
 
 /* A replay's tape: the model loaded, the optimizer steps, the evaluation and the save. */

@@ -269,10 +269,10 @@ static size_t precisions(const struct vf_plan_request *r, const struct vf_setup 
   return n;
 }
 
-/* Each optimizer after the given one keeps less state. */
-/* AdamW's storage (8-bit states, paged) keeps its update, and so the trained model; Adafactor
- * (no first moment, factored second) changes the update, so it is tried only where the
- * storage alone fits nothing (S->algorithms), as the method and seq are. */
+/* Each optimizer after the given one keeps less state. AdamW's storage (8-bit states, paged)
+ * keeps its update, and so the trained model; Adafactor (no first moment, factored second)
+ * changes the update, so it is tried only where the storage alone fits nothing
+ * (S->algorithms), as the method and seq are. */
 static size_t optimizers(const struct search *S, enum vf_optimizer *out) {
   static const enum vf_optimizer chain[] = {VF_OPT_ADAMW, VF_OPT_ADAMW_8BIT, VF_OPT_PAGED_ADAMW_8BIT,
                                             VF_OPT_ADAFACTOR};
