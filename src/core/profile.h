@@ -114,6 +114,7 @@ struct vf_profile {
   bool fsdp_flat_params;   /* FSDP units are flat parameters (FSDP1), not per-tensor (FSDP2) */
   bool fsdp_adapter_units_train; /* a flat unit holds a layer's adapters with its frozen weights */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
+  bool fsdp_sync_module_states; /* FSDP1's wrap broadcasts each unit from rank 0 */
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
   /* FSDP2 shards an untied input embedding as a unit of its own (resharded after its
    * forward, gathered again for its backward) and the final norm with the head as another

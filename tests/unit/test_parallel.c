@@ -886,6 +886,64 @@ static void test_fsdp1_wrap(void **state) {
   assert_in_range(e.phase_allocated[VF_PHASE_LOAD], wrap, wrap + 2 * 512);
 }
 
+
+/* With sync_module_states (hf's, fsdp_sync_module_states) rank 0 broadcasts each unit in
+ * buckets (c10d broadcast_coalesced) whose blocks are still in use on NCCL's stream when
+ * the flat parameter is made, so it cannot reuse them. llama-3.2-1b in bf16 over 2 GPUs:
+ * a layer's bucket (121,643,008 B, a segment of 118 MiB: above 10 MiB segments round to
+ * 2 MiB) costs one more segment, which the next unit's copy from the host, waiting for
+ * the stream, returns for the later units to reuse; the root's embedding (525,336,576 B,
+ * over 250 MiB, a bucket of its own) one more of 502 MiB. */
+static void test_fsdp1_wrap_broadcast(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  struct vf_profile p = profile("hf@4.36");
+  assert_true(p.fsdp_sync_module_states);
+  struct vf_estimate synced = run_with("llama-3.2-1b", &s, &p);
+  p.fsdp_sync_module_states = false;
+  struct vf_estimate plain = run_with("llama-3.2-1b", &s, &p);
+  assert_int_equal(synced.phase_allocated[VF_PHASE_LOAD], plain.phase_allocated[VF_PHASE_LOAD]);
+  assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
+}
+
+struct sized_allocs {
+  uint64_t bytes;
+  int forward, step;
+};
+
+static void count_first_forward(void *arg, const struct vf_timeline_event *e) {
+  struct sized_allocs *c = arg;
+  if (e->phase == VF_PHASE_OPTIMIZER) c->step = 1;
+  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && !c->step && e->bytes == c->bytes) c->forward++;
+}
+
+static int halves_in_first_forward(const struct vf_setup *s) {
+  struct sized_allocs c = {.bytes = 121643008 / 2};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate("llama-3.2-1b", s, "hf@4.36", count_first_forward, &c, &e, &d)) fail_msg("%s", d.msg);
+  return c.forward;
+}
+
+/* FSDP1's pre-unshard copies a shard kept on the host (CPUOffload) to the GPU, or casts
+ * one kept in fp32 to the bf16 it gathers in, into a new tensor before each all-gather
+ * (torch 2.13 _flat_param.py pre_unshard): in the first forward, one half of a layer
+ * (60,821,504 B for llama-3.2-1b in 16-bit) per layer, 16; a bf16 shard gathered as it is
+ * needs none. */
+static void test_fsdp1_pre_unshard(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  assert_int_equal(halves_in_first_forward(&s), 0);
+  s.offload = VF_OFFLOAD_PARAMS;
+  assert_int_equal(halves_in_first_forward(&s), 16);
+  s.offload = 0, s.weights = VF_PREC_FP32, s.amp = VF_PREC_BF16;
+  assert_int_equal(halves_in_first_forward(&s), 16);
+}
+
 /* Layer inputs (one stream each, STREAM bytes) alive at once in the forward, at most. */
 struct inputs_live {
   bool input[1 << 14];
@@ -984,6 +1042,8 @@ int main(void) {
       cmocka_unit_test(test_fsdp_upcast),
       cmocka_unit_test(test_fsdp1_units_held_until_the_limiter),
       cmocka_unit_test(test_fsdp1_wrap),
+      cmocka_unit_test(test_fsdp1_wrap_broadcast),
+      cmocka_unit_test(test_fsdp1_pre_unshard),
       cmocka_unit_test(test_offload_stash),
       cmocka_unit_test(test_fsdp2_tied_root_gradients),
   };

@@ -17,28 +17,37 @@ static bool data_parallel_unsharded(const struct ctx *x) {
   return s->shard == VF_SHARD_NONE && s->gpus / (s->tp * s->pp * s->cp) > 1;
 }
 
-/* DistributedDataParallel's constructor broadcasts every parameter from rank 0 before it
- * makes its gradient buckets (torch 2.13 nn/parallel/distributed.py _sync_module_states,
- * broadcast_bucket_size 250 MiB). c10d's broadcast_coalesced (csrc/distributed/c10d/
- * comm.cpp) flattens each bucket of tensors into one new tensor, copies it back when its
+/* c10d's broadcast_coalesced (csrc/distributed/c10d/comm.cpp) over parameters [begin,
+ * end): it flattens each bucket of tensors into one new tensor, copies it back when its
  * broadcast is done and keeps at most two in flight; a bucket closes once it holds 250 MiB
  * (reducer.cpp compute_bucket_assignment_by_size), so it passes that by up to a tensor.
  * Buckets are per dtype; the weights share one, and adapters in another dtype (a few MiB)
- * are counted among them. */
-static void ddp_init_broadcast(struct ctx *x) {
-  if (!x->p->ddp_init_broadcast || !data_parallel_unsharded(x)) return;
+ * are counted among them. Where on_nccl, each bucket is also used on the process group's
+ * stream (ProcessGroupNCCL records a collective's inputs there), so its block returns to
+ * the cache only once the host learns the broadcast is done. */
+void broadcast_coalesced(struct ctx *x, size_t begin, size_t end, bool on_nccl) {
   const uint64_t limit = 250ull << 20;
   uint32_t in_flight[2] = {0, 0};
   uint64_t bucket = 0, made = 0;
-  for (size_t i = 0; i < x->ps->n; i++) {
+  for (size_t i = begin; i < end; i++) {
     bucket += x->ps->v[i].bytes;
-    if (bucket < limit && i + 1 < x->ps->n) continue;
-    tape_give(x, in_flight[made % 2]);
-    in_flight[made++ % 2] = tape_take(x, bucket, VF_CAT_TEMPORARIES);
+    if (bucket < limit && i + 1 < end) continue;
+    uint32_t *slot = &in_flight[made++ % 2];
+    tape_give(x, *slot);
+    *slot = tape_take(x, bucket, VF_CAT_TEMPORARIES);
+    if (on_nccl) tape_record(x, *slot, STREAM_NCCL);
     bucket = 0;
   }
   tape_give(x, in_flight[0]);
   tape_give(x, in_flight[1]);
+}
+
+/* DistributedDataParallel's constructor broadcasts every parameter from rank 0 before it
+ * makes its gradient buckets (torch 2.13 nn/parallel/distributed.py _sync_module_states,
+ * broadcast_bucket_size 250 MiB). Between the two the host works out the reducer's
+ * buckets; the replay takes the broadcasts as done by then (not measured on a GPU). */
+static void ddp_init_broadcast(struct ctx *x) {
+  if (x->p->ddp_init_broadcast && data_parallel_unsharded(x)) broadcast_coalesced(x, 0, x->ps->n, false);
 }
 
 void ddp_init(struct ctx *x) {

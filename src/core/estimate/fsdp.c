@@ -62,7 +62,7 @@ static bool fsdp2_buffers(const struct ctx *x) {
   return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
 }
 
-static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes);
+static uint32_t fsdp1_unshard(struct ctx *x, int32_t layer);
 
 /* In the backward each unit's pre-backward, its copy-out done, all-gathers the unit that ran
  * its forward before it (_fsdp_param_group.py _backward_prefetch, the default): that buffer
@@ -70,7 +70,7 @@ static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes);
  * the first layer's an embedding unit (-1). */
 void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
   if (fsdp1_streams(x) && layer >= 0) {
-    x->fsdp.prefetched = fsdp1_unshard(x, fsdp_gather_bytes(x, layer));
+    x->fsdp.prefetched = fsdp1_unshard(x, layer);
     return;
   }
   uint64_t bytes = layer >= 0 ? fsdp_gather_bytes(x, layer) : fsdp_embedding_unit(x) ? root_part_bytes(x, true) : 0;
@@ -96,14 +96,32 @@ static bool fsdp1(const struct ctx *x) {
  * own is gathered (backward_prefetch BACKWARD_PRE, the default). */
 bool fsdp1_streams(const struct ctx *x) { return fsdp1(x) && x->d.dsize > 1; }
 
-static uint32_t fsdp1_unshard(struct ctx *x, uint64_t bytes) {
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
+
+/* FSDP1's pre-unshard (torch 2.13 _flat_param.py pre_unshard, _use_low_precision_shard;
+ * _runtime_utils.py _init_streams, _unshard): a shard kept in another dtype than the one
+ * gathered (MixedPrecision's param_dtype) is cast, or else one kept on the host
+ * (CPUOffload(offload_params)) copied, into a new tensor on a stream of its own, the
+ * pre-unshard stream. The all-gather reads it on the process group's stream and it is
+ * freed once gathered. Bytes of that copy, 0 where the shard is gathered as it is. */
+static uint64_t pre_unshard_bytes(const struct ctx *x, int32_t layer) {
+  uint64_t gathered = fsdp_gather_bytes(x, layer), kept = unit_bytes(x, layer);
+  if (gathered != kept) return gathered / x->d.dsize;
+  return x->s->offload & VF_OFFLOAD_PARAMS ? kept / x->d.dsize : 0;
+}
+
+static uint32_t fsdp1_unshard(struct ctx *x, int32_t layer) {
+  uint32_t copy = tape_take_on(x, pre_unshard_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_PRE_UNSHARD);
   uint32_t *q = x->fsdp.free_events;
-  if (q[FSDP1_IN_FLIGHT - 1]) {
+  if (layer >= 0 && q[FSDP1_IN_FLIGHT - 1]) {
     tape_wait(x, q[0]);
     for (int i = 0; i + 1 < FSDP1_IN_FLIGHT; i++) q[i] = q[i + 1];
     q[FSDP1_IN_FLIGHT - 1] = 0;
   }
-  return tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t gathered = tape_take_on(x, fsdp_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  tape_record(x, copy, STREAM_NCCL);
+  tape_give(x, copy);
+  return gathered;
 }
 
 void fsdp_reshard(struct ctx *x, uint32_t gathered) {
@@ -119,11 +137,11 @@ void fsdp_reshard(struct ctx *x, uint32_t gathered) {
   q[n < FSDP1_IN_FLIGHT ? n : FSDP1_IN_FLIGHT - 1] = tape_event(x);
 }
 
-static uint32_t fsdp1_gather(struct ctx *x, int32_t layer, uint64_t bytes) {
+static uint32_t fsdp1_gather(struct ctx *x, int32_t layer) {
   uint32_t params = x->fsdp.prefetched;
   x->fsdp.prefetched = 0;
-  if (!params) params = fsdp1_unshard(x, bytes);
-  if (!x->fsdp.forwarding && layer > 0) x->fsdp.prefetched = fsdp1_unshard(x, fsdp_gather_bytes(x, layer - 1));
+  if (!params) params = fsdp1_unshard(x, layer);
+  if (!x->fsdp.forwarding && layer > 0) x->fsdp.prefetched = fsdp1_unshard(x, layer - 1);
   return params;
 }
 
@@ -149,7 +167,7 @@ uint32_t fsdp_gather(struct ctx *x, int32_t layer) {
   if (zero3_coordinator(x))
     return layer < 0 ? tape_take_on(x, x->zero.zero3_live * x->d.c, VF_CAT_WEIGHTS, STREAM_ALL_GATHER) : 0;
   uint64_t bytes = fsdp_gather_bytes(x, layer);
-  if (fsdp1_streams(x) && layer >= 0) return fsdp1_gather(x, layer, bytes);
+  if (fsdp1_streams(x)) return layer >= 0 ? fsdp1_gather(x, layer) : fsdp1_unshard(x, -1);
   if (!pipe_fsdp(x)) return fsdp2_gather(x, layer, bytes);
   uint32_t *held = &x->fsdp.held_gather[layer + 1];
   if (!*held) *held = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
@@ -217,31 +235,38 @@ void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g
   }
 }
 
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
-
 /* FSDP1 wraps one unit of a model that sits on the host or the meta device (accelerate's
  * FSDP1 model, which the Trainer leaves on the host; Lightning's and Fabric's, made on the
  * meta device). Sources, torch 2.2 and 2.13 alike, distributed/fsdp/_init_utils.py
  * _init_param_handle_from_module: the unit's parameters reach the GPU one tensor at a time
  * (_move_states_to_device, param.data = param.to(device); a meta module is materialized
- * there by param_init_fn or _materialize_meta_module); _init_param_handle_from_params makes
- * a FlatParamHandle, whose flat parameter is a new tensor of them all (_flat_param.py
- * flatten_tensors: torch.cat), and shard() clones this rank's chunk (_get_shard:
- * chunk.clone()) before freeing the flat storage; CPUOffload(offload_params) then moves
- * the shard to the host (flat_param_to); the moved tensors go when the function returns.
- * Their blocks stay cached: a loop that resets only the peak counters before training
- * (torch.cuda.reset_peak_memory_stats) starts its reserved peak from them. */
-static void fsdp1_wrap_unit(struct ctx *x, int32_t layer) {
+ * there by param_init_fn or _materialize_meta_module); with sync_module_states (profile
+ * field fsdp_sync_module_states) rank 0 broadcasts them (_sync_module_params_and_buffers:
+ * broadcast_coalesced in buckets of PARAM_BROADCAST_BUCKET_SIZE, 250 MiB);
+ * _init_param_handle_from_params makes a FlatParamHandle, whose flat parameter is a new
+ * tensor of them all (_flat_param.py flatten_tensors: torch.cat), and shard() clones this
+ * rank's chunk (_get_shard: chunk.clone()) before freeing the flat storage;
+ * CPUOffload(offload_params) then moves the shard to the host (flat_param_to); the moved
+ * tensors go when the function returns. Their blocks stay cached: a loop that resets only
+ * the peak counters before training (torch.cuda.reset_peak_memory_stats) starts its
+ * reserved peak from them. The broadcast's buckets are still in use on the process group's
+ * stream when the flat parameter is made, microseconds later on the host; the next unit's
+ * first copy from the host's pageable memory waits for the stream first (CUDA runtime API,
+ * "API synchronization behavior"), and so for the broadcast: *done is that point. */
+static void fsdp1_wrap_unit(struct ctx *x, int32_t layer, uint32_t *done) {
   size_t begin, end;
   params_layer(x->ps, layer, &begin, &end);
   struct ids moved = {0};
+  tape_wait(x, *done);
   for (size_t i = begin; i < end; i++) ids_push(x, &moved, tape_take(x, x->ps->v[i].bytes, VF_CAT_WEIGHTS));
+  if (x->p->fsdp_sync_module_states) broadcast_coalesced(x, begin, end, true);
   uint32_t flat = tape_take(x, unit_bytes(x, layer), VF_CAT_WEIGHTS);
   uint32_t shard = tape_take(x, layer_sum(x, layer, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
   tape_give(x, flat);
   if (x->s->offload & VF_OFFLOAD_PARAMS) tape_give(x, shard);
   ids_give(x, &moved);
   free(moved.id);
+  *done = tape_event(x);
 }
 
 /* FSDP1's wrap, children before their parent (distributed/fsdp/wrap.py _recursive_wrap):
@@ -249,8 +274,9 @@ static void fsdp1_wrap_unit(struct ctx *x, int32_t layer) {
  * false where FSDP1 does not shard the weights, and the caller takes them itself. */
 bool fsdp1_wrap(struct ctx *x) {
   if (!fsdp1(x)) return false;
-  for (int32_t l = 0; l < (int32_t)x->layers; l++) fsdp1_wrap_unit(x, l);
-  fsdp1_wrap_unit(x, -1);
+  uint32_t done = 0;
+  for (int32_t l = 0; l < (int32_t)x->layers; l++) fsdp1_wrap_unit(x, l, &done);
+  fsdp1_wrap_unit(x, -1, &done);
   return true;
 }
 

@@ -69,9 +69,11 @@ struct ev {
  * stream): sharded training gathers weights and reduces gradients on streams of their own
  * (FSDP2 fully_shard/_fsdp_collectives.py foreach_all_gather / foreach_reduce: the buffers
  * are made under the all-gather and reduce-scatter streams; FSDP1 _runtime_utils.py
- * _unshard / _reduce_grad: its unshard and post-backward streams); activation offloading
- * brings tensors back on its own (profile field offload_stash). */
-enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER, STREAM_OFFLOAD };
+ * _unshard / _reduce_grad: its unshard and post-backward streams, and its pre-unshard
+ * stream for shards cast or brought from the host); activation offloading brings tensors
+ * back on its own (profile field offload_stash); a collective's inputs are used on the
+ * process group's own (STREAM_NCCL: ProcessGroupNCCL records them there). */
+enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER, STREAM_OFFLOAD, STREAM_PRE_UNSHARD, STREAM_NCCL };
 
 /* Lists of allocation ids, freed together (ids_give). */
 struct ids {
@@ -520,6 +522,7 @@ uint64_t optim_paged_bytes(const struct ctx *x);
 
 /* ddp.c */
 void ddp_init(struct ctx *x);
+void broadcast_coalesced(struct ctx *x, size_t begin, size_t end, bool on_nccl);
 
 /* zero.c */
 bool zero3_coordinator(const struct ctx *x);
