@@ -22,19 +22,25 @@ static int push(struct params *ps, const struct param *p) {
   return 0;
 }
 
-/* Bytes of a 4-bit NF4 weight: packed values plus one fp32 absmax per 64 elements, or with
- * double quantization an 8-bit absmax per 64 plus an fp32 scale per 256 of those. */
-static uint64_t quantized_bytes(enum vf_quant q, uint64_t n) {
+/* A quantized weight's bytes: its packed data, 4 bits an element (8 for int8), and its
+ * state beside it, an attribute of the parameter and no tensor of its own (bitsandbytes
+ * nn/modules.py: Params4bit's quant_state, Int8Params' scales): one fp32 absmax per 64
+ * elements, or with double quantization an 8-bit absmax per 64 plus an fp32 scale per 256
+ * of those and their code table; int8, an fp32 scale per row. */
+static void quantize(struct param *p, enum vf_quant q) {
+  uint64_t n = p->numel;
+  p->quantized = true;
   switch (q) {
   case VF_QUANT_NF4:
-    return n / 2 + (n + 63) / 64 * 4;
+    p->quant_state_bytes = (n + 63) / 64 * 4;
+    break;
   case VF_QUANT_NF4_DQ:
-    return n / 2 + (n + 63) / 64 + (n + 16383) / 16384 * 4 + 256 * 4;
-  case VF_QUANT_INT8:
-    return n + (n / 4096 + 1) * 4;
+    p->quant_state_bytes = (n + 63) / 64 + (n + 16383) / 16384 * 4 + 256 * 4;
+    break;
   default:
-    return 0;
+    p->quant_state_bytes = (n / 4096 + 1) * 4;
   }
+  p->bytes = (q == VF_QUANT_INT8 ? n : n / 2) + p->quant_state_bytes;
 }
 
 static bool is_block_linear(enum vf_kind k) {
@@ -153,8 +159,7 @@ static int add_untied_head(struct params *ps, const struct vf_model *m, const st
   struct param head = {.layer = -1, .numel = a->vocab * a->hidden / s->tp, .trainable = full,
                           .linear = true, .in = a->hidden, .out = a->vocab / s->tp};
   head.bytes = head.numel * params_rest_bytes(s, pr);
-  head.quantized = pr->quantize_head && q != VF_QUANT_NONE && !full;
-  if (head.quantized) head.bytes = quantized_bytes(q, head.numel);
+  if (pr->quantize_head && q != VF_QUANT_NONE && !full) quantize(&head, q);
   if (counted) ps->total += a->vocab * a->hidden;
   if (counted && full) ps->trainable += a->vocab * a->hidden;
   int rc = push(ps, &head);
@@ -189,8 +194,7 @@ int params_build(struct params *ps, const struct vf_model *m, const struct vf_se
                                   t->kind == VF_KIND_EMBEDDING);
     if (split) p.numel = n / s->tp;
     p.bytes = p.numel * wb;
-    p.quantized = linear && q != VF_QUANT_NONE && !full;
-    if (p.quantized) p.bytes = quantized_bytes(q, p.numel);
+    if (linear && q != VF_QUANT_NONE && !full) quantize(&p, q);
     if (t->ndim == 2 && (is_block_linear(t->kind) || t->kind == VF_KIND_HEAD)) {
       p.linear = true;
       linear_shape(m, t, &p.in, &p.out);

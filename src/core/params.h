@@ -19,6 +19,7 @@ struct param {
   bool trainable;
   bool linear;         /* a block's projection (quantizable, dequantized per matmul) */
   bool quantized;      /* stored in a 4- or 8-bit format */
+  uint64_t quant_state_bytes; /* of bytes, the quantized format's state: no tensor of the parameter */
   bool embedding;      /* the token embedding (its gradient comes last in backward) */
   bool expert;         /* a mixture-of-experts expert's weight */
   uint64_t in, out;    /* a matrix's columns and rows on this GPU (a linear's in and out); 0 for others */

@@ -908,6 +908,26 @@ static void test_fsdp1_wrap_broadcast(void **state) {
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
 }
 
+/* FSDP1 flattens each parameter's data: a 4-bit weight's packed values, not its
+ * quantization state (bitsandbytes' quant_state, an attribute of Params4bit), which every
+ * GPU keeps whole. llama-3.2-1b's 16 layers under QLoRA on 2 GPUs: the state is an fp32
+ * absmax per 64 elements (nf4), or an 8-bit one plus an fp32 scale per 16,384 elements
+ * and a 1 KiB code table (nf4-dq). Per layer, allocated in 512-byte blocks: q and o
+ * (4,194,304 elements) 262,144 or 67,584 B; k and v (1,048,576) 65,536 or 17,920 B; gate,
+ * up and down (16,777,216) 1,048,576 or 267,264 B. The packed data being the same, the
+ * wrap's peaks differ by the states' whole difference: 16 x 2,828,288 B. */
+static void test_fsdp1_quant_state_whole(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  s.method = VF_METHOD_QLORA, s.quant = VF_QUANT_NF4;
+  struct vf_estimate nf4 = run("llama-3.2-1b", &s, "hf@4.36");
+  s.quant = VF_QUANT_NF4_DQ;
+  struct vf_estimate dq = run("llama-3.2-1b", &s, "hf@4.36");
+  assert_int_equal(nf4.phase_allocated[VF_PHASE_LOAD] - dq.phase_allocated[VF_PHASE_LOAD], 16 * 2828288u);
+}
+
 struct sized_allocs {
   uint64_t bytes;
   int forward, step;
@@ -1044,6 +1064,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp1_wrap),
       cmocka_unit_test(test_fsdp1_wrap_broadcast),
       cmocka_unit_test(test_fsdp1_pre_unshard),
+      cmocka_unit_test(test_fsdp1_quant_state_whole),
       cmocka_unit_test(test_offload_stash),
       cmocka_unit_test(test_fsdp2_tied_root_gradients),
   };

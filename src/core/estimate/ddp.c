@@ -22,7 +22,8 @@ static bool data_parallel_unsharded(const struct ctx *x) {
  * broadcast is done and keeps at most two in flight; a bucket closes once it holds 250 MiB
  * (reducer.cpp compute_bucket_assignment_by_size), so it passes that by up to a tensor.
  * Buckets are per dtype; the weights share one, and adapters in another dtype (a few MiB)
- * are counted among them. Where on_nccl, each bucket is also used on the process group's
+ * are counted among them. A quantized weight's state is no tensor of the module's and is
+ * not broadcast. Where on_nccl, each bucket is also used on the process group's
  * stream (ProcessGroupNCCL records a collective's inputs there), so its block returns to
  * the cache only once the host learns the broadcast is done. */
 void broadcast_coalesced(struct ctx *x, size_t begin, size_t end, bool on_nccl) {
@@ -30,7 +31,7 @@ void broadcast_coalesced(struct ctx *x, size_t begin, size_t end, bool on_nccl) 
   uint32_t in_flight[2] = {0, 0};
   uint64_t bucket = 0, made = 0;
   for (size_t i = begin; i < end; i++) {
-    bucket += x->ps->v[i].bytes;
+    bucket += param_tensor_bytes(&x->ps->v[i]);
     if (bucket < limit && i + 1 < end) continue;
     uint32_t *slot = &in_flight[made++ % 2];
     tape_give(x, *slot);

@@ -12,12 +12,20 @@
 
 #include "core/estimate/internal.h"
 
+/* Whether torch's FSDP1 shards the weights: flat parameters (profile field fsdp_flat_params)
+ * wrapped by FSDP itself, not a pipeline's or ZeRO-3's own gatherer. */
+static bool fsdp1(const struct ctx *x) {
+  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
+}
+
 /* Bytes of one parameter gathered: its elements in the compute dtype (FSDP's param_dtype,
- * ZeRO-3's 16-bit partitions); a 4-bit weight in the form it is stored and sharded in
- * (bitsandbytes' packed data in a 16-bit quant_storage FSDP1 flattens; torchao's
- * NF4Tensor all-gathers its packed data and scalers, nf4tensor.py fsdp_pre_all_gather). */
+ * ZeRO-3's 16-bit partitions); a 4-bit weight in the form it is stored and sharded in:
+ * bitsandbytes' packed data in a 16-bit quant_storage, which FSDP1 flattens without the
+ * quantization state (param_tensor_bytes); torchao's NF4Tensor all-gathers its packed data
+ * and scalers (nf4tensor.py fsdp_pre_all_gather). */
 static uint64_t gathered_bytes(const struct ctx *x, const struct param *p) {
-  return p->quantized ? p->bytes : p->numel * x->d.c;
+  if (!p->quantized) return p->numel * x->d.c;
+  return fsdp1(x) ? param_tensor_bytes(p) : p->bytes;
 }
 
 /* Bytes gathered of a layer's weights (-1: the root's), or of the root's embedding weights
@@ -78,12 +86,6 @@ void fsdp_backward_prefetch(struct ctx *x, int32_t layer) {
     x->fsdp.prefetched = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
 }
 
-/* Whether torch's FSDP1 shards the weights: flat parameters (profile field fsdp_flat_params)
- * wrapped by FSDP itself, not a pipeline's or ZeRO-3's own gatherer. */
-static bool fsdp1(const struct ctx *x) {
-  return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
-}
-
 /* FSDP1 on its streams (torch 2.13 distributed/fsdp/_runtime_utils.py _unshard, _reshard,
  * _pre_backward_hook; _flat_param.py _free_unsharded_flat_param; _limiter_utils.py): a
  * unit is all-gathered on the unshard stream; resharding records its use on the
@@ -96,7 +98,19 @@ static bool fsdp1(const struct ctx *x) {
  * own is gathered (backward_prefetch BACKWARD_PRE, the default). */
 bool fsdp1_streams(const struct ctx *x) { return fsdp1(x) && x->d.dsize > 1; }
 
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) { return layer_sum(x, layer, false, true, false); }
+/* Bytes of a layer's quantization state (-1: the root's): FSDP1 leaves it whole on each GPU. */
+static uint64_t quant_state_sum(const struct ctx *x, int32_t layer) {
+  size_t begin, end;
+  params_layer(x->ps, layer, &begin, &end);
+  uint64_t n = 0;
+  for (size_t i = begin; i < end; i++) n += x->ps->v[i].quant_state_bytes;
+  return n;
+}
+
+/* Bytes of an FSDP1 unit's flat parameter, unsharded. */
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
+  return layer_sum(x, layer, false, true, false) - quant_state_sum(x, layer);
+}
 
 /* FSDP1's pre-unshard (torch 2.13 _flat_param.py pre_unshard, _use_low_precision_shard;
  * _runtime_utils.py _init_streams, _unshard): a shard kept in another dtype than the one
@@ -258,10 +272,15 @@ static void fsdp1_wrap_unit(struct ctx *x, int32_t layer, uint32_t *done) {
   params_layer(x->ps, layer, &begin, &end);
   struct ids moved = {0};
   tape_wait(x, *done);
-  for (size_t i = begin; i < end; i++) ids_push(x, &moved, tape_take(x, x->ps->v[i].bytes, VF_CAT_WEIGHTS));
+  for (size_t i = begin; i < end; i++) {
+    const struct param *p = &x->ps->v[i];
+    ids_push(x, &moved, tape_take(x, param_tensor_bytes(p), VF_CAT_WEIGHTS));
+    tape_take(x, p->quant_state_bytes, VF_CAT_WEIGHTS);
+  }
   if (x->p->fsdp_sync_module_states) broadcast_coalesced(x, begin, end, true);
   uint32_t flat = tape_take(x, unit_bytes(x, layer), VF_CAT_WEIGHTS);
-  uint32_t shard = tape_take(x, layer_sum(x, layer, false, true, true) / x->d.dsize, VF_CAT_WEIGHTS);
+  uint64_t shard_bytes = (layer_sum(x, layer, false, true, true) - quant_state_sum(x, layer)) / x->d.dsize;
+  uint32_t shard = tape_take(x, shard_bytes, VF_CAT_WEIGHTS);
   tape_give(x, flat);
   if (x->s->offload & VF_OFFLOAD_PARAMS) tape_give(x, shard);
   ids_give(x, &moved);

@@ -334,6 +334,12 @@ struct result {
 #define REPLAY_A 3
 #define REPLAY_B 6
 
+/* Bytes of a parameter's own tensor: a quantized weight's state (bitsandbytes' quant_state,
+ * an attribute of Params4bit) is none of it, so what moves a module's parameters as tensors,
+ * FSDP1's flat parameter (torch _flat_param.py flattens each parameter's data) or a
+ * broadcast of them, leaves it where it is. */
+static inline uint64_t param_tensor_bytes(const struct param *p) { return p->bytes - p->quant_state_bytes; }
+
 /* ---- The tape's writers, inline: every mechanism calls them for every tensor ---- */
 
 static inline void tape_push(struct tape *t, uint8_t op, uint32_t id, uint64_t bytes, uint8_t cat, uint8_t unit) {
