@@ -138,6 +138,10 @@ struct vf_profile {
   /* Data parallelism without sharding wraps the model in torch's DistributedDataParallel,
    * whose constructor broadcasts every parameter from rank 0 through flat buckets. */
   bool ddp_init_broadcast;
+  /* The loop reads a value of the GPU's on the host every optimizer step (the loss, to log or
+   * to check it), so the host then knows the GPU's work done and every block another stream
+   * kept returns to the cache. */
+  bool host_waits_each_step;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool validates_first;    /* where the run validates, it does once before its first step too */

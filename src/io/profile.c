@@ -107,6 +107,7 @@ static const struct field fields[] = {
     FIELD("checkpoint_dtype_weights", F_BOOL, checkpoint_dtype_weights),
     FIELD("fsdp_upcast_trainable", F_BOOL, fsdp_upcast_trainable),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
+    FIELD("host_waits_each_step", F_BOOL, host_waits_each_step),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
     FIELD("validates_first", F_BOOL, validates_first),

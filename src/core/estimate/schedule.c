@@ -152,6 +152,8 @@ static void one_step(struct ctx *x, bool last_micro) {
   }
   optim_step(x);
   grads_zero(x);
+  /* The loop reads the loss on the host (profile field host_waits_each_step). */
+  if (x->p->host_waits_each_step) tape_wait(x, tape_event(x));
 }
 
 /* A sample generated after validation (litgpt's generate_example, profile field
