@@ -834,6 +834,24 @@ static void test_fsdp_upcast(void **state) {
   assert_true(run("llama-3.2-1b", &s, "hf").allocated_peak < lora_fp32.allocated_peak);
 }
 
+/* llama-3.2-1b as the FSDP1 checks below run it: bf16, a micro batch of 256 tokens, 2 GPUs. */
+static void llama_1b_fsdp_on_two(struct vf_setup *s) {
+  vf_setup_default(s);
+  s->gpus = 2, s->shard = VF_SHARD_FSDP, s->batch = 1, s->seq = 256, s->weights = VF_PREC_BF16;
+}
+
+/* hf@4.36's estimates of setting s with a switch of its profile on (the profile's own value,
+ * which must be true) and off. */
+static void switch_both_ways(const struct vf_setup *s, size_t field, struct vf_estimate *on,
+                             struct vf_estimate *off) {
+  struct vf_profile p = profile("hf@4.36");
+  bool *value = (bool *)((char *)&p + field);
+  assert_true(*value);
+  *on = run_with("llama-3.2-1b", s, &p);
+  *value = false;
+  *off = run_with("llama-3.2-1b", s, &p);
+}
+
 /* Counts the forward's all-gathers of a whole unit (bytes: unit) that took new memory. */
 struct unit_gathers {
   uint64_t unit, reserved, first_step_new;
@@ -859,8 +877,7 @@ static void new_unit_segments(void *arg, const struct vf_timeline_event *e) {
 static void test_fsdp1_units_held_until_the_limiter(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  llama_1b_fsdp_on_two(&s);
   s.eval = VF_EVAL_NO; /* litgpt's validation before the first step gathers every unit too */
   struct unit_gathers u = {.unit = 121643008}; /* 60,821,504 bf16 elements a llama-3.2-1b layer */
   struct vf_estimate e;
@@ -886,7 +903,6 @@ static void test_fsdp1_wrap(void **state) {
   assert_in_range(e.phase_allocated[VF_PHASE_LOAD], wrap, wrap + 2 * 512);
 }
 
-
 /* With sync_module_states (hf's, fsdp_sync_module_states) rank 0 broadcasts each unit in
  * buckets (c10d broadcast_coalesced) whose blocks are still in use on NCCL's stream when
  * the flat parameter is made, so it cannot reuse them. llama-3.2-1b in bf16 over 2 GPUs:
@@ -897,13 +913,9 @@ static void test_fsdp1_wrap(void **state) {
 static void test_fsdp1_wrap_broadcast(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
-  struct vf_profile p = profile("hf@4.36");
-  assert_true(p.fsdp_sync_module_states);
-  struct vf_estimate synced = run_with("llama-3.2-1b", &s, &p);
-  p.fsdp_sync_module_states = false;
-  struct vf_estimate plain = run_with("llama-3.2-1b", &s, &p);
+  llama_1b_fsdp_on_two(&s);
+  struct vf_estimate synced, plain;
+  switch_both_ways(&s, offsetof(struct vf_profile, fsdp_sync_module_states), &synced, &plain);
   assert_int_equal(synced.phase_allocated[VF_PHASE_LOAD], plain.phase_allocated[VF_PHASE_LOAD]);
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
 }
@@ -919,8 +931,7 @@ static void test_fsdp1_wrap_broadcast(void **state) {
 static void test_fsdp1_quant_state_whole(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  llama_1b_fsdp_on_two(&s);
   s.method = VF_METHOD_QLORA, s.quant = VF_QUANT_NF4;
   struct vf_estimate nf4 = run("llama-3.2-1b", &s, "hf@4.36");
   s.quant = VF_QUANT_NF4_DQ;
@@ -936,13 +947,9 @@ static void test_fsdp1_quant_state_whole(void **state) {
 static void test_host_wait_each_step(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
-  struct vf_profile p = profile("hf@4.36");
-  assert_true(p.host_waits_each_step);
-  struct vf_estimate waits = run_with("llama-3.2-1b", &s, &p);
-  p.host_waits_each_step = false;
-  struct vf_estimate not = run_with("llama-3.2-1b", &s, &p);
+  llama_1b_fsdp_on_two(&s);
+  struct vf_estimate waits, not;
+  switch_both_ways(&s, offsetof(struct vf_profile, host_waits_each_step), &waits, &not);
   assert_int_equal(waits.phase_reserved[VF_PHASE_SAVE], waits.phase_reserved[VF_PHASE_BACKWARD]);
   assert_int_equal(not.phase_reserved[VF_PHASE_SAVE] - not.phase_reserved[VF_PHASE_BACKWARD], 118u << 20);
 }
@@ -974,8 +981,7 @@ static int halves_in_first_forward(const struct vf_setup *s) {
 static void test_fsdp1_pre_unshard(void **state) {
   (void)state;
   struct vf_setup s;
-  vf_setup_default(&s);
-  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  llama_1b_fsdp_on_two(&s);
   assert_int_equal(halves_in_first_forward(&s), 0);
   s.offload = VF_OFFLOAD_PARAMS;
   assert_int_equal(halves_in_first_forward(&s), 16);
