@@ -306,6 +306,19 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(profile_read("hf", "1.13", &p, &d), 0);
   assert_false(p.zero_grad_frees);
   assert_false(p.eager_softmax_saves_input);
+  /* torchtune between its releases: October 2024 is 0.3's chunked output and loss (from
+   * 0.3.0), before activation offloading (0.4.0); 0.1 still gives the whole fp32 logits
+   * and carries 0.3's foreach AdamW over. */
+  assert_int_equal(profile_read("torchtune@2024-10", NULL, &p, &d), 0);
+  assert_string_equal(p.release, "0.3");
+  assert_int_equal(p.output_chunks, 8);
+  assert_false(p.offloads_activations);
+  assert_int_equal(profile_read("torchtune@0.1", NULL, &p, &d), 0);
+  assert_int_equal(p.output_chunks, 0);
+  assert_true(p.foreach_optimizer);
+  assert_int_equal(profile_read("torchtune@0.5", NULL, &p, &d), 0);
+  assert_true(p.offloads_activations);
+  assert_false(p.fsdp_root_reshards);
   /* A value per model type: torchtune's RoPE tables, Qwen2's twice as wide. */
   assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
   assert_int_equal(p.rope_table_bytes.n, 3);
