@@ -21,6 +21,16 @@ succeeds '^litgpt 0\.5 \(torch 2\.13\)' estimate gpt2 --framework litgpt
 succeeds '^litgpt 0\.5 \(torch 2\.13\)' estimate gpt2 --framework litgpt@0.5.13
 succeeds '^hf 4\.36 \(torch 2\.1\)' estimate gpt2 --framework hf@2024-01
 succeeds '^hf 5\.23 \(torch 1\.13\)' estimate gpt2 --torch 1.13
+succeeds '^torchtune 0\.3 \(torch 2\.4\)' estimate gpt2 --framework torchtune@2024-10
+succeeds '^torchtune 0\.4 \(torch 2\.5\)' estimate gpt2 --framework torchtune@0.4.0
+succeeds '^torchtune 0\.5 \(torch 2\.5\)' estimate gpt2 --framework torchtune@2025-02
+succeeds '^torchtune 0\.1 \(torch 2\.2\)' estimate gpt2 --framework torchtune@0.2.1
+
+# Weights nobody asked a dtype for: torchtune's configs and transformers 5 load them in the
+# checkpoint's (llama-3.2-1b's bf16), transformers 4 in float32.
+succeeds '^assumed .*weights bf16 \(the checkpoint.s dtype\)' estimate llama-3.2-1b --framework torchtune
+succeeds '^assumed .*weights bf16 \(the checkpoint.s dtype\)' estimate llama-3.2-1b --framework hf
+succeeds '^assumed .*weights fp32,' estimate llama-3.2-1b --framework hf@4.57
 
 # Older than every release described: the oldest stands in, and the output says so.
 succeeds '^note: litgpt@2023-10 predates the releases the litgpt profile describes: its oldest, 0\.4 \(2024-04\), stands in$' \
