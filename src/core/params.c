@@ -28,8 +28,7 @@ static int push(struct params *ps, const struct param *p) {
  * elements, or with double quantization an 8-bit absmax per 64 plus an fp32 scale per 256
  * of those and their code table; int8, an fp32 scale per row. */
 static void quantize(struct param *p, enum vf_quant q) {
-  uint64_t n = p->numel;
-  p->quantized = true;
+  uint64_t n = p->numel, data = n / 2;
   switch (q) {
   case VF_QUANT_NF4:
     p->quant_state_bytes = (n + 63) / 64 * 4;
@@ -37,10 +36,12 @@ static void quantize(struct param *p, enum vf_quant q) {
   case VF_QUANT_NF4_DQ:
     p->quant_state_bytes = (n + 63) / 64 + (n + 16383) / 16384 * 4 + 256 * 4;
     break;
-  default:
+  default: /* int8 */
+    data = n;
     p->quant_state_bytes = (n / 4096 + 1) * 4;
   }
-  p->bytes = (q == VF_QUANT_INT8 ? n : n / 2) + p->quant_state_bytes;
+  p->quantized = true;
+  p->bytes = data + p->quant_state_bytes;
 }
 
 static bool is_block_linear(enum vf_kind k) {

@@ -840,12 +840,12 @@ static void llama_1b_fsdp_on_two(struct vf_setup *s) {
   s->gpus = 2, s->shard = VF_SHARD_FSDP, s->batch = 1, s->seq = 256, s->weights = VF_PREC_BF16;
 }
 
-/* hf@4.36's estimates of setting s with a switch of its profile on (the profile's own value,
- * which must be true) and off. */
-static void switch_both_ways(const struct vf_setup *s, size_t field, struct vf_estimate *on,
+/* hf@4.36's estimates of setting s with a switch of its profile (the one field picks) on,
+ * the profile's own value, which must be true, and off. */
+static void switch_both_ways(const struct vf_setup *s, bool *(*field)(struct vf_profile *), struct vf_estimate *on,
                              struct vf_estimate *off) {
   struct vf_profile p = profile("hf@4.36");
-  bool *value = (bool *)((char *)&p + field);
+  bool *value = field(&p);
   assert_true(*value);
   *on = run_with("llama-3.2-1b", s, &p);
   *value = false;
@@ -903,6 +903,9 @@ static void test_fsdp1_wrap(void **state) {
   assert_in_range(e.phase_allocated[VF_PHASE_LOAD], wrap, wrap + 2 * 512);
 }
 
+static bool *sync_module_states(struct vf_profile *p) { return &p->fsdp_sync_module_states; }
+static bool *host_waits(struct vf_profile *p) { return &p->host_waits_each_step; }
+
 /* With sync_module_states (hf's, fsdp_sync_module_states) rank 0 broadcasts each unit in
  * buckets (c10d broadcast_coalesced) whose blocks are still in use on NCCL's stream when
  * the flat parameter is made, so it cannot reuse them. llama-3.2-1b in bf16 over 2 GPUs:
@@ -915,7 +918,7 @@ static void test_fsdp1_wrap_broadcast(void **state) {
   struct vf_setup s;
   llama_1b_fsdp_on_two(&s);
   struct vf_estimate synced, plain;
-  switch_both_ways(&s, offsetof(struct vf_profile, fsdp_sync_module_states), &synced, &plain);
+  switch_both_ways(&s, sync_module_states, &synced, &plain);
   assert_int_equal(synced.phase_allocated[VF_PHASE_LOAD], plain.phase_allocated[VF_PHASE_LOAD]);
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
 }
@@ -949,7 +952,7 @@ static void test_host_wait_each_step(void **state) {
   struct vf_setup s;
   llama_1b_fsdp_on_two(&s);
   struct vf_estimate waits, not;
-  switch_both_ways(&s, offsetof(struct vf_profile, host_waits_each_step), &waits, &not);
+  switch_both_ways(&s, host_waits, &waits, &not);
   assert_int_equal(waits.phase_reserved[VF_PHASE_SAVE], waits.phase_reserved[VF_PHASE_BACKWARD]);
   assert_int_equal(not.phase_reserved[VF_PHASE_SAVE] - not.phase_reserved[VF_PHASE_BACKWARD], 118u << 20);
 }

@@ -107,9 +107,10 @@ static uint64_t quant_state_sum(const struct ctx *x, int32_t layer) {
   return n;
 }
 
-/* Bytes of an FSDP1 unit's flat parameter, unsharded. */
-static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
-  return layer_sum(x, layer, false, true, false) - quant_state_sum(x, layer);
+/* Bytes of an FSDP1 unit's flat parameter, unsharded, or as the GPU's share holds its
+ * experts (sharded). */
+static uint64_t unit_bytes(const struct ctx *x, int32_t layer, bool sharded) {
+  return layer_sum(x, layer, false, true, sharded) - quant_state_sum(x, layer);
 }
 
 /* FSDP1's pre-unshard (torch 2.13 _flat_param.py pre_unshard, _use_low_precision_shard;
@@ -118,21 +119,22 @@ static uint64_t unit_bytes(const struct ctx *x, int32_t layer) {
  * (CPUOffload(offload_params)) copied, into a new tensor on a stream of its own, the
  * pre-unshard stream. The all-gather reads it on the process group's stream and it is
  * freed once gathered. Bytes of that copy, 0 where the shard is gathered as it is. */
-static uint64_t pre_unshard_bytes(const struct ctx *x, int32_t layer) {
-  uint64_t gathered = fsdp_gather_bytes(x, layer), kept = unit_bytes(x, layer);
+static uint64_t pre_unshard_bytes(const struct ctx *x, int32_t layer, uint64_t gathered) {
+  uint64_t kept = unit_bytes(x, layer, false);
   if (gathered != kept) return gathered / x->d.dsize;
   return x->s->offload & VF_OFFLOAD_PARAMS ? kept / x->d.dsize : 0;
 }
 
 static uint32_t fsdp1_unshard(struct ctx *x, int32_t layer) {
-  uint32_t copy = tape_take_on(x, pre_unshard_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_PRE_UNSHARD);
+  uint64_t bytes = fsdp_gather_bytes(x, layer);
+  uint32_t copy = tape_take_on(x, pre_unshard_bytes(x, layer, bytes), VF_CAT_WEIGHTS, STREAM_PRE_UNSHARD);
   uint32_t *q = x->fsdp.free_events;
   if (layer >= 0 && q[FSDP1_IN_FLIGHT - 1]) {
     tape_wait(x, q[0]);
     for (int i = 0; i + 1 < FSDP1_IN_FLIGHT; i++) q[i] = q[i + 1];
     q[FSDP1_IN_FLIGHT - 1] = 0;
   }
-  uint32_t gathered = tape_take_on(x, fsdp_gather_bytes(x, layer), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
+  uint32_t gathered = tape_take_on(x, bytes, VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   tape_record(x, copy, STREAM_NCCL);
   tape_give(x, copy);
   return gathered;
@@ -278,9 +280,8 @@ static void fsdp1_wrap_unit(struct ctx *x, int32_t layer, uint32_t *done) {
     tape_take(x, p->quant_state_bytes, VF_CAT_WEIGHTS);
   }
   if (x->p->fsdp_sync_module_states) broadcast_coalesced(x, begin, end, true);
-  uint32_t flat = tape_take(x, unit_bytes(x, layer), VF_CAT_WEIGHTS);
-  uint64_t shard_bytes = (layer_sum(x, layer, false, true, true) - quant_state_sum(x, layer)) / x->d.dsize;
-  uint32_t shard = tape_take(x, shard_bytes, VF_CAT_WEIGHTS);
+  uint32_t flat = tape_take(x, unit_bytes(x, layer, false), VF_CAT_WEIGHTS);
+  uint32_t shard = tape_take(x, unit_bytes(x, layer, true) / x->d.dsize, VF_CAT_WEIGHTS);
   tape_give(x, flat);
   if (x->s->offload & VF_OFFLOAD_PARAMS) tape_give(x, shard);
   ids_give(x, &moved);
@@ -312,7 +313,7 @@ void fsdp_load_full_state_dict(struct ctx *x) {
     x->tape.rc = VF_ENOMEM;
     return;
   }
-  for (int32_t l = -1; l < (int32_t)x->layers; l++) ids[l + 1] = tape_take(x, unit_bytes(x, l), VF_CAT_WEIGHTS);
+  for (int32_t l = -1; l < (int32_t)x->layers; l++) ids[l + 1] = tape_take(x, unit_bytes(x, l, false), VF_CAT_WEIGHTS);
   for (uint64_t i = 0; i <= x->layers; i++) tape_give(x, ids[i]);
   free(ids);
 }
