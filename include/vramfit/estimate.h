@@ -44,13 +44,18 @@ enum vf_loss { VF_LOSS_DEFAULT, VF_LOSS_CHUNKED, VF_LOSS_FUSED, VF_LOSS_CCE };
  * made, which then goes (torchtune's optimizer_in_bwd): the whole model's gradients never
  * exist at once. */
 enum vf_in_bwd { VF_IN_BWD_NO, VF_IN_BWD_YES };
+/* Whether the run uses torch.compile (the framework's switch: torchtitan's
+ * training.compile). vramfit models what the framework compiles that it can check: the
+ * loss (the profile's compiled_loss); the layers stay as eager runs them. */
+enum vf_compile { VF_COMPILE_NO, VF_COMPILE_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and
  * "default" entries stand for "not given": they have a name but are no one's spelling, so
  * vf_enum_parse() refuses them (VF_ENOTFOUND) and vf_enum_choices() leaves them out. */
 enum vf_enum_kind { VF_ENUM_TASK, VF_ENUM_PRECISION, VF_ENUM_OPTIMIZER, VF_ENUM_METHOD,
                     VF_ENUM_QUANT, VF_ENUM_CKPT, VF_ENUM_ATTENTION, VF_ENUM_SHARD, VF_ENUM_LENGTHS,
-                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP, VF_ENUM_LOSS, VF_ENUM_IN_BWD };
+                    VF_ENUM_EVAL, VF_ENUM_PP_SCHEDULE, VF_ENUM_SP, VF_ENUM_LOSS, VF_ENUM_IN_BWD,
+                    VF_ENUM_COMPILE };
 VF_API const char *vf_enum_name(enum vf_enum_kind kind, int value);
 VF_API int vf_enum_parse(enum vf_enum_kind kind, const char *name, int *value);
 /* The names vf_enum_parse() accepts, comma-separated ("none, nf4, nf4-dq, int8"). */
@@ -74,6 +79,8 @@ struct vf_profile_info {
   bool fsdp_full_load;
   /* Without a dtype asked for, the weights load in the checkpoint's dtype (else float32). */
   bool checkpoint_dtype_weights;
+  /* Under torch.compile the framework compiles its loss too. */
+  bool compiled_loss;
 };
 /* The strings borrow from p. */
 VF_API void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out);
@@ -116,6 +123,7 @@ struct vf_setup {
   enum vf_optimizer optimizer;
   enum vf_loss loss;
   enum vf_in_bwd optimizer_in_bwd;
+  enum vf_compile compile;
   enum vf_method method;
   uint64_t lora_r;
   uint32_t lora_targets; /* bit (1 << VF_KIND_x) per targeted kind */
@@ -202,6 +210,9 @@ struct vf_estimate {
   uint64_t pp_rank, pp_rank_layers;
   double pp_in_flight;
   bool sequence_parallel;
+  /* With --compile yes: the loss ran compiled (the framework compiles it, and no tensor
+   * parallel loss, chunking, fused kernel or soft-capping takes its place). */
+  bool loss_compiled;
 };
 
 struct vf_alloc_conf;

@@ -48,6 +48,9 @@ static const char usage[] =
     "  --optimizer-in-bwd Y yes | no: each parameter's optimizer steps in the backward as soon\n"
     "                       as its gradient is made, which then goes (torchtune's\n"
     "                       optimizer_in_bwd; full fine-tuning, accumulation 1) (no)\n"
+    "  --compile Y          yes | no: the run uses torch.compile (torchtitan's training.compile,\n"
+    "                       torchtune's compile): the loss is estimated compiled where the\n"
+    "                       framework compiles it, the layers as eager runs them (no)\n"
     "  --method M           full | lora | qlora | dora | adapter | adapter-v2 (full)\n"
     "  --lora-r N           LoRA rank (8)\n"
     "  --lora-targets L     comma list of q,k,v,o,gate,up,down,head, or all-linear (q,v)\n"
@@ -127,6 +130,21 @@ static json_t *setup_notes(const struct setup_request *r, const struct setup_con
     json_array_append_new(notes, json_string(line));
   }
   return notes;
+}
+
+/* What --compile yes changed, and what it did not. */
+static void compile_note(const struct vf_setup *s, const struct vf_estimate *e, const struct vf_profile_info *p,
+                         json_t *notes) {
+  if (s->compile != VF_COMPILE_YES) return;
+  char line[320];
+  snprintf(line, sizeof line, "--compile yes: %s; torch.compile's fusion inside the layers is not modelled, so "
+           "they are eager's figures (higher than a compiled run's)",
+           e->loss_compiled ? "the loss is compiled, as the framework compiles it"
+           : p->compiled_loss ? "the loss is as eager's (what the framework compiles here, a chunked, fused or "
+                                "tensor-parallel loss, is not modelled)"
+                              : "the loss is as eager's (the framework does not compile it, or vramfit has not "
+                                "checked that it does)");
+  json_array_append_new(notes, json_string(line));
 }
 
 /* What the replay met on the GPU given: its size reached, the allocator's cache freed. */
@@ -231,6 +249,7 @@ static json_t *estimate_json(const struct setup_context *c, const struct shown *
   json_object_set_new(o, "read_from", setup_read_from_json(r));
   json_t *notes = setup_notes(r, c, p);
   gpu_notes(e, notes);
+  compile_note(&r->setup, e, p, notes);
   json_object_set_new(o, "notes", notes);
   json_object_set_new(o, "capacity_bytes", capacity ? json_integer((json_int_t)capacity) : json_null());
   json_object_set_new(o, "fits", capacity ? json_boolean(fits_high(shown, capacity)) : json_null());
@@ -318,6 +337,7 @@ static void estimate_text(const struct setup_context *c, const struct setup_conf
   setup_assumed_print(r, c);
   json_t *notes = setup_notes(r, c, p), *note;
   gpu_notes(e, notes);
+  compile_note(&r->setup, e, p, notes);
   size_t i;
   json_array_foreach(notes, i, note) printf("note: %s\n", json_string_value(note));
   json_decref(notes);

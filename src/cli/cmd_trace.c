@@ -290,6 +290,10 @@ static int parse_args(int argc, char **argv, struct trace_args *a) {
     return cli_usage_error("trace", "--loss %s: the tracer runs the framework's own loss on the CPU (Liger's and "
                                     "Cut Cross-Entropy's kernels need a GPU); --loss is the estimator's",
                            vf_enum_name(VF_ENUM_LOSS, a->r.setup.loss));
+  /* Inductor's kernels for the CPU are not the GPU's: the tracer runs eager. */
+  if (a->r.setup.compile == VF_COMPILE_YES)
+    return cli_usage_error("trace", "--compile yes: the tracer runs the framework eager on the CPU; --compile is "
+                                    "the estimator's");
   /* The traced loop validates where the framework's own does (litgpt's scripts). */
   if (a->r.setup.eval != VF_EVAL_DEFAULT)
     return cli_usage_error("trace", "--eval: the tracer validates as the framework's loop does (litgpt's "

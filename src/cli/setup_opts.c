@@ -56,6 +56,7 @@ static const struct {
     {O_FORMAT, "--format", K_COUNT},
     {O_LOSS, "--loss", K_LOSS},
     {O_OPTIMIZER_IN_BWD, "--optimizer-in-bwd", K_OPTIMIZER_IN_BWD},
+    {O_COMPILE, "--compile", K_COMPILE},
 };
 #define N_OPTIONS (sizeof options / sizeof *options)
 
@@ -153,13 +154,14 @@ static const struct {
     {O_SEQUENCE_PARALLEL, VF_ENUM_SP, offsetof(struct vf_setup, sequence_parallel)},
     {O_LOSS, VF_ENUM_LOSS, offsetof(struct vf_setup, loss)},
     {O_OPTIMIZER_IN_BWD, VF_ENUM_IN_BWD, offsetof(struct vf_setup, optimizer_in_bwd)},
+    {O_COMPILE, VF_ENUM_COMPILE, offsetof(struct vf_setup, compile)},
 };
 _Static_assert(sizeof(enum vf_task) == sizeof(int) && sizeof(enum vf_optimizer) == sizeof(int) &&
                    sizeof(enum vf_method) == sizeof(int) && sizeof(enum vf_quant) == sizeof(int) &&
                    sizeof(enum vf_ckpt) == sizeof(int) && sizeof(enum vf_attention) == sizeof(int) &&
                    sizeof(enum vf_shard) == sizeof(int) && sizeof(enum vf_eval) == sizeof(int) &&
                    sizeof(enum vf_sp) == sizeof(int) && sizeof(enum vf_loss) == sizeof(int) &&
-                   sizeof(enum vf_in_bwd) == sizeof(int),
+                   sizeof(enum vf_in_bwd) == sizeof(int) && sizeof(enum vf_compile) == sizeof(int),
                "enum_options writes the setup's enums as int");
 
 static int parse_choice(struct setup_request *r, int c, const char *label, const char *arg) {
@@ -375,7 +377,7 @@ const char *setup_alloc_conf_text(const struct setup_request *r) {
 static const char *const key_names[K_COUNT] = {
     "model", "framework", "framework_release", "torch", "task", "weights", "amp", "method", "lora_r",
     "lora_targets", "quant", "batch", "accumulation", "seq", "lengths", "eval", "grad_ckpt", "attention",
-    "optimizer", "loss", "optimizer_in_bwd", "shard", "offload", "gpus", "tp", "pp", "cp", "ep", "dp_replicate", "pp_schedule",
+    "optimizer", "loss", "optimizer_in_bwd", "compile", "shard", "offload", "gpus", "tp", "pp", "cp", "ep", "dp_replicate", "pp_schedule",
     "sequence_parallel", "alloc_conf"};
 
 enum setup_key setup_key_named(const char *name) {
@@ -415,6 +417,7 @@ static json_t *value_json(enum setup_key k, const struct vf_setup *s, const stru
   case K_OPTIMIZER: return enum_json(VF_ENUM_OPTIMIZER, s->optimizer);
   case K_LOSS: return enum_json(VF_ENUM_LOSS, s->loss);
   case K_OPTIMIZER_IN_BWD: return enum_json(VF_ENUM_IN_BWD, s->optimizer_in_bwd);
+  case K_COMPILE: return enum_json(VF_ENUM_COMPILE, s->compile);
   case K_SHARD: return enum_json(VF_ENUM_SHARD, s->shard);
   case K_OFFLOAD: vf_offload_format(s->offload, text, sizeof text); return json_string(text);
   case K_GPUS: return json_integer((json_int_t)s->gpus);

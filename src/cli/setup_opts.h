@@ -12,7 +12,7 @@ enum {
   O_BATCH = 256, O_SEQ, O_ACCUMULATION, O_TASK, O_FRAMEWORK, O_WEIGHTS, O_AMP, O_OPTIMIZER,
   O_METHOD, O_LORA_R, O_LORA_TARGETS, O_QUANT, O_GRAD_CKPT, O_ATTENTION, O_GPUS, O_SHARD,
   O_OFFLOAD, O_TP, O_PP, O_CP, O_GPU, O_ALLOC_CONF, O_LENGTHS, O_TORCH, O_EVAL, O_PP_SCHEDULE,
-  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP, O_FORMAT, O_LOSS, O_OPTIMIZER_IN_BWD,
+  O_SEQUENCE_PARALLEL, O_DP_REPLICATE, O_EP, O_FORMAT, O_LOSS, O_OPTIMIZER_IN_BWD, O_COMPILE,
   O_SETUP_END /* a command's own options are numbered from here */
 };
 
@@ -36,7 +36,8 @@ enum {
   {"sequence-parallel", required_argument, NULL, O_SEQUENCE_PARALLEL},                        \
   {"dp-replicate", required_argument, NULL, O_DP_REPLICATE}, {"ep", required_argument, NULL, O_EP}, \
   {"loss", required_argument, NULL, O_LOSS},                                                  \
-  {"optimizer-in-bwd", required_argument, NULL, O_OPTIMIZER_IN_BWD}
+  {"optimizer-in-bwd", required_argument, NULL, O_OPTIMIZER_IN_BWD},                          \
+  {"compile", required_argument, NULL, O_COMPILE}
 
 /* --format, for the commands that read a training config as MODEL (cli/setup_config.h). */
 #define CONFIG_OPTIONS {"format", required_argument, NULL, O_FORMAT}
@@ -47,7 +48,7 @@ enum {
 enum setup_key {
   K_MODEL, K_FRAMEWORK, K_FRAMEWORK_RELEASE, K_TORCH, K_TASK, K_WEIGHTS, K_AMP, K_METHOD, K_LORA_R,
   K_LORA_TARGETS, K_QUANT, K_BATCH, K_ACCUMULATION, K_SEQ, K_LENGTHS, K_EVAL, K_GRAD_CKPT, K_ATTENTION,
-  K_OPTIMIZER, K_LOSS, K_OPTIMIZER_IN_BWD, K_SHARD, K_OFFLOAD, K_GPUS, K_TP, K_PP, K_CP, K_EP, K_DP_REPLICATE, K_PP_SCHEDULE,
+  K_OPTIMIZER, K_LOSS, K_OPTIMIZER_IN_BWD, K_COMPILE, K_SHARD, K_OFFLOAD, K_GPUS, K_TP, K_PP, K_CP, K_EP, K_DP_REPLICATE, K_PP_SCHEDULE,
   K_SEQUENCE_PARALLEL, K_ALLOC_CONF, K_COUNT
 };
 

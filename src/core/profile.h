@@ -142,6 +142,9 @@ struct vf_profile {
    * to check it), so the host then knows the GPU's work done and every block another stream
    * kept returns to the cache. */
   bool host_waits_each_step;
+  /* Under torch.compile (--compile yes) the framework compiles its loss function too, not
+   * only the model's layers. */
+  bool compiled_loss;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool validates_first;    /* where the run validates, it does once before its first step too */

@@ -20,7 +20,7 @@ static const char *const eval_names[] = {"default", "no", "yes", NULL};
 static const char *const pp_schedule_names[] = {"default", "none", "gpipe", "1f1b", "interleaved-1f1b", NULL};
 static const char *const sp_names[] = {"default", "no", "yes", NULL};
 static const char *const loss_names[] = {"default", "chunked", "fused", "cce", NULL};
-static const char *const in_bwd_names[] = {"no", "yes", NULL};
+static const char *const no_yes_names[] = {"no", "yes", NULL};
 
 static const char *const *const enum_tables[] = {
     [VF_ENUM_TASK] = task_names,         [VF_ENUM_PRECISION] = precision_names,
@@ -29,7 +29,8 @@ static const char *const *const enum_tables[] = {
     [VF_ENUM_ATTENTION] = attention_names, [VF_ENUM_SHARD] = shard_names,
     [VF_ENUM_LENGTHS] = lengths_names,   [VF_ENUM_EVAL] = eval_names,
     [VF_ENUM_PP_SCHEDULE] = pp_schedule_names, [VF_ENUM_SP] = sp_names,
-    [VF_ENUM_LOSS] = loss_names,         [VF_ENUM_IN_BWD] = in_bwd_names,
+    [VF_ENUM_LOSS] = loss_names,         [VF_ENUM_IN_BWD] = no_yes_names,
+    [VF_ENUM_COMPILE] = no_yes_names,
 };
 
 const char *vf_enum_name(enum vf_enum_kind kind, int value) {

@@ -108,6 +108,7 @@ static const struct field fields[] = {
     FIELD("fsdp_upcast_trainable", F_BOOL, fsdp_upcast_trainable),
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("host_waits_each_step", F_BOOL, host_waits_each_step),
+    FIELD("compiled_loss", F_BOOL, compiled_loss),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
     FIELD("validates_first", F_BOOL, validates_first),
@@ -521,7 +522,8 @@ void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out
   *out = (struct vf_profile_info){.name = p->name, .release = p->release, .date = p->date, .torch = p->torch,
                                   .release_predates = p->release_predates, .torch_predates = p->torch_predates,
                                   .fsdp_full_load = p->fsdp_full_load,
-                                  .checkpoint_dtype_weights = p->checkpoint_dtype_weights};
+                                  .checkpoint_dtype_weights = p->checkpoint_dtype_weights,
+                                  .compiled_loss = p->compiled_loss};
 }
 
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {

@@ -25,6 +25,8 @@ succeeds '^torchtune 0\.3 \(torch 2\.4\)' estimate gpt2 --framework torchtune@20
 succeeds '^torchtune 0\.4 \(torch 2\.5\)' estimate gpt2 --framework torchtune@0.4.0
 succeeds '^torchtune 0\.5 \(torch 2\.5\)' estimate gpt2 --framework torchtune@2025-02
 succeeds '^torchtune 0\.1 \(torch 2\.2\)' estimate gpt2 --framework torchtune@0.2.1
+succeeds '^torchtitan 0\.1\.0 \(torch 2\.8\)' estimate llama-3.2-1b --framework torchtitan
+succeeds '^torchtitan 0\.0\.2 \(torch 2\.6\)' estimate llama-3.2-1b --framework torchtitan@2025-05
 
 # Weights nobody asked a dtype for: torchtune's configs and transformers 5 load them in the
 # checkpoint's (llama-3.2-1b's bf16), transformers 4 in float32.

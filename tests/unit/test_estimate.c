@@ -752,6 +752,21 @@ static void held_logits(struct vf_profile *p, bool on) { p->logits_held_bytes = 
 /* Fabric converts the head's output to fp32 after the forward and litgpt's loop variable
  * holds it until the next micro batch's forward has converted its own: 8 tokens x 256
  * logits x 4 bytes stay through the optimizer and into the next forward. */
+static void compiled_loss(struct vf_profile *p, bool on) { p->compiled_loss = on; }
+static void compiled_bf16(struct vf_setup *s) { s->compile = VF_COMPILE_YES, s->amp = VF_PREC_BF16; }
+static void eager_bf16(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
+
+/* torchtitan's loss over the toy's 8 x 256 bf16 logits, compiled (compiled_loss, with
+ * --compile yes): its backward holds the logits and their bf16 gradient, 4 bytes a logit,
+ * where eager's holds the fp32 log-softmax and two fp32 gradients, 12 (the logits went with
+ * the training step's del pred): 8 x 2,048 bytes less at the loss's peak
+ * (bench/compiled_loss.py). Without --compile yes the profile's switch changes nothing. */
+static void test_compiled_loss(void **state) {
+  (void)state;
+  assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, compiled_bf16, VF_PHASE_LOSS), -8 * 2048);
+  assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, eager_bf16, VF_PHASE_LOSS), 0);
+}
+
 static void test_held_logits(void **state) {
   (void)state;
   assert_int_equal(phase_gain(false, "litgpt", held_logits, qlora_nf4, VF_PHASE_OPTIMIZER), 8 * 256 * 4);
@@ -1908,6 +1923,7 @@ int main(void) {
       cmocka_unit_test(test_layer_extension),  cmocka_unit_test(test_no_sync_middle_micro),
       cmocka_unit_test(test_varied_lengths),
       cmocka_unit_test(test_gpu_capacity),   cmocka_unit_test(test_held_logits),
+      cmocka_unit_test(test_compiled_loss),
       cmocka_unit_test(test_quantized_inputs),
       cmocka_unit_test(test_quant_rest_fp32),
       cmocka_unit_test(test_cast_qkv_keeps_no_view),

@@ -148,6 +148,7 @@ static void fill_estimate(struct vf_estimate *out, const struct ctx *x, const st
   out->trainable_params = best->trainable_params;
   out->attention = x->attn.kind;
   out->accumulation = x->accumulation;
+  out->loss_compiled = head_loss_compiled(x);
   out->allocator_capacity = x->replay.capacity;
   out->cache_releases = best->r.cache_releases;
   out->out_of_memory = best->r.out_of_memory;

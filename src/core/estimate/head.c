@@ -76,8 +76,26 @@ static uint32_t loss_parallel_bytes(const struct ctx *x) {
   return x->s->tp > 1 && x->p->loss_parallel && x->task == VF_TASK_CAUSAL_LM ? 4 : 0;
 }
 
+/* torch.compile runs the loss (the profile's compiled_loss, with --compile yes): Inductor
+ * turns the up-cast, the log-softmax and nll_loss into reductions over the logits, so the forward
+ * makes no tensor of their size. AOTAutograd's partitioner saves the logits themselves, the
+ * graph's input, and recomputes the rest in the backward (torch/_functorch/partitioners.py
+ * min_cut_rematerialization_partition), whose kernel writes the logits' gradient in their
+ * dtype while they are still kept: nll_loss's scatter onto zeros becomes a pointwise select
+ * (torch/_inductor/fx_passes/joint_graph.py, config optimize_scatter_upon_const_tensor, on
+ * by default). bench/compiled_loss.py measures it on the CPU (torch 2.13): 2 bytes a bf16
+ * logit beyond the logits, where eager's loss takes 12. The loss is plain cross-entropy over
+ * whole logits: tensor parallelism's loss_parallel, chunks, fused kernels and soft-capping
+ * stay as eager runs them. */
+bool head_loss_compiled(const struct ctx *x) {
+  return x->s->compile == VF_COMPILE_YES && x->p->compiled_loss && x->task == VF_TASK_CAUSAL_LM &&
+         !loss_parallel_bytes(x) && !own_loss_chunked(x->p) && x->s->loss == VF_LOSS_DEFAULT &&
+         x->m->arch.final_logit_softcap <= 0 && !x->p->logits_held_bytes;
+}
+
 /* The most the loss's forward holds per logit (per label for classification). */
 static uint32_t logits_peak_bytes(const struct ctx *x) {
+  if (head_loss_compiled(x)) return x->d.c;
   return x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_peak_bytes + loss_parallel_bytes(x);
 }
 
@@ -264,6 +282,14 @@ static uint32_t fused_backward(struct ctx *x, struct loss_kept *k) {
   return grad_input;
 }
 
+/* The compiled loss keeps the logits the head made: a pipeline stage holds them anyway. */
+static struct loss_kept compiled_loss_forward(struct ctx *x, uint64_t n) {
+  struct loss_kept k = {0};
+  uint32_t output = pipe_keep_logits(x, n);
+  k.loss = take_logit_tensors(x, n, x->d.c - output, 1);
+  return k;
+}
+
 /* The logits and the loss: the forward's peak holds logits, their fp32 up-cast and the
  * log-softmax at once (one chunk at a time when the loss is chunked); what backward needs
  * stays. Gemma-2 soft-capping keeps one more copy (the tanh output), made with the logits,
@@ -288,6 +314,7 @@ struct loss_kept head_forward(struct ctx *x, struct saved *sv) {
   if (x->task == VF_TASK_MASKED_LM) tape_keep(x, sv, d->T * d->h * d->c * 3);
   fsdp_before_loss(x);
   uint64_t n = head_loss_outputs(x);
+  if (head_loss_compiled(x)) return compiled_loss_forward(x, n);
   uint32_t kept = x->task == VF_TASK_SEQ_CLS ? 12 : x->p->logits_kept_bytes;
   uint32_t peak = logits_peak_bytes(x);
   uint32_t cap = 0;
@@ -364,6 +391,11 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
 static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint64_t n = head_loss_outputs(x), chunks = loss_chunks(x);
   if (x->task == VF_TASK_SEQ_CLS) return tape_take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
+  if (head_loss_compiled(x)) {
+    uint32_t grad = tape_take(x, n * x->d.c, VF_CAT_TEMPORARIES);
+    give_logit_tensors(x, &k->loss);
+    return grad;
+  }
   /* nll_loss's gradient goes once _log_softmax's backward has read it, with the
    * log-softmax that node kept; the cast reads the last. */
   uint32_t per = x->p->logits_backward_bytes + loss_parallel_bytes(x);

@@ -479,6 +479,7 @@ bool head_loss_differs(const struct vf_profile *p, enum vf_loss loss);
 int head_loss_offered(const struct vf_setup *s, const struct vf_profile *p, struct vf_diag *d);
 bool head_tied(const struct ctx *x);
 uint64_t head_loss_outputs(const struct ctx *x);
+bool head_loss_compiled(const struct ctx *x);
 struct loss_kept head_forward(struct ctx *x, struct saved *sv);
 uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct ids *g);
 void head_eval_loss(struct ctx *x);
