@@ -50,7 +50,8 @@ static const char usage[] =
     "                       optimizer_in_bwd; full fine-tuning, accumulation 1) (no)\n"
     "  --compile Y          yes | no: the run uses torch.compile (torchtitan's training.compile,\n"
     "                       torchtune's compile): the loss is estimated compiled where the\n"
-    "                       framework compiles it, the layers as eager runs them (no)\n"
+    "                       framework compiles it, and what torchtitan's selective\n"
+    "                       checkpointing keeps; the rest as eager runs it (no)\n"
     "  --method M           full | lora | qlora | dora | adapter | adapter-v2 (full)\n"
     "  --lora-r N           LoRA rank (8)\n"
     "  --lora-targets L     comma list of q,k,v,o,gate,up,down,head, or all-linear (q,v)\n"
@@ -137,8 +138,8 @@ static void compile_note(const struct vf_setup *s, const struct vf_estimate *e, 
                          json_t *notes) {
   if (s->compile != VF_COMPILE_YES) return;
   char line[320];
-  snprintf(line, sizeof line, "--compile yes: %s; torch.compile's fusion inside the layers is not modelled, so "
-           "they are eager's figures (higher than a compiled run's)",
+  snprintf(line, sizeof line, "--compile yes: %s; of the layers, only what torchtitan's selective checkpointing "
+           "keeps follows the compiled graph: the fusion of their temporaries is not modelled (eager's, higher)",
            e->loss_compiled ? "the loss is compiled, as the framework compiles it"
            : p->compiled_loss ? "the loss is as eager's (what the framework compiles here, a chunked, fused or "
                                 "tensor-parallel loss, is not modelled)"

@@ -102,6 +102,9 @@ struct vf_profile {
   bool foreach_optimizer; /* multi-tensor optimizer step: one state-sized temporary */
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
+  /* The same when the layers run compiled (--compile yes): AOTAutograd saves only what the
+   * backward reads, where eager's checkpoint stores every output its policy saves. */
+  double selective_keep_compiled;
   bool quantize_head;      /* the output head is quantized along with the blocks */
   /* A quantized model whose weights are not sharded has the parameters it leaves in 16 bits
    * (embeddings, norms, head) up-cast to fp32 before training: the QLoRA recipes' PEFT

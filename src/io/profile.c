@@ -78,6 +78,7 @@ static const struct field fields[] = {
     FIELD("foreach_optimizer", F_BOOL, foreach_optimizer),
     FIELD("master_weights", F_BOOL, master_weights),
     FIELD("selective_keep", F_DOUBLE, selective_keep),
+    FIELD("selective_keep_compiled", F_DOUBLE, selective_keep_compiled),
     FIELD("fused_qkv", F_BOOL, fused_qkv),
     FIELD("qkv_view_kept", F_BOOL, qkv_view_kept),
     FIELD("lora_zero_pad", F_BOOL, lora_zero_pad),

@@ -767,6 +767,19 @@ static void test_compiled_loss(void **state) {
   assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, eager_bf16, VF_PHASE_LOSS), 0);
 }
 
+static void compiled_keeps_less(struct vf_profile *p, bool on) { p->selective_keep_compiled = on ? 0.1 : p->selective_keep; }
+static void selective_compiled(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE, s->compile = VF_COMPILE_YES; }
+static void selective_eager(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE; }
+
+/* Compiled layers under selective checkpointing keep the profile's compiled share of their
+ * saved tensors (AOTAutograd saves only what the backward reads): less kept at the forward's
+ * end; eager layers keep selective_keep whatever the compiled share. */
+static void test_compiled_selective_share(void **state) {
+  (void)state;
+  assert_true(phase_gain(false, "torchtitan", compiled_keeps_less, selective_compiled, VF_PHASE_LOSS) < 0);
+  assert_int_equal(phase_gain(false, "torchtitan", compiled_keeps_less, selective_eager, VF_PHASE_LOSS), 0);
+}
+
 static void test_held_logits(void **state) {
   (void)state;
   assert_int_equal(phase_gain(false, "litgpt", held_logits, qlora_nf4, VF_PHASE_OPTIMIZER), 8 * 256 * 4);
@@ -1924,6 +1937,7 @@ int main(void) {
       cmocka_unit_test(test_varied_lengths),
       cmocka_unit_test(test_gpu_capacity),   cmocka_unit_test(test_held_logits),
       cmocka_unit_test(test_compiled_loss),
+      cmocka_unit_test(test_compiled_selective_share),
       cmocka_unit_test(test_quantized_inputs),
       cmocka_unit_test(test_quant_rest_fp32),
       cmocka_unit_test(test_cast_qkv_keeps_no_view),

@@ -109,7 +109,9 @@ static void rewind(struct ctx *x, uint64_t layers) {
   x->pp.receive_buffers = false;
   memset(x->fsdp.held_gather, 0, (layers + 1) * sizeof *x->fsdp.held_gather);
   memset(x->grads.unsharded, 0, (layers + 1) * sizeof *x->grads.unsharded);
-  x->saving.keep_share = x->s->grad_ckpt == VF_CKPT_SELECTIVE ? x->p->selective_keep : 1.0;
+  x->saving.keep_share = x->s->grad_ckpt != VF_CKPT_SELECTIVE ? 1.0
+                         : x->s->compile == VF_COMPILE_YES ? x->p->selective_keep_compiled
+                                                           : x->p->selective_keep;
   x->tape.n = 0;
   x->tape.next_id = 0;
   x->tape.rc = 0;
