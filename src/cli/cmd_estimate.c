@@ -141,8 +141,8 @@ static void compile_note(const struct vf_setup *s, const struct vf_estimate *e, 
   snprintf(line, sizeof line, "--compile yes: %s; of the layers, only what torchtitan's selective checkpointing "
            "keeps follows the compiled graph: the fusion of their temporaries is not modelled (eager's, higher)",
            e->loss_compiled ? "the loss is compiled, as the framework compiles it"
-           : p->compiled_loss ? "the loss is as eager's (what the framework compiles here, a chunked, fused or "
-                                "tensor-parallel loss, is not modelled)"
+           : p->compiled_loss ? "the loss is as eager's (what the framework compiles here, a tensor-parallel loss "
+                                "or one over chunks of positions, is not modelled)"
                               : "the loss is as eager's (the framework does not compile it, or vramfit has not "
                                 "checked that it does)");
   json_array_append_new(notes, json_string(line));

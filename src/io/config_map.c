@@ -55,6 +55,7 @@ static const struct logical logicals[] = {
     {"attention", K_WORD, "an attention", NULL},
     {"optimizer", K_WORD, "an optimizer", NULL},
     {"optimizer_in_bwd", K_WORD, "an optimizer-in-backward setting", NULL},
+    {"compile", K_WORD, "a compile setting", NULL},
     {"loss", K_WORD, "a loss", NULL},
     {"shard", K_WORD, "a sharding", NULL},
     {"offload", K_LIST, "an offload", "none optimizer params activations"},

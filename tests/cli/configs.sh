@@ -30,12 +30,13 @@ succeeds '^read from hf/ds_z3_offload.json \(deepspeed\): shard zero3 \(line 8\)
   estimate hf/train.yaml
 run estimate hf/fsdp.json --json
 is "hf fsdp" "fsdp optimizer,params full adamw" 'j["setup"]["shard"], j["setup"]["offload"], j["setup"]["grad_ckpt"], j["setup"]["optimizer"]'
-is "hf fsdp warnings" "2" 'len(j["warnings"])'
+is "hf fsdp warnings" "1" 'len(j["warnings"])'
 grep -q '^warning: hf/fsdp.json:8: optim: galore_adamw is not an optimizer vramfit models; vramfit assumes optimizer adamw$' \
   "$TMP/err" && ok || bad "no warning for galore_adamw: $(cat "$TMP/err")"
 is "hf fsdp Liger loss" "fused hf/fsdp.json:12" 'j["setup"]["loss"], j["read_from"]["loss"]'
-grep -q '^warning: hf/fsdp.json:13: torch_compile: true compiles the model' "$TMP/err" && ok ||
-  bad "no warning for torch_compile: $(cat "$TMP/err")"
+# torch_compile: true is --compile yes, whose note says what of it the estimate models.
+is "hf fsdp torch_compile" "yes hf/fsdp.json:13 True" \
+  'j["setup"]["compile"], j["read_from"]["compile"], any(n.startswith("--compile yes: the loss is as eager") for n in j["notes"])'
 run estimate trl/sft_qlora.yaml --json
 is "trl qlora" "qlora nf4-dq 16 q,k,v,o flash varied trl/sft_qlora.yaml:10" \
   'j["setup"]["method"], j["setup"]["quant"], j["setup"]["lora_r"], j["setup"]["lora_targets"], j["setup"]["attention"], j["setup"]["lengths"], j["read_from"]["method"]'

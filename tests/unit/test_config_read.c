@@ -82,13 +82,13 @@ static void hf_trainer_with_deepspeed(void **state) {
   expect("framework=hf@train.yaml:3 model=Qwen/Qwen2.5-7B@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
          "batch=2@train.yaml:11 accumulation=16@train.yaml:13 seq=4096@train.yaml:8 eval=yes@train.yaml:19 "
          "grad_ckpt=full@train.yaml:14 attention=sdpa@train.yaml:5 optimizer=adamw@train.yaml:0 "
-         "shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
+         "compile=no@train.yaml:0 shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
          NULL, 1, "hf/train.yaml");
   /* Given on the command line too, the JSON is the same file, read once. */
   expect("framework=hf@train.yaml:3 model=Qwen/Qwen2.5-7B@train.yaml:3 weights=bf16@train.yaml:4 amp=bf16@train.yaml:21 "
          "batch=2@train.yaml:11 accumulation=16@train.yaml:13 seq=4096@train.yaml:8 eval=yes@train.yaml:19 "
          "grad_ckpt=full@train.yaml:14 attention=sdpa@train.yaml:5 optimizer=adamw@train.yaml:0 "
-         "shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
+         "compile=no@train.yaml:0 shard=zero3@ds_z3_offload.json:8 offload=optimizer,params@ds_z3_offload.json:9",
          NULL, 2, "hf/train.yaml", "hf/ds_z3_offload.json");
 }
 
@@ -96,9 +96,9 @@ static void hf_trainer_json_with_fsdp(void **state) {
   (void)state;
   expect("framework=hf@fsdp.json:2 model=llama-3.1-8b@fsdp.json:2 amp=bf16@fsdp.json:14 method=full@fsdp.json:0 "
          "lora_r=16@fsdp.json:0 quant=none@fsdp.json:0 batch=4@fsdp.json:4 accumulation=4@fsdp.json:5 "
-         "seq=2048@fsdp.json:6 eval=no@fsdp.json:0 grad_ckpt=full@fsdp.json:11 loss=fused@fsdp.json:12 "
+         "seq=2048@fsdp.json:6 eval=no@fsdp.json:0 grad_ckpt=full@fsdp.json:11 compile=yes@fsdp.json:13 loss=fused@fsdp.json:12 "
          "shard=fsdp@fsdp.json:10 offload=optimizer,params@fsdp.json:10 "
-         "! optimizer@fsdp.json:8 optim=galore_adamw ! -@fsdp.json:13 torch_compile=true",
+         "! optimizer@fsdp.json:8 optim=galore_adamw",
          NULL, 1, "hf/fsdp.json");
 }
 
@@ -109,7 +109,7 @@ static void trl_qlora_and_accelerate(void **state) {
          "lora_targets=q,k,v,o@sft_qlora.yaml:15 quant=nf4-dq@sft_qlora.yaml:8 batch=4@sft_qlora.yaml:42 "
          "accumulation=2@sft_qlora.yaml:29 seq=2048@sft_qlora.yaml:37 lengths=varied@sft_qlora.yaml:23 "
          "eval=yes@sft_qlora.yaml:28 grad_ckpt=full@sft_qlora.yaml:30 attention=flash@sft_qlora.yaml:5 "
-         "optimizer=adamw@sft_qlora.yaml:0 offload=none@sft_qlora.yaml:0",
+         "optimizer=adamw@sft_qlora.yaml:0 compile=no@sft_qlora.yaml:0 offload=none@sft_qlora.yaml:0",
          NULL, 1, "trl/sft_qlora.yaml");
   /* TRL's own defaults (gradient checkpointing on), the launcher's GPUs and ZeRO from the
    * accelerate config, the allocator setting from env:. */
@@ -117,7 +117,7 @@ static void trl_qlora_and_accelerate(void **state) {
          "method=lora@sft_lora.yaml:7 lora_r=64@sft_lora.yaml:8 lora_targets=all-linear@sft_lora.yaml:10 "
          "quant=none@sft_lora.yaml:0 batch=8@sft_lora.yaml:11 accumulation=4@sft_lora.yaml:12 "
          "seq=4096@sft_lora.yaml:13 lengths=fixed@sft_lora.yaml:14 eval=no@sft_lora.yaml:0 "
-         "grad_ckpt=full@sft_lora.yaml:0 optimizer=adamw@sft_lora.yaml:0 offload=optimizer@accelerate_zero2.yaml:5 "
+         "grad_ckpt=full@sft_lora.yaml:0 optimizer=adamw@sft_lora.yaml:0 compile=no@sft_lora.yaml:0 offload=optimizer@accelerate_zero2.yaml:5 "
          "alloc_conf=expandable_segments:True@sft_lora.yaml:4 gpus=4@accelerate_zero2.yaml:15 "
          "shard=zero2@accelerate_zero2.yaml:9",
          NULL, 2, "trl/sft_lora.yaml", "trl/accelerate_zero2.yaml");
@@ -185,7 +185,8 @@ static void torchtune_recipes(void **state) {
          "lora_targets=q,v,o,gate,up,down@1B_lora_single_device.yaml:12 batch=4@1B_lora_single_device.yaml:42 "
          "accumulation=8@1B_lora_single_device.yaml:60 lengths=varied@1B_lora_single_device.yaml:39 "
          "grad_ckpt=none@1B_lora_single_device.yaml:68 optimizer=adamw@1B_lora_single_device.yaml:46 "
-         "optimizer_in_bwd=no@1B_lora_single_device.yaml:0 loss=chunked@1B_lora_single_device.yaml:55 "
+         "optimizer_in_bwd=no@1B_lora_single_device.yaml:0 compile=no@1B_lora_single_device.yaml:61 "
+         "loss=chunked@1B_lora_single_device.yaml:55 "
          "offload=none@1B_lora_single_device.yaml:69 "
          "method=lora@1B_lora_single_device.yaml:11 model=llama-3.2-1b@1B_lora_single_device.yaml:11 "
          "! seq@1B_lora_single_device.yaml:22 tokenizer.max_seq_len=null",
@@ -195,9 +196,10 @@ static void torchtune_recipes(void **state) {
          "lora_r=8@8B_qlora_packed.yaml:11 lora_targets=q,k,v,o,gate,up,down@8B_qlora_packed.yaml:8 "
          "batch=2@8B_qlora_packed.yaml:23 accumulation=1@8B_qlora_packed.yaml:24 seq=8192@8B_qlora_packed.yaml:18 "
          "lengths=fixed@8B_qlora_packed.yaml:22 grad_ckpt=full@8B_qlora_packed.yaml:36 "
-         "optimizer=paged-adamw-8bit@8B_qlora_packed.yaml:28 loss=chunked@8B_qlora_packed.yaml:31 "
+         "optimizer=paged-adamw-8bit@8B_qlora_packed.yaml:28 compile=yes@8B_qlora_packed.yaml:38 "
+         "loss=chunked@8B_qlora_packed.yaml:31 "
          "offload=activations@8B_qlora_packed.yaml:37 method=qlora@8B_qlora_packed.yaml:7 "
-         "model=llama-3.1-8b@8B_qlora_packed.yaml:7 ! -@8B_qlora_packed.yaml:38 compile=True "
+         "model=llama-3.1-8b@8B_qlora_packed.yaml:7 "
          "! optimizer_in_bwd@8B_qlora_packed.yaml:25 optimizer_in_bwd=True",
          NULL, 1, "torchtune/8B_qlora_packed.yaml");
   expect("framework=torchtune@7B_full_distributed.yaml:4 amp=none@7B_full_distributed.yaml:36 "
@@ -205,7 +207,7 @@ static void torchtune_recipes(void **state) {
          "accumulation=8@7B_full_distributed.yaml:32 seq=4096@7B_full_distributed.yaml:13 "
          "lengths=varied@7B_full_distributed.yaml:23 grad_ckpt=full@7B_full_distributed.yaml:35 "
          "optimizer=adamw@7B_full_distributed.yaml:27 optimizer_in_bwd=no@7B_full_distributed.yaml:0 "
-         "loss=chunked@7B_full_distributed.yaml:31 "
+         "compile=no@7B_full_distributed.yaml:0 loss=chunked@7B_full_distributed.yaml:31 "
          "offload=optimizer,params@7B_full_distributed.yaml:33 method=full@7B_full_distributed.yaml:7 "
          "model=qwen2.5-7b@7B_full_distributed.yaml:7",
          NULL, 1, "torchtune/7B_full_distributed.yaml");
@@ -308,7 +310,7 @@ static void files_together(void **state) {
                                      "deepspeed:\n  zero_optimization:\n    stage: 1\n"
                                      "  train_micro_batch_size_per_gpu: 8\n");
   expect("framework=hf@a.yaml:1 model=gpt2@a.yaml:1 amp=none@a.yaml:0 batch=4@a.yaml:2 accumulation=2@a.yaml:3 "
-         "eval=no@a.yaml:0 grad_ckpt=none@a.yaml:0 optimizer=adamw@a.yaml:0 shard=zero1@a.yaml:7 offload=none@a.yaml:0 "
+         "eval=no@a.yaml:0 grad_ckpt=none@a.yaml:0 optimizer=adamw@a.yaml:0 compile=no@a.yaml:0 shard=zero1@a.yaml:7 offload=none@a.yaml:0 "
          "! batch@a.yaml:8 train_micro_batch_size_per_gpu=8",
          NULL, 1, a);
   const char *b = put(dir, "b.yaml", "base_model: gpt2\nsequence_len: ${max_len}\nmicro_batch_size: &mb 2\n"
@@ -320,7 +322,7 @@ static void files_together(void **state) {
   /* --format names the main config's tool. */
   const char *c = put(dir, "c.yaml", "batch_size: 3\n");
   expect("framework=torchtune@c.yaml:1 batch=3@c.yaml:1 accumulation=1@c.yaml:0 grad_ckpt=none@c.yaml:0 "
-         "optimizer_in_bwd=no@c.yaml:0 offload=none@c.yaml:0",
+         "optimizer_in_bwd=no@c.yaml:0 compile=no@c.yaml:0 offload=none@c.yaml:0",
          "torchtune", 1, c);
 }
 

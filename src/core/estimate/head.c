@@ -84,12 +84,13 @@ static uint32_t loss_parallel_bytes(const struct ctx *x) {
  * dtype while they are still kept: nll_loss's scatter onto zeros becomes a pointwise select
  * (torch/_inductor/fx_passes/joint_graph.py, config optimize_scatter_upon_const_tensor, on
  * by default). bench/compiled_loss.py measures it on the CPU (torch 2.13): 2 bytes a bf16
- * logit beyond the logits, where eager's loss takes 12. The loss is plain cross-entropy over
- * whole logits: tensor parallelism's loss_parallel, chunks, fused kernels and soft-capping
- * stay as eager runs them. */
+ * logit beyond the logits, where eager's loss takes 12. The loss is cross-entropy over the
+ * model's logits, whole or in the chunks of a chunked output (torchtune's, whose
+ * compile_loss compiles each chunk's cross-entropy); tensor parallelism's loss_parallel,
+ * litgpt's chunks of positions, fused kernels and soft-capping stay as eager runs them. */
 bool head_loss_compiled(const struct ctx *x) {
   return x->s->compile == VF_COMPILE_YES && x->p->compiled_loss && x->task == VF_TASK_CAUSAL_LM &&
-         !loss_parallel_bytes(x) && !own_loss_chunked(x->p) && x->s->loss == VF_LOSS_DEFAULT &&
+         !loss_parallel_bytes(x) && !head_loss_differs(x->p, x->s->loss) && !x->p->loss_chunk_tokens &&
          x->m->arch.final_logit_softcap <= 0 && !x->p->logits_held_bytes;
 }
 
@@ -378,6 +379,20 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
   return padded;
 }
 
+/* A compiled loss's backward: its kernel writes the gradient of the logits, in their dtype,
+ * while the graph still keeps them. A chunked loss is a compiled graph per chunk, each
+ * letting go of its chunk as it ends: at most the logits and one chunk's gradient, then
+ * the whole gradient. */
+static uint32_t compiled_loss_backward(struct ctx *x, struct loss_kept *k, uint64_t n, uint64_t chunks) {
+  uint64_t bytes = n * x->d.c;
+  uint32_t first = chunks > 1 ? tape_take(x, bytes / chunks, VF_CAT_TEMPORARIES) : 0;
+  if (first) give_logit_tensors(x, &k->loss);
+  uint32_t grad = tape_take(x, bytes, VF_CAT_TEMPORARIES);
+  tape_give(x, first);
+  give_logit_tensors(x, &k->loss);
+  return grad;
+}
+
 /* The loss's backward: its gradients of the logits, next to what it kept. The loss's
  * nodes have all run and let go of what they kept (autograd releases a node's saved
  * tensors once it has run) before the head's matmul gets the gradient, cast to its dtype
@@ -391,11 +406,7 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
 static uint32_t loss_backward(struct ctx *x, struct loss_kept *k) {
   uint64_t n = head_loss_outputs(x), chunks = loss_chunks(x);
   if (x->task == VF_TASK_SEQ_CLS) return tape_take(x, n * 8 / chunks, VF_CAT_TEMPORARIES);
-  if (head_loss_compiled(x)) {
-    uint32_t grad = tape_take(x, n * x->d.c, VF_CAT_TEMPORARIES);
-    give_logit_tensors(x, &k->loss);
-    return grad;
-  }
+  if (head_loss_compiled(x)) return compiled_loss_backward(x, k, n, chunks);
   /* nll_loss's gradient goes once _log_softmax's backward has read it, with the
    * log-softmax that node kept; the cast reads the last. */
   uint32_t per = x->p->logits_backward_bytes + loss_parallel_bytes(x);
