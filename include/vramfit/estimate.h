@@ -79,8 +79,8 @@ struct vf_profile_info {
   bool fsdp_full_load;
   /* Without a dtype asked for, the weights load in the checkpoint's dtype (else float32). */
   bool checkpoint_dtype_weights;
-  /* Under torch.compile the framework compiles its loss too. */
-  bool compiled_loss;
+  /* Under torch.compile the framework compiles its loss too, and its layers. */
+  bool compiled_loss, compiled_layers;
 };
 /* The strings borrow from p. */
 VF_API void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out);

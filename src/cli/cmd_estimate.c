@@ -49,9 +49,9 @@ static const char usage[] =
     "                       as its gradient is made, which then goes (torchtune's\n"
     "                       optimizer_in_bwd; full fine-tuning, accumulation 1) (no)\n"
     "  --compile Y          yes | no: the run uses torch.compile (torchtitan's training.compile,\n"
-    "                       torchtune's compile): the loss is estimated compiled where the\n"
-    "                       framework compiles it, and what torchtitan's selective\n"
-    "                       checkpointing keeps; the rest as eager runs it (no)\n"
+    "                       torchtune's compile): the loss and the layers keep what their\n"
+    "                       compiled graphs keep, where the framework compiles them; the\n"
+    "                       rest as eager runs it (no)\n"
     "  --method M           full | lora | qlora | dora | adapter | adapter-v2 (full)\n"
     "  --lora-r N           LoRA rank (8)\n"
     "  --lora-targets L     comma list of q,k,v,o,gate,up,down,head, or all-linear (q,v)\n"
@@ -137,14 +137,15 @@ static json_t *setup_notes(const struct setup_request *r, const struct setup_con
 static void compile_note(const struct vf_setup *s, const struct vf_estimate *e, const struct vf_profile_info *p,
                          json_t *notes) {
   if (s->compile != VF_COMPILE_YES) return;
-  char line[320];
-  snprintf(line, sizeof line, "--compile yes: %s; of the layers, only what torchtitan's selective checkpointing "
-           "keeps follows the compiled graph: the fusion of their temporaries is not modelled (eager's, higher)",
-           e->loss_compiled ? "the loss is compiled, as the framework compiles it"
-           : p->compiled_loss ? "the loss is as eager's (what the framework compiles here, a tensor-parallel loss "
-                                "or one over chunks of positions, is not modelled)"
-                              : "the loss is as eager's (the framework does not compile it, or vramfit has not "
-                                "checked that it does)");
+  const char *loss = e->loss_compiled ? "the loss is compiled"
+                     : p->compiled_loss ? "the loss is eager's (what the framework compiles here, a tensor-parallel "
+                                          "loss or one over chunks of positions, is not modelled)"
+                                        : "the loss is eager's (not compiled by the framework, or not checked)";
+  const char *layers = p->compiled_layers ? "the layers keep what their compiled graphs keep"
+                                          : "the layers are eager's (what the framework compiles was not checked)";
+  char line[400];
+  snprintf(line, sizeof line, "--compile yes: %s; %s; what Inductor fuses of the temporaries is not modelled "
+           "(eager's, higher)", loss, layers);
   json_array_append_new(notes, json_string(line));
 }
 

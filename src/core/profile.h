@@ -148,6 +148,8 @@ struct vf_profile {
   /* Under torch.compile (--compile yes) the framework compiles its loss function too, not
    * only the model's layers. */
   bool compiled_loss;
+  /* Under torch.compile the framework compiles the transformer layers (one graph each). */
+  bool compiled_layers;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
   bool validates;          /* the stock training loop runs validation between steps */
   bool validates_first;    /* where the run validates, it does once before its first step too */

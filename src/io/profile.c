@@ -110,6 +110,7 @@ static const struct field fields[] = {
     FIELD("ddp_init_broadcast", F_BOOL, ddp_init_broadcast),
     FIELD("host_waits_each_step", F_BOOL, host_waits_each_step),
     FIELD("compiled_loss", F_BOOL, compiled_loss),
+    FIELD("compiled_layers", F_BOOL, compiled_layers),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("validates", F_BOOL, validates),
     FIELD("validates_first", F_BOOL, validates_first),
@@ -524,7 +525,8 @@ void vf_profile_describe(const struct vf_profile *p, struct vf_profile_info *out
                                   .release_predates = p->release_predates, .torch_predates = p->torch_predates,
                                   .fsdp_full_load = p->fsdp_full_load,
                                   .checkpoint_dtype_weights = p->checkpoint_dtype_weights,
-                                  .compiled_loss = p->compiled_loss};
+                                  .compiled_loss = p->compiled_loss,
+                                  .compiled_layers = p->compiled_layers};
 }
 
 int vf_runtime_context_bytes(uint32_t cc_major, bool distributed, uint64_t *out) {

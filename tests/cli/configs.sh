@@ -36,7 +36,7 @@ grep -q '^warning: hf/fsdp.json:8: optim: galore_adamw is not an optimizer vramf
 is "hf fsdp Liger loss" "fused hf/fsdp.json:12" 'j["setup"]["loss"], j["read_from"]["loss"]'
 # torch_compile: true is --compile yes, whose note says what of it the estimate models.
 is "hf fsdp torch_compile" "yes hf/fsdp.json:13 True" \
-  'j["setup"]["compile"], j["read_from"]["compile"], any(n.startswith("--compile yes: the loss is as eager") for n in j["notes"])'
+  'j["setup"]["compile"], j["read_from"]["compile"], any(n.startswith("--compile yes: the loss is eager") for n in j["notes"])'
 run estimate trl/sft_qlora.yaml --json
 is "trl qlora" "qlora nf4-dq 16 q,k,v,o flash varied trl/sft_qlora.yaml:10" \
   'j["setup"]["method"], j["setup"]["quant"], j["setup"]["lora_r"], j["setup"]["lora_targets"], j["setup"]["attention"], j["setup"]["lengths"], j["read_from"]["method"]'

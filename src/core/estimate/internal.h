@@ -144,6 +144,7 @@ struct dims {
 struct saving {
   double in_flight;  /* micro batches whose activations this pipeline rank holds at once */
   double keep_share; /* share of saved tensors actually kept (selective checkpointing) */
+  bool compiled;     /* the layer being replayed runs compiled (layers_compiled) */
 };
 
 enum sdpa_backend { SDPA_FLASH, SDPA_EFFICIENT, SDPA_MATH };

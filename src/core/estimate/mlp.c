@@ -44,11 +44,12 @@ void mlp_forward(struct ctx *x, struct saved *sv) {
   adapter_input(x, sv, d->h, BIT(VF_KIND_GATE) | BIT(VF_KIND_UP));
   if (a->glu) adapter_projection(x, sv, d->h, d->ffn, BIT(VF_KIND_GATE));
   adapter_projection(x, sv, d->h, d->ffn, BIT(VF_KIND_UP));
-  /* What the activation keeps, and for a gated MLP its output and the up projection.
+  /* What the activation keeps, and for a gated MLP its output (recomputed from its input
+   * when the layer runs compiled, layers_compiled) and the up projection.
    * Under autocast gelu_new's x ** 3 runs in fp32 (torch.pow is on autocast's fp32 list),
    * so pow keeps an fp32 copy of x, and the tanh and 1 + tanh after it are fp32: of its
    * tensors only 0.5 x stays in the compute dtype. */
-  uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0);
+  uint32_t kept = activation_saves(x) + (a->glu ? 2 : 0) - (a->glu && x->saving.compiled);
   bool gelu_new_fp32 = strcmp(a->activation, "gelu_new") == 0 && autocast_runs(x);
   for (uint32_t i = 0; i < kept; i++) tape_keep(x, sv, T * d->ffn * (gelu_new_fp32 && i ? 4 : c));
   if (x->layers_train) tape_keep(x, sv, T * d->ffn * c); /* the down projection's input */
