@@ -140,7 +140,8 @@ static void compile_note(const struct vf_setup *s, const struct vf_estimate *e, 
   const char *loss = e->loss_compiled ? "the loss is compiled"
                      : p->compiled_loss ? "the loss is eager's (what the framework compiles here, a tensor-parallel "
                                           "loss or one over chunks of positions, is not modelled)"
-                                        : "the loss is eager's (not compiled by the framework, or not checked)";
+                                        : "the loss is eager's (the framework does not compile it, or vramfit "
+                                          "does not model how it does)";
   const char *layers = p->compiled_layers ? "the layers keep what their compiled graphs keep"
                                           : "the layers are eager's (what the framework compiles was not checked)";
   char line[400];
