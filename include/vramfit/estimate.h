@@ -45,8 +45,9 @@ enum vf_loss { VF_LOSS_DEFAULT, VF_LOSS_CHUNKED, VF_LOSS_FUSED, VF_LOSS_CCE };
  * exist at once. */
 enum vf_in_bwd { VF_IN_BWD_NO, VF_IN_BWD_YES };
 /* Whether the run uses torch.compile (the framework's switch: torchtitan's
- * training.compile). vramfit models what the framework compiles that it can check: the
- * loss (the profile's compiled_loss); the layers stay as eager runs them. */
+ * training.compile, torchtune's compile, the Trainer's torch_compile). vramfit models what
+ * of it was measured: the loss the framework compiles (the profile's compiled_loss) and
+ * what compiled layers keep (compiled_layers, selective_keep_compiled). */
 enum vf_compile { VF_COMPILE_NO, VF_COMPILE_YES };
 
 /* Names as the contract spells them; vf_enum_parse() maps a name back. The "auto" and

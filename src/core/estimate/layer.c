@@ -177,7 +177,8 @@ static void block_layers(struct ctx *x, struct saved *sv, int32_t layer, bool re
  * normalized product, and a gated MLP recomputes its activation's output from the gate
  * projection's. bench/compiled_layers.py measures torchtune 0.6.1's and transformers 5.23's
  * Llama layers on the CPU (torch 2.13): 8,344 and 7,832 bytes a token a layer compiled,
- * 12,824 and 11,288 eager; these rules count 8,336 and 7,824, 12,816 and 11,280. Under selective checkpointing the profile's compiled share stands for it. */
+ * 12,824 and 11,288 eager; these rules count 8,336 and 7,824, 12,816 and 11,280. Under
+ * selective checkpointing the profile's compiled share stands for it. */
 static bool layers_compiled(const struct ctx *x) {
   return x->s->compile == VF_COMPILE_YES && x->p->compiled_layers && x->s->grad_ckpt != VF_CKPT_SELECTIVE;
 }
