@@ -26,6 +26,7 @@ static const struct {
     {"batch", -1}, {"gpus", -1}, {"accumulation", -1}, {"seq", -1}, {"lengths", VF_ENUM_LENGTHS},
     {"eval", VF_ENUM_EVAL}, {"grad_ckpt", VF_ENUM_CKPT}, {"attention", VF_ENUM_ATTENTION},
     {"optimizer", VF_ENUM_OPTIMIZER}, {"loss", VF_ENUM_LOSS}, {"optimizer_in_bwd", VF_ENUM_IN_BWD},
+    {"compile", VF_ENUM_COMPILE},
     {"shard", VF_ENUM_SHARD}, {"offload", -3},
     {"tp", -1}, {"pp", -1}, {"cp", -1}, {"ep", -1}, {"alloc_conf", -2},
 };

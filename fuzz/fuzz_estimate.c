@@ -73,6 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* 1 when the bytes run out, as the older seeds' setups had them. */
   s.ep = next(&b, 8) + 1;
   s.dp_replicate = next(&b, 4) + 1;
+  s.compile = (enum vf_compile)next(&b, 2);
   struct vf_estimate e;
   if (vf_estimate(model, &s, prof, &c, &e, &d) != 0) return 0;
   uint64_t sum = e.allocator_slack + e.context;
