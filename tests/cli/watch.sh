@@ -10,7 +10,11 @@ NAME=watch
 source "$(dirname "$0")/lib/harness.sh"
 source "$(dirname "$0")/lib/nvml.sh"
 unset NO_COLOR # the view's colours are checked; runs off a terminal have none anyway
-trap 'rm -rf "$TMP"; tmux kill-session -t "vfwatch$$" 2>/dev/null' EXIT
+# The views run on a tmux server of their own (-L), which a session of its own keeps up
+# between them: with none left the server exits, and a session started while it does fails
+# ("server exited unexpectedly").
+tm() { tmux -L "vfwatch$$" -f /dev/null "$@"; }
+trap 'rm -rf "$TMP"; tm kill-server 2>/dev/null' EXIT
 cat >"$TMP/two.nvml" <<'EOF'
 gpu index=0 name="NVIDIA A100-SXM4-80GB" uuid=GPU-a total=80GiB util=90 power=300W limit=400W base=1GiB
 gpu index=1 name="NVIDIA L4" uuid=GPU-b total=23034MiB util=40
@@ -185,18 +189,19 @@ expect 2 "--pid and a command"
 # --- the ncurses view under tmux: bars, history, process, keys; NO_COLOR has no colours
 tui() { # tui ENV [ARGS]: runs the view in a fresh tmux session; its exit code lands in $TMP/tui.rc
   rm -f "$TMP/tui.rc"
-  tmux new-session -d -s "vfwatch$$" -x 110 -y 40 \
+  tm new-session -d -s "vfwatch$$" -x 110 -y 40 \
     "env $1 VRAMFIT_NVML=$FAKE FAKE_NVML_SCRIPT=$TMP/two.nvml timeout --foreground 15 $VRAMFIT watch --interval 0.1 ${2:-}; echo \$? >$TMP/tui.rc"
 }
 wait_for() { # wait_for TEXT: up to 5 s for TEXT on the screen
   for _ in $(seq 50); do
-    tmux capture-pane -t "vfwatch$$" -p -e >"$TMP/screen" 2>/dev/null
+    tm capture-pane -t "vfwatch$$" -p -e >"$TMP/screen" 2>/dev/null
     grep -qF -- "$1" "$TMP/screen" && return 0
     sleep 0.1
   done
   return 1
 }
 if command -v tmux >/dev/null; then
+  tm new-session -d -s keep "sleep 120"
   tui "-u NO_COLOR TERM=xterm-256color"
   if wait_for "memory history"; then ok; else bad "view: $(cat "$TMP/screen")"; fi
   has "NVIDIA A100-SXM4-80GB" "view shows GPU 0" "$TMP/screen"
@@ -204,23 +209,23 @@ if command -v tmux >/dev/null; then
   # heading (make check runs the tests side by side): wait for them too.
   if wait_for "warming up"; then ok; else bad "view lists the process and its trend: $(cat "$TMP/screen")"; fi
   if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then ok; else bad "view without colour"; fi
-  tmux send-keys -t "vfwatch$$" Right
+  tm send-keys -t "vfwatch$$" Right
   if wait_for "NVIDIA L4"; then ok; else bad "Right switches GPU: $(cat "$TMP/screen")"; fi
-  tmux send-keys -t "vfwatch$$" q
+  tm send-keys -t "vfwatch$$" q
   for _ in $(seq 50); do [ -s "$TMP/tui.rc" ] && break; sleep 0.1; done
   if [ "$(cat "$TMP/tui.rc" 2>/dev/null)" = 0 ]; then ok; else bad "q quits with 0"; fi
-  tmux kill-session -t "vfwatch$$" 2>/dev/null
+  tm kill-session -t "vfwatch$$" 2>/dev/null
   tui "TERM=xterm-256color NO_COLOR=1"
   wait_for "memory history" || bad "NO_COLOR view"
   if grep -q $'\033\[3[0-7]m\|\033\[38;5' "$TMP/screen"; then bad "colour despite NO_COLOR"; else ok; fi
-  tmux send-keys -t "vfwatch$$" q
-  tmux kill-session -t "vfwatch$$" 2>/dev/null
+  tm send-keys -t "vfwatch$$" q
+  tm kill-session -t "vfwatch$$" 2>/dev/null
   # Memory headroom in the view: 2 GiB of 80 held after a short warm-up.
   tui "TERM=xterm-256color NO_COLOR=1" "--warmup 0.2 --window 0.3"
   if wait_for "! GPU 0 memory headroom: the watched processes held at most 2.00 GiB (2% of 80.00 GiB)"; then ok; else
     bad "headroom in the view: $(cat "$TMP/screen")"; fi
-  tmux send-keys -t "vfwatch$$" q
-  tmux kill-session -t "vfwatch$$" 2>/dev/null
+  tm send-keys -t "vfwatch$$" q
+  tm kill-session -t "vfwatch$$" 2>/dev/null
 else
   bad "tmux missing (a test prerequisite, in the Makefile's APT_PACKAGES): the terminal view is not tested"
 fi
