@@ -21,6 +21,20 @@ def cross_entropy_loss(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
+def peak_and_left(run: Callable[[], None]) -> tuple[int, int]:
+    """The most bytes the CPU's allocator held at once while run() ran, beyond what it held
+    before, and what it still held after."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in events:
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak, live
+
+
 def peak_beyond_logits(loss_fn: Loss) -> tuple[float, float]:
     """The most bytes per logit the loss's forward and backward held at once beyond the
     logits, and what is left after (the logits' gradient)."""
@@ -29,16 +43,9 @@ def peak_beyond_logits(loss_fn: Loss) -> tuple[float, float]:
     warm = torch.randn(BATCH, SEQ, VOCAB, dtype=torch.bfloat16, requires_grad=True)
     loss_fn(warm, labels).backward()  # compiles, outside the measurement
     logits = torch.randn(BATCH, SEQ, VOCAB, dtype=torch.bfloat16, requires_grad=True)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss_fn(logits, labels).backward()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
+    peak, left = peak_and_left(lambda: loss_fn(logits, labels).backward())
     n = BATCH * SEQ * VOCAB
-    return peak / n, live / n
+    return peak / n, left / n
 
 
 def head_and_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -56,14 +63,7 @@ def peak_with_head(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torc
     labels = torch.randint(0, VOCAB, (BATCH * SEQ,))
     fn(hidden, weight, labels).backward()  # compiles, outside the measurement
     hidden.grad = weight.grad = None
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn(hidden, weight, labels).backward()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
+    peak, _ = peak_and_left(lambda: fn(hidden, weight, labels).backward())
     return peak / (BATCH * SEQ * VOCAB)
 
 
