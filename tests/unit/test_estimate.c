@@ -754,7 +754,7 @@ static void held_logits(struct vf_profile *p, bool on) { p->logits_held_bytes = 
  * logits x 4 bytes stay through the optimizer and into the next forward. */
 static void compiled_loss(struct vf_profile *p, bool on) { p->compiled_loss = on; }
 static void compiled_bf16(struct vf_setup *s) { s->compile = VF_COMPILE_YES, s->amp = VF_PREC_BF16; }
-static void eager_bf16(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
+static void fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
 
 /* torchtitan's loss over the toy's 8 x 256 bf16 logits, compiled (compiled_loss, with
  * --compile yes): its backward holds the logits and their bf16 gradient, 4 bytes a logit,
@@ -764,7 +764,7 @@ static void eager_bf16(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
 static void test_compiled_loss(void **state) {
   (void)state;
   assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, compiled_bf16, VF_PHASE_LOSS), -8 * 2048);
-  assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, eager_bf16, VF_PHASE_LOSS), 0);
+  assert_int_equal(phase_gain(false, "torchtitan", compiled_loss, fp32_amp, VF_PHASE_LOSS), 0);
   /* torchtune's loss is compiled chunk by chunk (its 8 output chunks): eager keeps every
    * chunk's fp32 log-softmax (4 bytes a logit, 8,192) to the backward, compiled none. */
   assert_true(phase_gain(false, "torchtune", compiled_loss, compiled_bf16, VF_PHASE_LOSS) < -4 * 2048);
@@ -772,7 +772,6 @@ static void test_compiled_loss(void **state) {
 
 static void compiled_keeps_less(struct vf_profile *p, bool on) { p->selective_keep_compiled = on ? 0.1 : p->selective_keep; }
 static void selective_compiled(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE, s->compile = VF_COMPILE_YES; }
-static void selective_eager(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTIVE; }
 
 /* Compiled layers under selective checkpointing keep the profile's compiled share of their
  * saved tensors (AOTAutograd saves only what the backward reads): less kept at the forward's
@@ -780,7 +779,7 @@ static void selective_eager(struct vf_setup *s) { s->grad_ckpt = VF_CKPT_SELECTI
 static void test_compiled_selective_share(void **state) {
   (void)state;
   assert_true(phase_gain(false, "torchtitan", compiled_keeps_less, selective_compiled, VF_PHASE_LOSS) < 0);
-  assert_int_equal(phase_gain(false, "torchtitan", compiled_keeps_less, selective_eager, VF_PHASE_LOSS), 0);
+  assert_int_equal(phase_gain(false, "torchtitan", compiled_keeps_less, selective_ckpt, VF_PHASE_LOSS), 0);
 }
 
 static void compiled_layers(struct vf_profile *p, bool on) { p->compiled_layers = on; }
@@ -1242,7 +1241,6 @@ static void test_optim8bit_block(void **state) {
 
 static void bf16(struct vf_setup *s) { s->weights = VF_PREC_BF16; }
 static void bf16_amp(struct vf_setup *s) { s->weights = VF_PREC_BF16, s->amp = VF_PREC_BF16; }
-static void fp32_amp(struct vf_setup *s) { s->amp = VF_PREC_BF16; }
 static void bf16_eager(struct vf_setup *s) {
   s->weights = VF_PREC_BF16, s->attention = VF_ATTN_EAGER, s->seq = 64;
 }

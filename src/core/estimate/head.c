@@ -385,11 +385,15 @@ static uint32_t assemble_grads(struct ctx *x, uint32_t chunk_grad) {
  * the whole gradient. */
 static uint32_t compiled_loss_backward(struct ctx *x, struct loss_kept *k, uint64_t n, uint64_t chunks) {
   uint64_t bytes = n * x->d.c;
-  uint32_t first = chunks > 1 ? tape_take(x, bytes / chunks, VF_CAT_TEMPORARIES) : 0;
-  if (first) give_logit_tensors(x, &k->loss);
+  if (chunks == 1) {
+    uint32_t grad = tape_take(x, bytes, VF_CAT_TEMPORARIES);
+    give_logit_tensors(x, &k->loss);
+    return grad;
+  }
+  uint32_t first = tape_take(x, bytes / chunks, VF_CAT_TEMPORARIES);
+  give_logit_tensors(x, &k->loss);
   uint32_t grad = tape_take(x, bytes, VF_CAT_TEMPORARIES);
   tape_give(x, first);
-  give_logit_tensors(x, &k->loss);
   return grad;
 }
 
