@@ -118,6 +118,10 @@ struct vf_profile {
   bool fsdp_adapter_units_train; /* a flat unit holds a layer's adapters with its frozen weights */
   bool fsdp_full_load;     /* loading the checkpoint unshards every FSDP unit at once */
   bool fsdp_sync_module_states; /* FSDP1's wrap broadcasts each unit from rank 0 */
+  /* ProcessGroupNCCL records a collective's tensors on its own stream (recordStream), so
+   * their blocks return to the cache only once the host learns that stream's work is done;
+   * from torch 2.8 it holds them on the host until work.wait() instead ("torch"). */
+  bool nccl_records_streams;
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
   /* FSDP2 shards an untied input embedding as a unit of its own (resharded after its
    * forward, gathered again for its backward) and the final norm with the head as another

@@ -923,6 +923,22 @@ static void test_fsdp1_wrap_broadcast(void **state) {
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
 }
 
+/* From torch 2.8 ProcessGroupNCCL records no stream (nccl_records_streams false): the
+ * broadcast's work.wait() orders the computation stream after it before its buckets go, so
+ * the flat parameter reuses their blocks and the broadcast reserves nothing more. */
+static void test_fsdp1_wrap_broadcast_waited(void **state) {
+  (void)state;
+  struct vf_setup s;
+  llama_1b_fsdp_on_two(&s);
+  struct vf_profile p = profile("hf@4.36");
+  assert_true(p.nccl_records_streams);
+  p.nccl_records_streams = false;
+  struct vf_estimate synced = run_with("llama-3.2-1b", &s, &p);
+  p.fsdp_sync_module_states = false;
+  struct vf_estimate plain = run_with("llama-3.2-1b", &s, &p);
+  assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD], plain.phase_reserved[VF_PHASE_LOAD]);
+}
+
 /* FSDP1 flattens each parameter's data: a 4-bit weight's packed values, not its
  * quantization state (bitsandbytes' quant_state, an attribute of Params4bit), which every
  * GPU keeps whole. llama-3.2-1b's 16 layers under QLoRA on 2 GPUs: the state is an fp32
@@ -1091,6 +1107,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp1_units_held_until_the_limiter),
       cmocka_unit_test(test_fsdp1_wrap),
       cmocka_unit_test(test_fsdp1_wrap_broadcast),
+      cmocka_unit_test(test_fsdp1_wrap_broadcast_waited),
       cmocka_unit_test(test_fsdp1_pre_unshard),
       cmocka_unit_test(test_fsdp1_quant_state_whole),
       cmocka_unit_test(test_host_wait_each_step),

@@ -25,8 +25,9 @@
 static const char torch_text[] =
     "{\"name\": \"torch\", \"releases\": ["
     " {\"release\": \"2.0\", \"date\": \"2023-03\", \"describes\": \"2.0 on\", \"zero_grad_frees\": true,"
-    "  \"eager_softmax_saves_input\": false, \"sdpa_math_fp32\": true,"
+    "  \"eager_softmax_saves_input\": false, \"sdpa_math_fp32\": true, \"nccl_records_streams\": true,"
     "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
+    "  \"nccl_records_streams\": \"o/r:pg.cpp@v2.0.0: records\","
     "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\","
     "  \"sdpa_math_fp32\": \"o/r:attention.cpp@v2.0.0: up-casts\"}},"
     " {\"release\": \"1.11\", \"date\": \"2022-03\", \"describes\": \"1.11 to 1.13\", \"zero_grad_frees\": false,"
@@ -306,6 +307,14 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(profile_read("hf", "1.13", &p, &d), 0);
   assert_false(p.zero_grad_frees);
   assert_false(p.eager_softmax_saves_input);
+  /* ProcessGroupNCCL records a collective's inputs on its stream up to torch 2.7 only. */
+  assert_true(p.nccl_records_streams);
+  assert_int_equal(profile_read("hf@4.49", NULL, &p, &d), 0);
+  assert_true(p.nccl_records_streams);
+  assert_int_equal(profile_read("hf@4.54", NULL, &p, &d), 0);
+  assert_false(p.nccl_records_streams);
+  assert_int_equal(profile_read("hf@4.49", "2.8", &p, &d), 0);
+  assert_false(p.nccl_records_streams);
   /* torchtune between its releases: October 2024 is 0.3's chunked output and loss (from
    * 0.3.0), before activation offloading (0.4.0); 0.1 still gives the whole fp32 logits
    * and carries 0.3's foreach AdamW over. */

@@ -11,6 +11,13 @@ replaced (``one_rank``); the framework's own code shards, gathers and reduces.
 Rank 0 is traced: with data parallelism every rank holds the same shards' sizes (FSDP pads
 each parameter's dim 0 to a multiple of the world size, so rank 0's shard is never the
 smaller one) and runs the same batch shapes.
+
+The fake group records no stream, and neither does NCCL's at the pinned torch 2.13: a
+synchronous collective runs on the caller's stream, and an asynchronous one's tensors stay
+referenced on the host until ``work.wait()`` has made the caller's stream follow it
+(c10d ProcessGroupNCCL.hpp ``TensorShelf``; pytorch#150398, from 2.8). Up to 2.7 NCCL's
+own stream recorded every input (``recordStream``): the estimator keeps that for the older
+releases (profile field ``nccl_records_streams``), which a trace cannot show.
 """
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ static bool data_parallel_unsharded(const struct ctx *x) {
  * Buckets are per dtype; the weights share one, and adapters in another dtype (a few MiB)
  * are counted among them. A quantized weight's state is no tensor of the module's and is
  * not broadcast. Where on_nccl, each bucket is also used on the process group's
- * stream (ProcessGroupNCCL records a collective's inputs there), so its block returns to
- * the cache only once the host learns the broadcast is done. */
+ * stream (ProcessGroupNCCL before torch 2.8 records a collective's inputs there), so its
+ * block returns to the cache only once the host learns the broadcast is done. */
 void broadcast_coalesced(struct ctx *x, size_t begin, size_t end, bool on_nccl) {
   const uint64_t limit = 250ull << 20;
   uint32_t in_flight[2] = {0, 0};

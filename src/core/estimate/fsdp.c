@@ -117,8 +117,8 @@ static uint64_t unit_bytes(const struct ctx *x, int32_t layer, bool sharded) {
  * _runtime_utils.py _init_streams, _unshard): a shard kept in another dtype than the one
  * gathered (MixedPrecision's param_dtype) is cast, or else one kept on the host
  * (CPUOffload(offload_params)) copied, into a new tensor on a stream of its own, the
- * pre-unshard stream. The all-gather reads it on the process group's stream and it is
- * freed once gathered. Bytes of that copy, 0 where the shard is gathered as it is. */
+ * pre-unshard stream. The all-gather reads it on another stream (the process group's
+ * before torch 2.8, the unshard stream after) and it is freed once gathered. Bytes of that copy, 0 where the shard is gathered as it is. */
 static uint64_t pre_unshard_bytes(const struct ctx *x, int32_t layer, uint64_t gathered) {
   uint64_t kept = unit_bytes(x, layer, false);
   if (gathered != kept) return gathered / x->d.dsize;
@@ -265,10 +265,13 @@ void fsdp_post_backward(struct ctx *x, int32_t begin, int32_t end, struct ids *g
  * CPUOffload(offload_params) then moves the shard to the host (flat_param_to); the moved
  * tensors go when the function returns. Their blocks stay cached: a loop that resets only
  * the peak counters before training (torch.cuda.reset_peak_memory_stats) starts its
- * reserved peak from them. The broadcast's buckets are still in use on the process group's
- * stream when the flat parameter is made, microseconds later on the host; the next unit's
- * first copy from the host's pageable memory waits for the stream first (CUDA runtime API,
- * "API synchronization behavior"), and so for the broadcast: *done is that point. */
+ * reserved peak from them. Where ProcessGroupNCCL records the buckets on its stream
+ * (nccl_records_streams: before torch 2.8) they are still in use there when the flat
+ * parameter is made, microseconds later on the host; the next unit's first copy from the
+ * host's pageable memory waits for the stream first (CUDA runtime API, "API
+ * synchronization behavior"), and so for the broadcast: *done is that point. From 2.8 the
+ * broadcast's work.wait() orders the computation stream after it before the buckets go,
+ * so their blocks are free to reuse at once. */
 static void fsdp1_wrap_unit(struct ctx *x, int32_t layer, uint32_t *done) {
   size_t begin, end;
   params_layer(x->ps, layer, &begin, &end);
@@ -279,7 +282,7 @@ static void fsdp1_wrap_unit(struct ctx *x, int32_t layer, uint32_t *done) {
     ids_push(x, &moved, tape_take(x, param_tensor_bytes(p), VF_CAT_WEIGHTS));
     tape_take(x, p->quant_state_bytes, VF_CAT_WEIGHTS);
   }
-  if (x->p->fsdp_sync_module_states) broadcast_coalesced(x, begin, end, true);
+  if (x->p->fsdp_sync_module_states) broadcast_coalesced(x, begin, end, x->p->nccl_records_streams);
   uint32_t flat = tape_take(x, unit_bytes(x, layer, false), VF_CAT_WEIGHTS);
   uint32_t shard = tape_take(x, unit_bytes(x, layer, true) / x->d.dsize, VF_CAT_WEIGHTS);
   tape_give(x, flat);

@@ -72,7 +72,8 @@ struct ev {
  * _unshard / _reduce_grad: its unshard and post-backward streams, and its pre-unshard
  * stream for shards cast or brought from the host); activation offloading brings tensors
  * back on its own (profile field offload_stash); a collective's inputs are used on the
- * process group's own (STREAM_NCCL: ProcessGroupNCCL records them there). */
+ * stream it runs on (STREAM_NCCL: the process group's own, where ProcessGroupNCCL records
+ * them before torch 2.8; from 2.8 a synchronous collective runs on its caller's). */
 enum { STREAM_COMPUTE, STREAM_ALL_GATHER, STREAM_REDUCE_SCATTER, STREAM_OFFLOAD, STREAM_PRE_UNSHARD, STREAM_NCCL };
 
 /* Lists of allocation ids, freed together (ids_give). */
