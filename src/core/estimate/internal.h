@@ -486,6 +486,10 @@ struct loss_kept head_forward(struct ctx *x, struct saved *sv);
 uint32_t head_backward(struct ctx *x, struct saved *sv, struct loss_kept k, struct ids *g);
 void head_eval_loss(struct ctx *x);
 
+/* fused_loss.c */
+struct loss_kept fused_loss_forward(struct ctx *x, struct saved *sv);
+uint32_t fused_loss_backward(struct ctx *x, struct loss_kept *k);
+
 /* adapters.c */
 bool adapter_lora_method(enum vf_method m);
 bool adapter_prompted(const struct ctx *x, int32_t layer);
