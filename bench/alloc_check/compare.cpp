@@ -153,7 +153,7 @@ bool apply(Replay* r, const vf_trace_event& e, Outcome* o) {
     case VF_TRACE_WAIT: {
       auto& ev = r->events[e.id];
       if (ev.torch) cudaEventSynchronize(ev.torch);
-      if (ev.mark) vf_allocator_sync(&r->model, ev.stream, ev.mark);
+      if (ev.mark) vf_allocator_sync(&r->model, VF_ALLOC_ALL_STREAMS, ev.mark);
       return true;
     }
     case VF_TRACE_EMPTY_CACHE:

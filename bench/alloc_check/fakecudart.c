@@ -1,7 +1,9 @@
 /* A stand-in for the CUDA runtime (libcudart.so.13) that PyTorch's caching allocator
  * (libc10_cuda.so of the torch wheel) runs against on a machine without a GPU: one device
  * whose memory is a counter with a capacity, streams and events whose work completes only
- * when the caller synchronizes, and the driver calls of expandable segments, reached as
+ * when the caller synchronizes (an event's synchronize completes every stream's work
+ * recorded before it, as vramfit's replays take a GPU to run the streams in the order the
+ * host queued their work), and the driver calls of expandable segments, reached as
  * the allocator reaches them (cudaGetDriverEntryPointByVersion). Nothing is computed and no
  * device memory exists: device pointers are addresses handed out in increasing order, as
  * vramfit's allocator model hands them out, so that best fit's last tie-break (the lower
@@ -23,12 +25,15 @@
 struct fake_stream {
   uint64_t recorded;  /* events recorded on the stream so far */
   uint64_t completed; /* of them, those whose work is done */
+  uint64_t *time;     /* the clock at each of its events, by sequence number - 1 */
 };
 
 struct fake_event {
   struct fake_stream *s;
-  uint64_t seq;
+  uint64_t seq, time;
 };
+
+static uint64_t clock_now; /* events recorded on any stream */
 
 struct range {
   uint64_t addr, size;
@@ -214,8 +219,13 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   struct fake_event *f = (struct fake_event *)e;
-  f->s = stream_of(s);
-  f->seq = ++f->s->recorded;
+  struct fake_stream *st = stream_of(s);
+  uint64_t *time = realloc(st->time, (st->recorded + 1) * sizeof *time);
+  if (!time) return cudaErrorMemoryAllocation;
+  st->time = time;
+  f->s = st;
+  f->seq = ++st->recorded;
+  f->time = time[f->seq - 1] = ++clock_now;
   return cudaSuccess;
 }
 
@@ -225,8 +235,12 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  struct fake_event *f = (struct fake_event *)e;
-  if (f->s && f->s->completed < f->seq) f->s->completed = f->seq;
+  const struct fake_event *f = (const struct fake_event *)e;
+  if (!f->s) return cudaSuccess;
+  for (unsigned i = 0; i < nstreams; i++) {
+    struct fake_stream *st = &streams[i];
+    while (st->completed < st->recorded && st->time[st->completed] <= f->time) st->completed++;
+  }
   return cudaSuccess;
 }
 

@@ -116,6 +116,12 @@ static void recorded_streams_hold_blocks_until_a_sync(void **state) {
   assert_int_equal(r.reserved_peak, 12 * MiB);
   replay("vramfit-trace-events 1\np forward\nm 1 0\na 1 12582912 1\nr 1 0\nf 1\nw 1\na 2 12582912 1\n", &r);
   assert_int_equal(r.reserved_peak, 24 * MiB);
+  /* The host that waited for one stream's event knows every stream's work queued before
+   * it done: a block stream 2 used returns after a wait on stream 0's later event. */
+  replay("vramfit-trace-events 1\np backward\na 1 12582912\nr 1 2\nf 1\nm 1 0\nw 1\na 2 12582912\n", &r);
+  assert_int_equal(r.reserved_peak, 12 * MiB);
+  replay("vramfit-trace-events 1\np backward\na 1 12582912\nr 1 2\nf 1\na 2 12582912\n", &r);
+  assert_int_equal(r.reserved_peak, 24 * MiB);
 }
 
 static void inconsistent_streams_fail_the_replay(void **state) {

@@ -75,8 +75,14 @@ static int step(struct replay *p, const struct vf_trace *t, const struct vf_trac
     p->events[e->id].stream = e->stream;
     return vf_allocator_record_event(&p->alloc, e->stream, &p->events[e->id].mark);
   case VF_TRACE_WAIT:
-    /* An event never recorded is complete (cudaEventSynchronize). */
-    if (p->events[e->id].mark) vf_allocator_sync(&p->alloc, p->events[e->id].stream, p->events[e->id].mark);
+    /* An event never recorded is complete (cudaEventSynchronize). The fake device runs
+     * nothing, so when other streams' work is done is the replay's to say: as the
+     * estimator's replay does, the GPU is taken to run every stream's work in the order the
+     * host queued it, so the host that has waited for an event knows the work of every
+     * stream queued before it done (FSDP1's rate limiter waits on the computation stream's
+     * events, while its reduce-scatters run on the post-backward stream: taken strictly,
+     * no gradient block that stream used would return to the cache before the optimizer). */
+    if (p->events[e->id].mark) vf_allocator_sync(&p->alloc, VF_ALLOC_ALL_STREAMS, p->events[e->id].mark);
     return 0;
   case VF_TRACE_EMPTY_CACHE: return vf_allocator_empty_cache(&p->alloc);
   default: return 0;
