@@ -10,8 +10,8 @@
  * method, with each group's deepest under-estimate, and its reserved peaks as the tracer
  * replayed them are compared too, apart for fixed and varied batch lengths.
  *
- * REPORTED_DIR (bench/traced/multi-gpu) holds traced rows the gate reports but does not
- * hold to the targets; they are listed and broken down by method the same way.
+ * REPORTED_DIR (bench/traced/multi-gpu) holds the multi-GPU traced rows: they are listed
+ * and broken down by method the same way, and their replayed reserved peaks compared too.
  *
  * usage: bench_accuracy VRAMFIT PUBLISHED_TSV[,PUBLISHED_TSV...] [TRACED_DIR [REPORTED_DIR]] */
 #include <stdio.h>
@@ -119,7 +119,7 @@ static int run_published(const char *vramfit, const char *list, char *err, size_
 /* The traced corpus's reserved peaks as the tracer replayed them against the estimate's,
  * by the lengths replayed (acc_split_replayed: only fixed lengths replay the same batches).
  * Returns the cases that gave no estimate. */
-static int run_replayed(const char *vramfit, const char *dir) {
+static int run_replayed(const char *vramfit, const char *dir, const char *title) {
   struct acc_set s = {0};
   char err[512];
   if (acc_read_replayed_dir(dir, &s, err, sizeof err)) {
@@ -128,7 +128,7 @@ static int run_replayed(const char *vramfit, const char *dir) {
   }
   acc_estimate(vramfit, &s);
   acc_split_replayed(&s);
-  int failed = print_kinds(&s, "traced corpus: reserved");
+  int failed = print_kinds(&s, title);
   acc_free(&s);
   return failed;
 }
@@ -157,11 +157,12 @@ int main(int argc, char **argv) {
     print_groups(&traced, "traced: family", by_family);
     print_groups(&traced, "traced: method", by_method);
   }
-  if (traced.n) failed += run_replayed(argv[1], argv[3]);
+  if (traced.n) failed += run_replayed(argv[1], argv[3], "traced corpus: reserved");
   if (reported.n) {
     printf("\nmulti-GPU traced corpus:\n");
     failed += run(argv[1], &reported, "multi-GPU: kind");
     print_groups(&reported, "multi-GPU: method", by_method);
+    failed += run_replayed(argv[1], argv[4], "multi-GPU: reserved");
   }
   acc_free(&traced);
   acc_free(&reported);
