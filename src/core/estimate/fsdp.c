@@ -118,7 +118,8 @@ static uint64_t unit_bytes(const struct ctx *x, int32_t layer, bool sharded) {
  * gathered (MixedPrecision's param_dtype) is cast, or else one kept on the host
  * (CPUOffload(offload_params)) copied, into a new tensor on a stream of its own, the
  * pre-unshard stream. The all-gather reads it on another stream (the process group's
- * before torch 2.8, the unshard stream after) and it is freed once gathered. Bytes of that copy, 0 where the shard is gathered as it is. */
+ * before torch 2.8, the unshard stream after) and it is freed once gathered. Bytes of
+ * that copy, 0 where the shard is gathered as it is. */
 static uint64_t pre_unshard_bytes(const struct ctx *x, int32_t layer, uint64_t gathered) {
   uint64_t kept = unit_bytes(x, layer, false);
   if (gathered != kept) return gathered / x->d.dsize;
