@@ -92,7 +92,6 @@ struct Replay {
   std::map<uint32_t, c10::cuda::CUDAStream> streams;
   struct Event {
     cudaEvent_t torch = nullptr;
-    uint32_t stream = 0;
     uint64_t mark = 0;
   };
   std::vector<Event> events;  // the trace's CUDA events, on both sides
@@ -147,7 +146,6 @@ bool apply(Replay* r, const vf_trace_event& e, Outcome* o) {
       auto& ev = r->events[e.id];
       if (!ev.torch) cudaEventCreateWithFlags(&ev.torch, cudaEventDisableTiming);
       cudaEventRecord(ev.torch, stream_of(&r->streams, e.stream).stream());
-      ev.stream = e.stream;
       return vf_allocator_record_event(&r->model, e.stream, &ev.mark) == 0;
     }
     case VF_TRACE_WAIT: {

@@ -840,11 +840,10 @@ static void llama_1b_fsdp_on_two(struct vf_setup *s) {
   s->gpus = 2, s->shard = VF_SHARD_FSDP, s->batch = 1, s->seq = 256, s->weights = VF_PREC_BF16;
 }
 
-/* hf@4.36's estimates of setting s with a switch of its profile (the one field picks) on,
- * the profile's own value, which must be true, and off. */
-static void switch_both_ways(const struct vf_setup *s, bool *(*field)(struct vf_profile *), struct vf_estimate *on,
-                             struct vf_estimate *off) {
-  struct vf_profile p = profile("hf@4.36");
+/* Profile p's estimates of setting s with a switch of it (the one field picks) on, p's own
+ * value, which must be true, and off. */
+static void switch_both_ways(const struct vf_setup *s, struct vf_profile p, bool *(*field)(struct vf_profile *),
+                             struct vf_estimate *on, struct vf_estimate *off) {
   bool *value = field(&p);
   assert_true(*value);
   *on = run_with("llama-3.2-1b", s, &p);
@@ -918,7 +917,7 @@ static void test_fsdp1_wrap_broadcast(void **state) {
   struct vf_setup s;
   llama_1b_fsdp_on_two(&s);
   struct vf_estimate synced, plain;
-  switch_both_ways(&s, sync_module_states, &synced, &plain);
+  switch_both_ways(&s, profile("hf@4.36"), sync_module_states, &synced, &plain);
   assert_int_equal(synced.phase_allocated[VF_PHASE_LOAD], plain.phase_allocated[VF_PHASE_LOAD]);
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD] - plain.phase_reserved[VF_PHASE_LOAD], (118u + 502u) << 20);
 }
@@ -933,9 +932,8 @@ static void test_fsdp1_wrap_broadcast_waited(void **state) {
   struct vf_profile p = profile("hf@4.36");
   assert_true(p.nccl_records_streams);
   p.nccl_records_streams = false;
-  struct vf_estimate synced = run_with("llama-3.2-1b", &s, &p);
-  p.fsdp_sync_module_states = false;
-  struct vf_estimate plain = run_with("llama-3.2-1b", &s, &p);
+  struct vf_estimate synced, plain;
+  switch_both_ways(&s, p, sync_module_states, &synced, &plain);
   assert_int_equal(synced.phase_reserved[VF_PHASE_LOAD], plain.phase_reserved[VF_PHASE_LOAD]);
 }
 
@@ -968,7 +966,7 @@ static void test_host_wait_each_step(void **state) {
   struct vf_setup s;
   llama_1b_fsdp_on_two(&s);
   struct vf_estimate waits, not;
-  switch_both_ways(&s, host_waits, &waits, &not);
+  switch_both_ways(&s, profile("hf@4.36"), host_waits, &waits, &not);
   assert_int_equal(waits.phase_reserved[VF_PHASE_SAVE], waits.phase_reserved[VF_PHASE_BACKWARD]);
   assert_int_equal(not.phase_reserved[VF_PHASE_SAVE] - not.phase_reserved[VF_PHASE_BACKWARD], 118u << 20);
 }

@@ -13,10 +13,7 @@ struct replay {
   struct vf_allocator alloc;
   uint64_t *block;    /* block id per storage id; 0 when not live, NO_BLOCK when empty */
   uint64_t *charged;  /* bytes the block added to allocated, per storage id */
-  struct cuda_event {
-    uint32_t stream;
-    uint64_t mark;
-  } *events;          /* per CUDA event: where it was recorded (mark 0: never) */
+  uint64_t *marks;    /* per CUDA event: how far the clock was when recorded (0: never) */
   uint64_t live_by_category[VF_CAT_COUNT];
 };
 
@@ -24,11 +21,11 @@ static int replay_init(struct replay *p, const struct vf_trace *t, const struct 
   memset(p, 0, sizeof *p);
   p->block = calloc(t->max_id + 1, sizeof *p->block);
   p->charged = calloc(t->max_id + 1, sizeof *p->charged);
-  p->events = calloc(t->max_event + 1, sizeof *p->events);
-  if (!p->block || !p->charged || !p->events || vf_allocator_init(&p->alloc, c, 0)) {
+  p->marks = calloc(t->max_event + 1, sizeof *p->marks);
+  if (!p->block || !p->charged || !p->marks || vf_allocator_init(&p->alloc, c, 0)) {
     free(p->block);
     free(p->charged);
-    free(p->events);
+    free(p->marks);
     return VF_ENOMEM;
   }
   return 0;
@@ -38,7 +35,7 @@ static void replay_cleanup(struct replay *p) {
   vf_allocator_cleanup(&p->alloc);
   free(p->block);
   free(p->charged);
-  free(p->events);
+  free(p->marks);
 }
 
 static uint64_t allocated_now(const struct replay *p) {
@@ -72,8 +69,7 @@ static int step(struct replay *p, const struct vf_trace *t, const struct vf_trac
     return p->block[e->id] == NO_BLOCK ? 0 : vf_allocator_record_stream(&p->alloc, p->block[e->id], e->stream);
   case VF_TRACE_SYNC: vf_allocator_sync(&p->alloc, e->stream, VF_ALLOC_ALL_WORK); return 0;
   case VF_TRACE_EVENT:
-    p->events[e->id].stream = e->stream;
-    return vf_allocator_record_event(&p->alloc, e->stream, &p->events[e->id].mark);
+    return vf_allocator_record_event(&p->alloc, e->stream, &p->marks[e->id]);
   case VF_TRACE_WAIT:
     /* An event never recorded is complete (cudaEventSynchronize). The fake device runs
      * nothing, so when other streams' work is done is the replay's to say: as the
@@ -82,7 +78,7 @@ static int step(struct replay *p, const struct vf_trace *t, const struct vf_trac
      * stream queued before it done (FSDP1's rate limiter waits on the computation stream's
      * events, while its reduce-scatters run on the post-backward stream: taken strictly,
      * no gradient block that stream used would return to the cache before the optimizer). */
-    if (p->events[e->id].mark) vf_allocator_sync(&p->alloc, VF_ALLOC_ALL_STREAMS, p->events[e->id].mark);
+    if (p->marks[e->id]) vf_allocator_sync(&p->alloc, VF_ALLOC_ALL_STREAMS, p->marks[e->id]);
     return 0;
   case VF_TRACE_EMPTY_CACHE: return vf_allocator_empty_cache(&p->alloc);
   default: return 0;
