@@ -222,23 +222,27 @@ struct vf_alloc_conf;
 VF_API int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                        const struct vf_alloc_conf *alloc, struct vf_estimate *out, struct vf_diag *d);
 
-/* One event of the replayed run, with the allocator's figures right after it. */
-enum vf_timeline_op { VF_TIMELINE_ALLOC, VF_TIMELINE_FREE };
+/* One event of the replayed run, with the allocator's figures right after it. Besides
+ * allocations and frees, the streams' part (vf_trace_event's): a block used on another
+ * stream too, a CUDA event recorded, the host waiting for one. */
+enum vf_timeline_op { VF_TIMELINE_ALLOC, VF_TIMELINE_FREE, VF_TIMELINE_RECORD, VF_TIMELINE_EVENT, VF_TIMELINE_WAIT };
 struct vf_timeline_event {
   uint8_t op;       /* enum vf_timeline_op */
   uint8_t phase;    /* enum vf_phase */
-  uint8_t category; /* enum vf_category of the block */
+  uint8_t category; /* enum vf_category of the block (VF_CAT_RUNTIME for events and waits) */
   uint8_t stage;    /* pipeline rank replayed (0 without a pipeline) */
   uint8_t with_graph; /* a free that waits for the autograd graph to go: in one model, its
                        * backward's end; in a workload of several, the whole backward's */
-  uint64_t id;      /* the block; an allocation's id is freed by the free of the same id */
-  uint64_t bytes;   /* block bytes (rounded as the allocator rounds) */
+  uint32_t stream;  /* where the block is made or used, or the event recorded (0: the default) */
+  uint64_t id;      /* the block (an allocation's id is freed by the free of the same id), or
+                     * the CUDA event for VF_TIMELINE_EVENT and _WAIT, numbered apart */
+  uint64_t bytes;   /* block bytes (rounded as the allocator rounds); 0 for the streams' part */
   uint64_t allocated, reserved;
 };
 typedef void (*vf_timeline_fn)(void *arg, const struct vf_timeline_event *e);
 
 /* vf_estimate() with every layer replayed (no extension from shorter replays), telling fn
- * of each allocation and free in order, of the pipeline rank reported only. Pure apart from
+ * of each event in order, of the pipeline rank reported only. Pure apart from
  * what fn does. */
 VF_API int vf_estimate_timeline(const struct vf_model *m, const struct vf_setup *s, const struct vf_profile *p,
                                 const struct vf_alloc_conf *alloc, vf_timeline_fn fn, void *arg,

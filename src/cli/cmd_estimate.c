@@ -73,8 +73,9 @@ static const char usage[] =
     "  --gpu G              catalogue GPU (a100-40gb, rtx-4090, ...), a size (24GiB, 80GB)\n"
     "  --alloc-conf S       PYTORCH_CUDA_ALLOC_CONF to model (default: the environment's)\n"
     "  --json               machine-readable output\n"
-    "  --events FILE        write the replayed allocations and frees (every layer) to FILE,\n"
-    "                       in the format of 'vramfit trace --events', to compare the two\n"
+    "  --events FILE        write the replayed events (every layer; the allocations and frees\n"
+    "                       and the streams': record_stream, CUDA events, waits) to FILE, in\n"
+    "                       the format of 'vramfit trace --events', to compare the two\n"
     "  --calibrate          scale the batch-dependent part (activations, temporaries) by what\n"
     "                       a run of this setup measured here ('vramfit history')\n"
     "  --plot FILE.svg      draw the replayed run (every layer) as an SVG image: allocated and\n"
@@ -378,13 +379,17 @@ static void write_event(void *arg, const struct vf_timeline_event *e) {
   }
   if (e->phase != w->phase) fprintf(w->f, "p %s\n", vf_phase_name((enum vf_phase)e->phase));
   w->phase = e->phase;
-  if (e->op == VF_TIMELINE_FREE) {
-    fprintf(w->f, "f %llu\n", (unsigned long long)e->id);
-    return;
+  unsigned long long id = e->id;
+  switch (e->op) {
+  case VF_TIMELINE_FREE: fprintf(w->f, "f %llu\n", id); return;
+  case VF_TIMELINE_RECORD: fprintf(w->f, "r %llu %u\n", id, (unsigned)e->stream); return;
+  case VF_TIMELINE_EVENT: fprintf(w->f, "m %llu %u\n", id, (unsigned)e->stream); return;
+  case VF_TIMELINE_WAIT: fprintf(w->f, "w %llu\n", id); return;
+  default: break;
   }
-  fprintf(w->f, "a %llu %llu\n", (unsigned long long)e->id, (unsigned long long)e->bytes);
-  if (e->category <= VF_CAT_OPTIMIZER)
-    fprintf(w->f, "c %llu %s\n", (unsigned long long)e->id, vf_category_name((enum vf_category)e->category));
+  if (e->stream) fprintf(w->f, "a %llu %llu %u\n", id, (unsigned long long)e->bytes, (unsigned)e->stream);
+  else fprintf(w->f, "a %llu %llu\n", id, (unsigned long long)e->bytes);
+  if (e->category <= VF_CAT_OPTIMIZER) fprintf(w->f, "c %llu %s\n", id, vf_category_name((enum vf_category)e->category));
 }
 
 /* What listens to the replay: --events and --plot, either or both. */
@@ -396,7 +401,7 @@ struct listeners {
 static void tell_listeners(void *arg, const struct vf_timeline_event *e) {
   struct listeners *l = arg;
   if (l->events.f) write_event(&l->events, e);
-  if (l->plot.path) estimate_plot_add(&l->plot, e);
+  if (l->plot.path && e->op <= VF_TIMELINE_FREE) estimate_plot_add(&l->plot, e);
 }
 
 static int estimate_run(const struct setup_request *r, const struct setup_context *c, const char *events,

@@ -214,5 +214,12 @@ fails 2 '^vramfit estimate: --loss fused: litgpt 0.5 has no such loss \(it runs:
 fails 2 "replaces a causal LM's head and loss" estimate bert-base-uncased --loss fused
 fails 2 "^vramfit trace: --loss fused: the tracer runs the framework's own loss on the CPU" trace gpt2 --loss fused
 
+# --events keeps the streams' part: FSDP1's units gathered on their stream, recorded on
+# the computation stream, the rate limiter's events and waits
+exits 0 estimate qwen2.5-0.5b --framework lightning --weights bf16 --gpus 8 --shard fsdp --events "$TMP/fsdp.events"
+for line in '^a [0-9]* [0-9]* [1-9]$' '^r [0-9]* 0$' '^m [0-9]* 0$' '^w [0-9]*$'; do
+  grep -q "$line" "$TMP/fsdp.events" && ok || bad "--events under FSDP: no line matching $line"
+done
+
 succeeds '^usage: vramfit estimate MODEL \[options\]' estimate --help
 finish

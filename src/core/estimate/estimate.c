@@ -106,6 +106,7 @@ static int make_tables(struct ctx *x) {
   uint64_t ranks[3];
   uint64_t layers = most_layers(x, ranks, pipeline_ranks_to_replay(x->s->pp, ranks));
   size_t replayed = (layers <= x->replay.max ? layers : REPLAY_B) + 1;
+  x->replay.tables = replayed;
   x->sched.sv = malloc(replayed * sizeof *x->sched.sv);
   x->grads.unsharded = calloc(replayed, sizeof *x->grads.unsharded);
   x->fsdp.held_gather = calloc(replayed, sizeof *x->fsdp.held_gather);
@@ -117,7 +118,9 @@ static int make_tables(struct ctx *x) {
 static void free_tables(struct ctx *x) {
   free(x->tape.ev);
   free(x->sched.sv);
+  for (size_t i = 0; x->grads.unsharded && i < x->replay.tables; i++) free(x->grads.unsharded[i].id);
   free(x->grads.unsharded);
+  free(x->grads.embedding_unit.id);
   free(x->fsdp.held_gather);
   free(x->grads.list.id);
   free(x->tape.graph.id);

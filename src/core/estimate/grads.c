@@ -85,26 +85,91 @@ static uint32_t flat_parts(struct ctx *x, uint64_t elems) {
   return grads_flat(x) ? tape_take(x, elems * unsharded_grad_bytes(x), VF_CAT_GRADIENTS) : 0;
 }
 
-/* Reduce-scatters a unit's whole gradient to its shard. */
-void grads_reduce_unsharded(struct ctx *x, int32_t layer, struct ids *g) {
-  uint32_t *held = &x->grads.unsharded[layer + 1];
-  if (!*held) return;
-  ids_push(x, g, tape_take(x, layer_grad_sum(x, layer, true) * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
-  tape_give(x, *held);
-  *held = 0;
+/* Where the gradients of a layer (of the root's part, as hold_unsharded) are held. */
+static struct ids *held_list(struct ctx *x, int32_t layer, int part) {
+  return part == 1 && fsdp_embedding_unit(x) ? &x->grads.embedding_unit : &x->grads.unsharded[layer + 1];
+}
+
+/* Reduce-scatters the gradients held of a layer (of the root's part: the embedding's or the
+ * others', 1 or 0; -1: all) to its shard. FSDP2 first copies them into one reduce-scatter
+ * input on the computation stream and lets them go (torch 2.13 _fsdp_collectives.py
+ * foreach_reduce, foreach_reduce_scatter_copy_in); FSDP1's flat gradient is that input. */
+static void reduce_held(struct ctx *x, int32_t layer, int part, struct ids *g) {
+  struct ids *held = held_list(x, layer, part);
+  if (!held->n) return;
+  uint64_t elems = part < 0 ? layer_grad_sum(x, layer, true) : root_grad_elems(x, part == 1);
+  uint32_t input = grads_flat(x) ? 0 : tape_take(x, elems * unsharded_grad_bytes(x), WEIGHT_TEMPORARIES);
+  if (input) ids_give(x, held);
+  ids_push(x, g, tape_take(x, elems * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
+  ids_give(x, held); /* FSDP1's flat gradient goes once reduced (_runtime_utils.py _reduce_grad) */
+  tape_give(x, input);
+}
+
+void grads_reduce_unsharded(struct ctx *x, int32_t layer, struct ids *g) { reduce_held(x, layer, -1, g); }
+
+/* FSDP2's unsharded gradients are its parameters' own, one tensor each, which autograd
+ * makes and AccumulateGrad keeps, or adds the next micro batch's into in place and lets it
+ * go (torch 2.13 _fsdp_param.py leaves them on unsharded_param.grad; accumulate_grad.h);
+ * FSDP1's are its flat parameter's, one tensor for the unit (grads_flat). Those of a
+ * layer's parameters (of the root's: the embedding's or the others', part 1 or 0; -1: all)
+ * held, or added in where the last micro batch's are. */
+static void hold_unsharded(struct ctx *x, int32_t layer, int part, bool first) {
+  struct ids *held = held_list(x, layer, part);
+  uint64_t bytes_per_elem = unsharded_grad_bytes(x);
+  if (grads_flat(x)) {
+    uint64_t full = layer_grad_elems(x, layer) * bytes_per_elem;
+    if (first) ids_push(x, held, tape_take(x, full, VF_CAT_GRADIENTS));
+    else tape_transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
+    return;
+  }
+  size_t begin, end;
+  params_layer(x->ps, layer, &begin, &end);
+  for (size_t i = end; i-- > begin;) { /* the backward reaches the last one used first */
+    const struct param *p = &x->ps->v[i];
+    if (!p->trainable && (!x->layers_train || layer < 0)) continue;
+    if (part >= 0 && p->embedding != (part == 1)) continue;
+    if (first) ids_push(x, held, tape_take(x, p->numel * bytes_per_elem, VF_CAT_GRADIENTS));
+    else tape_transient(x, p->numel * bytes_per_elem, VF_CAT_GRADIENTS);
+  }
+}
+
+/* Under no_sync a root unit with the head is FSDP2's to reduce once the embedding's
+ * gradient is in too (_fsdp_state.py _root_post_backward_final_callback): the embedding's
+ * gradient is held then (no_sync_root_finish), the others' at the head's backward. */
+static bool no_sync_root_late(const struct ctx *x, int32_t layer) {
+  return layer < 0 && x->pp.has_head && grads_no_sync(x) && !grads_flat(x) && !pipe_fsdp(x);
 }
 
 static void no_sync_grads(struct ctx *x, int32_t layer, struct ids *g) {
   if (pipe_grads_deferred(x, layer)) return;
-  uint32_t *held = &x->grads.unsharded[layer + 1];
-  uint64_t elems = layer_grad_elems(x, layer), full = elems * unsharded_grad_bytes(x);
+  uint64_t elems = layer_grad_elems(x, layer);
   /* FSDP2 accumulates in the reduce dtype: the gathered weights' gradients arrive in the
    * compute dtype and are added into it (_fsdp_param.py accumulate_unsharded_grad_if_needed). */
   uint32_t fresh = pipe_fsdp(x) && x->d.c < x->d.g ? tape_take(x, elems * x->d.c, VF_CAT_GRADIENTS) : 0;
-  if (!*held) *held = tape_take(x, full, VF_CAT_GRADIENTS);
-  else if (grads_flat(x)) tape_transient(x, full, VF_CAT_GRADIENTS); /* the new whole, added in */
+  bool late = no_sync_root_late(x, layer);
+  int part = late ? 0 : -1;
+  bool first = late ? !x->grads.kept : !x->grads.unsharded[layer + 1].n;
+  /* A later micro batch's compute-dtype gradient is added into the kept one as it is. */
+  if (first || !fresh) hold_unsharded(x, layer, part, first);
   tape_give(x, fresh);
-  if (x->sched.last_micro && !pipe_fsdp(x)) grads_reduce_unsharded(x, layer, g);
+  /* Accelerate's norm-and-head unit (fsdp_embedding_unit) is reduced at its post-backward. */
+  if (x->sched.last_micro && !pipe_fsdp(x) && (!late || fsdp_embedding_unit(x))) reduce_held(x, layer, part, g);
+}
+
+/* The root's gradients under no_sync once the embedding's backward is done (root: what it
+ * returned). A tied weight's gradient is the sum autograd made of the head's and the
+ * embedding's, which AccumulateGrad keeps, or adds into the kept one. Returns what the
+ * caller lets go. */
+static uint32_t no_sync_root_finish(struct ctx *x, struct ids *g, uint32_t root) {
+  bool first = !x->grads.kept;
+  if (!head_tied(x)) {
+    hold_unsharded(x, -1, 1, first);
+  } else if (first) {
+    ids_push(x, &x->grads.unsharded[0], root);
+    root = 0;
+  }
+  if (x->sched.last_micro) reduce_held(x, -1, fsdp_embedding_unit(x) ? 1 : -1, g);
+  return root;
 }
 
 /* A unit's gradients reduce-scattered to its shard. Each micro batch is reduce-scattered
@@ -145,7 +210,9 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct ids *
   if (x->p->grad_buffer_fp32) return 0; /* accumulated into the persistent buffer (ddp_init) */
   if (grads_no_sync(x)) {
     no_sync_grads(x, layer, g);
-    return 0;
+    /* A tied weight's first gradient, the head's, waits for the embedding's to be summed. */
+    bool head_part = no_sync_root_late(x, layer) && head_tied(x);
+    return head_part ? tape_take(x, root_grad_elems(x, true) * unsharded_grad_bytes(x), VF_CAT_GRADIENTS) : 0;
   }
   if (!grads_sharded(x->s)) {
     if (!x->grads.kept) layer_params(x, layer, g); /* else added into the last micro batch's */
@@ -208,6 +275,7 @@ uint32_t grads_finish_root(struct ctx *x, struct ids *g, uint32_t early) {
     uint64_t late = sharded_embedding_grad_late(x) ? root_grad_elems(x, true) * unsharded_grad_bytes(x) : 0;
     uint32_t embedding = tape_take_on(x, late, WEIGHT_TEMPORARIES, STREAM_REDUCE_SCATTER);
     uint32_t root = embedding_backward(x, early);
+    if (no_sync_root_late(x, -1)) root = no_sync_root_finish(x, g, root);
     if (root_reduced_last(x)) reduce_to_shard(x, -1, g);
     tape_give(x, embedding);
     return root;

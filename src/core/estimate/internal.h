@@ -188,7 +188,8 @@ struct grads_state {
   struct ids list;     /* the gradients of the step */
   bool kept;           /* gradients of the previous micro batch are still there */
   struct ids stale;    /* the last step's gradients, until a zero_grad before this backward */
-  uint32_t *unsharded; /* per replayed layer and the root: gradients held under no_sync */
+  struct ids *unsharded; /* per replayed layer and the root: gradients held under no_sync */
+  struct ids embedding_unit; /* held apart for accelerate's embedding unit (fsdp_embedding_unit) */
 };
 
 /* fsdp.c */
@@ -257,6 +258,7 @@ struct replay_state {
   vf_timeline_fn listener; /* told of every replayed event (vf_estimate_timeline), or NULL */
   void *listener_arg;
   uint64_t capacity; /* what the allocator may reserve: the GPU's less the CUDA context (0: no GPU) */
+  size_t tables;     /* rows of the per-layer tables (estimate.c make_tables) */
 };
 
 struct ctx {

@@ -32,19 +32,34 @@ static void observe(struct unit_peak *pk, const struct vf_alloc_stats *st, const
   if (st->reserved > pk->reserved) pk->reserved = st->reserved;
 }
 
+/* The timeline's name for a tape's event. */
+static uint8_t timeline_op(const struct ev *e) {
+  switch (e->op) {
+  case OP_FREE:
+  case OP_GRAPH_FREE: return VF_TIMELINE_FREE;
+  case OP_RECORD: return VF_TIMELINE_RECORD;
+  case OP_EVENT: return VF_TIMELINE_EVENT;
+  case OP_WAIT: return VF_TIMELINE_WAIT;
+  default: return VF_TIMELINE_ALLOC;
+  }
+}
+
 /* Tells the timeline's listener about one replayed event. */
 static void report(const struct ctx *x, const struct ev *e, const struct live *l, int unit,
                    const struct vf_allocator *a) {
   struct vf_alloc_stats st;
   vf_allocator_stats(a, &st);
-  bool freed = e->op == OP_FREE || e->op == OP_GRAPH_FREE;
-  struct vf_timeline_event te = {.op = freed ? VF_TIMELINE_FREE : VF_TIMELINE_ALLOC,
+  uint8_t op = timeline_op(e);
+  bool block = op == VF_TIMELINE_ALLOC || op == VF_TIMELINE_FREE;
+  struct vf_timeline_event te = {.op = op,
                                  .phase = (uint8_t)unit_phase(unit),
-                                 .category = l->cat == WEIGHT_TEMPORARIES ? VF_CAT_TEMPORARIES : l->cat,
+                                 .category = op > VF_TIMELINE_RECORD ? VF_CAT_RUNTIME  /* an event holds no block */
+                                             : l->cat == WEIGHT_TEMPORARIES ? VF_CAT_TEMPORARIES : l->cat,
                                  .stage = (uint8_t)x->pp.stage,
                                  .with_graph = e->op == OP_GRAPH_FREE,
+                                 .stream = op == VF_TIMELINE_EVENT ? STREAM_COMPUTE : e->stream,
                                  .id = e->id,
-                                 .bytes = l->bytes,
+                                 .bytes = block ? l->bytes : 0,
                                  .allocated = st.allocated,
                                  .reserved = st.reserved};
   x->replay.listener(x->replay.listener_arg, &te);
@@ -68,12 +83,11 @@ static int replay(const struct ctx *x, const struct tape *t, const struct vf_all
       unit = e->unit;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
-    } else if (e->op == OP_RECORD) {
-      rc = vf_allocator_record_stream(a, l->block, e->stream);
-    } else if (e->op == OP_EVENT) {
-      rc = vf_allocator_record_event(a, STREAM_COMPUTE, &l->block);
-    } else if (e->op == OP_WAIT) {
-      vf_allocator_sync(a, VF_ALLOC_ALL_STREAMS, l->block);
+    } else if (e->op == OP_RECORD || e->op == OP_EVENT || e->op == OP_WAIT) {
+      if (e->op == OP_RECORD) rc = vf_allocator_record_stream(a, l->block, e->stream);
+      else if (e->op == OP_EVENT) rc = vf_allocator_record_event(a, STREAM_COMPUTE, &l->block);
+      else vf_allocator_sync(a, VF_ALLOC_ALL_STREAMS, l->block);
+      if (x->replay.listener) report(x, e, l, unit, a);
     } else if (e->op == OP_FREE || e->op == OP_GRAPH_FREE) {
       cat[l->cat] -= l->bytes;
       rc = vf_allocator_free(a, l->block);
@@ -108,7 +122,8 @@ static void rewind(struct ctx *x, uint64_t layers) {
   x->tape.graph.n = x->grads.stale.n = x->autocast.cache.n = x->pp.outputs.n = 0;
   x->pp.receive_buffers = false;
   memset(x->fsdp.held_gather, 0, (layers + 1) * sizeof *x->fsdp.held_gather);
-  memset(x->grads.unsharded, 0, (layers + 1) * sizeof *x->grads.unsharded);
+  for (uint64_t i = 0; i <= layers; i++) x->grads.unsharded[i].n = 0;
+  x->grads.embedding_unit.n = 0;
   x->saving.keep_share = x->s->grad_ckpt != VF_CKPT_SELECTIVE ? 1.0
                          : x->s->compile == VF_COMPILE_YES ? x->p->selective_keep_compiled
                                                            : x->p->selective_keep;

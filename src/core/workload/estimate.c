@@ -110,7 +110,8 @@ struct encoder_run {
 
 static void hear(void *arg, const struct vf_timeline_event *e) {
   struct encoder_run *r = arg;
-  if (r->oom) return;
+  /* Allocations and frees only: the stream a workload composes runs on one CUDA stream. */
+  if (r->oom || e->op > VF_TIMELINE_FREE) return;
   struct vf_timeline_event *grown = array_grow(r->ev, &r->cap, r->n + 1, sizeof *grown);
   if (!grown) {
     r->oom = true;
