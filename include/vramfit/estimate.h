@@ -224,19 +224,26 @@ VF_API int vf_estimate(const struct vf_model *m, const struct vf_setup *s, const
 
 /* One event of the replayed run, with the allocator's figures right after it. Besides
  * allocations and frees, the streams' part (vf_trace_event's): a block used on another
- * stream too, a CUDA event recorded, the host waiting for one. */
-enum vf_timeline_op { VF_TIMELINE_ALLOC, VF_TIMELINE_FREE, VF_TIMELINE_RECORD, VF_TIMELINE_EVENT, VF_TIMELINE_WAIT };
+ * stream too, a CUDA event recorded, the host waiting for one; and the cache emptied. */
+enum vf_timeline_op {
+  VF_TIMELINE_ALLOC,
+  VF_TIMELINE_FREE,
+  VF_TIMELINE_RECORD,
+  VF_TIMELINE_EVENT,
+  VF_TIMELINE_WAIT,
+  VF_TIMELINE_EMPTY_CACHE
+};
 struct vf_timeline_event {
   uint8_t op;       /* enum vf_timeline_op */
   uint8_t phase;    /* enum vf_phase */
-  uint8_t category; /* enum vf_category of the block (VF_CAT_RUNTIME for events and waits) */
+  uint8_t category; /* enum vf_category of the block (VF_CAT_RUNTIME for the others) */
   uint8_t stage;    /* pipeline rank replayed (0 without a pipeline) */
   uint8_t with_graph; /* a free that waits for the autograd graph to go: in one model, its
                        * backward's end; in a workload of several, the whole backward's */
   uint32_t stream;  /* where the block is made or used, or the event recorded (0: the default) */
   uint64_t id;      /* the block (an allocation's id is freed by the free of the same id), or
                      * the CUDA event for VF_TIMELINE_EVENT and _WAIT, numbered apart */
-  uint64_t bytes;   /* block bytes (rounded as the allocator rounds); 0 for the streams' part */
+  uint64_t bytes;   /* block bytes (rounded as the allocator rounds); 0 for the others */
   uint64_t allocated, reserved;
 };
 typedef void (*vf_timeline_fn)(void *arg, const struct vf_timeline_event *e);

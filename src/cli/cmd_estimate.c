@@ -385,6 +385,7 @@ static void write_event(void *arg, const struct vf_timeline_event *e) {
   case VF_TIMELINE_RECORD: fprintf(w->f, "r %llu %u\n", id, (unsigned)e->stream); return;
   case VF_TIMELINE_EVENT: fprintf(w->f, "m %llu %u\n", id, (unsigned)e->stream); return;
   case VF_TIMELINE_WAIT: fprintf(w->f, "w %llu\n", id); return;
+  case VF_TIMELINE_EMPTY_CACHE: fputs("e\n", w->f); return;
   default: break;
   }
   if (e->stream) fprintf(w->f, "a %llu %llu %u\n", id, (unsigned long long)e->bytes, (unsigned)e->stream);

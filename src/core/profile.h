@@ -122,6 +122,9 @@ struct vf_profile {
    * their blocks return to the cache only once the host learns that stream's work is done;
    * from torch 2.8 it holds them on the host until work.wait() instead ("torch"). */
   bool nccl_records_streams;
+  /* The loop empties the allocator's cache once the model is set up, before the first step,
+   * from this many GPUs on (0: never): what the setup left cached goes back to the GPU. */
+  uint32_t empty_cache_before_training;
   bool fsdp_root_reshards; /* FSDP2's root unit reshards after its forward, gathers again for backward */
   /* FSDP2 shards an untied input embedding as a unit of its own (resharded after its
    * forward, gathered again for its backward) and the final norm with the head as another

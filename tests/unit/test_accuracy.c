@@ -26,6 +26,9 @@ static const struct acc_limits traced_limits = {0.02, 0.05, 0.05};
 /* Reserved as the tracer replayed the traced batches, where the estimate replays the same
  * ones (fixed lengths): within 2% median, 10% p90, none under by 15%. */
 static const struct acc_limits replayed_limits = {0.02, 0.10, 0.15};
+/* Over several GPUs, held to the published targets (5% median, none under by 10%): its p90
+ * (11%) is the one-GPU corpus's 10% not yet met. */
+static const struct acc_limits replayed_multi_gpu_limits = {0.05, -1, 0.10};
 
 static const char *env(const char *name) {
   const char *v = getenv(name);
@@ -106,8 +109,8 @@ static void traced_corpus_when_present(void **state) {
 /* The reserved peaks of bench/traced/<sub>, replayed by the tracer through the allocator
  * model, against the estimate's replay of its own tensors: held where both replay the same
  * batches (fixed lengths), at least min_fixed of them; with varied lengths only reported
- * (acc_split_replayed). Returns whether the fixed ones meet replayed_limits. */
-static bool replayed_fixed_meet(const char *sub, const char *corpus, int min_fixed) {
+ * (acc_split_replayed). Returns whether the fixed ones meet lim. */
+static bool replayed_fixed_meet(const char *sub, const char *corpus, int min_fixed, const struct acc_limits *lim) {
   struct acc_set s = {0};
   char dir[4096], err[512];
   snprintf(dir, sizeof dir, "%s/bench/traced%s", env("VF_SOURCE_DIR"), sub);
@@ -120,7 +123,7 @@ static bool replayed_fixed_meet(const char *sub, const char *corpus, int min_fix
   print_stats(corpus, "replayed varied", &st);
   acc_stats_of(&s, "replayed fixed", &st);
   print_stats(corpus, "replayed fixed", &st);
-  bool met = acc_meets(&st, &replayed_limits, why, sizeof why);
+  bool met = acc_meets(&st, lim, why, sizeof why);
   if (!met) printf("  %s replayed fixed: %s\n", corpus, why);
   acc_free(&s);
   return met && st.n >= min_fixed;
@@ -128,7 +131,12 @@ static bool replayed_fixed_meet(const char *sub, const char *corpus, int min_fix
 
 static void traced_reserved_fixed_lengths(void **state) {
   (void)state;
-  assert_true(replayed_fixed_meet("", "traced", 101));
+  assert_true(replayed_fixed_meet("", "traced", 101, &replayed_limits));
+}
+
+static void multi_gpu_reserved_fixed_lengths(void **state) {
+  (void)state;
+  assert_true(replayed_fixed_meet("/multi-gpu", "traced multi-GPU", 50, &replayed_multi_gpu_limits));
 }
 
 /* The multi-GPU traced corpus (bench/traced/multi-gpu/NAME.tsv: rank 0 of torchtune's FSDP2
@@ -184,6 +192,7 @@ int main(void) {
       cmocka_unit_test(newer_published_cases_hold),
       cmocka_unit_test(traced_corpus_when_present),
       cmocka_unit_test(traced_reserved_fixed_lengths),
+      cmocka_unit_test(multi_gpu_reserved_fixed_lengths),
       cmocka_unit_test(multi_gpu_corpus_meets_the_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -984,7 +984,9 @@ struct sized_allocs {
 static void count_first_forward(void *arg, const struct vf_timeline_event *e) {
   struct sized_allocs *c = arg;
   if (e->phase == VF_PHASE_OPTIMIZER) c->step = 1;
-  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && !c->step && e->bytes == c->bytes) c->forward++;
+  /* On a stream of its own: the lazy initialization's shard of the same size (default stream) is not one. */
+  if (e->op == VF_TIMELINE_ALLOC && e->phase == VF_PHASE_FORWARD && !c->step && e->bytes == c->bytes && e->stream)
+    c->forward++;
 }
 
 static int halves_in_first_forward(const struct vf_setup *s) {
@@ -1144,8 +1146,9 @@ static void write_timeline(void *arg, const struct vf_timeline_event *e) {
   }
   unsigned long long id = e->id, bytes = e->bytes;
   unsigned stream = e->stream;
-  const char *line[] = {"a %llu %llu %u\n", "f %llu\n", "r %llu %u\n", "m %llu %u\n", "w %llu\n"};
+  const char *line[] = {"a %llu %llu %u\n", "f %llu\n", "r %llu %u\n", "m %llu %u\n", "w %llu\n", "e\n"};
   int n = e->op == VF_TIMELINE_ALLOC ? snprintf(w->text + w->len, w->cap - w->len, line[0], id, bytes, stream)
+          : e->op == VF_TIMELINE_EMPTY_CACHE ? snprintf(w->text + w->len, w->cap - w->len, "%s", line[e->op])
           : e->op == VF_TIMELINE_FREE || e->op == VF_TIMELINE_WAIT
               ? snprintf(w->text + w->len, w->cap - w->len, line[e->op], id)
               : snprintf(w->text + w->len, w->cap - w->len, line[e->op], id, stream);
@@ -1180,6 +1183,116 @@ static void test_timeline_replays_as_estimated(void **state) {
   free(w.text);
 }
 
+/* The replay's events in order, as the timeline tells them. */
+struct logged {
+  struct vf_timeline_event *v;
+  size_t n, cap;
+};
+
+static void log_event(void *arg, const struct vf_timeline_event *e) {
+  struct logged *l = arg;
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 4096;
+    l->v = realloc(l->v, l->cap * sizeof *l->v);
+    assert_non_null(l->v);
+  }
+  l->v[l->n++] = *e;
+}
+
+static struct logged log_run(const char *model, const struct vf_setup *s, const struct vf_profile *p) {
+  struct logged l = {0};
+  struct vf_estimate e;
+  struct vf_diag d;
+  if (estimate_with(model, s, p, log_event, &l, &e, &d)) fail_msg("%s", d.msg);
+  return l;
+}
+
+static size_t count_op(const struct logged *l, enum vf_timeline_op op) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->n; i++) n += l->v[i].op == op;
+  return n;
+}
+
+static void fsdp_setup(struct vf_setup *s, uint32_t gpus) {
+  vf_setup_default(s);
+  s->gpus = gpus, s->shard = gpus > 1 ? VF_SHARD_FSDP : VF_SHARD_NONE, s->batch = 1, s->seq = 256;
+  s->weights = VF_PREC_FP32, s->amp = VF_PREC_BF16;
+}
+
+/* Lightning's Trainer empties the cache once the strategy has set the model up
+ * (checkpoint_connector.py resume_end), on any number of GPUs; torchtune's distributed
+ * recipes as training begins (cleanup_before_training), its single-device ones never: once,
+ * before the first forward. */
+static void test_empty_cache_before_training(void **state) {
+  (void)state;
+  const struct {
+    const char *framework;
+    uint32_t gpus;
+    size_t emptied;
+  } cases[] = {{"lightning", 4, 1}, {"lightning", 1, 1}, {"torchtune", 2, 1}, {"torchtune", 1, 0}, {"hf", 4, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    struct vf_setup s;
+    fsdp_setup(&s, cases[k].gpus);
+    struct vf_profile p = profile(cases[k].framework);
+    struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+    assert_int_equal(count_op(&l, VF_TIMELINE_EMPTY_CACHE), cases[k].emptied);
+    for (size_t i = 0; i < l.n; i++)
+      if (l.v[i].op == VF_TIMELINE_EMPTY_CACHE) assert_int_equal(l.v[i].phase, VF_PHASE_LOAD);
+    free(l.v);
+  }
+}
+
+/* FSDP1's lazy initialization (_flat_param.py init_flat_param_attributes) as the first
+ * forward begins: the root unit (qwen2.5-0.5b's tied embedding and final norm, fp32 kept,
+ * bf16 gathered over 2 GPUs) makes and frees its bf16 shard, its bf16 padded unsharded
+ * parameter and an fp32 one, before anything else of the forward. */
+static void test_fsdp1_lazy_init(void **state) {
+  (void)state;
+  struct vf_setup s;
+  fsdp_setup(&s, 2);
+  struct vf_profile p = profile("lightning");
+  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+  uint64_t root = (151936ull * 896 + 896) * 2, round = 512;
+  uint64_t want[3] = {root / 2, root, 2 * root};
+  size_t i = 0;
+  while (i < l.n && l.v[i].phase != VF_PHASE_FORWARD) i++;
+  for (int k = 0; k < 3; k++, i += 2) {
+    assert_true(i + 1 < l.n);
+    assert_int_equal(l.v[i].op, VF_TIMELINE_ALLOC);
+    assert_int_equal(l.v[i].bytes, (want[k] + round - 1) / round * round);
+    assert_int_equal(l.v[i + 1].op, VF_TIMELINE_FREE);
+    assert_int_equal(l.v[i + 1].id, l.v[i].id);
+  }
+  free(l.v);
+}
+
+/* FSDP1 reshards its root unit as any other (_runtime_utils.py _reshard): its use recorded
+ * on the computation stream before it is freed, and a free event for the rate limiter; so
+ * its block waits for that stream before the next step's gather may take it. */
+static void test_fsdp1_root_reshard_recorded(void **state) {
+  (void)state;
+  struct vf_setup s;
+  fsdp_setup(&s, 2);
+  struct vf_profile p = profile("lightning");
+  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+  uint64_t root = (151936ull * 896 + 896) * 2, rounded = (root + 511) / 512 * 512;
+  size_t gathers = 0, recorded = 0;
+  for (size_t i = 0; i < l.n; i++) {
+    const struct vf_timeline_event *e = &l.v[i];
+    if (e->op != VF_TIMELINE_ALLOC || e->bytes != rounded || e->stream == 0 || e->phase != VF_PHASE_FORWARD) continue;
+    gathers++;
+    for (size_t j = i + 1; j < l.n && !(l.v[j].op == VF_TIMELINE_FREE && l.v[j].id == e->id); j++)
+      if (l.v[j].op == VF_TIMELINE_RECORD && l.v[j].id == e->id && l.v[j].stream == 0) {
+        recorded++;
+        assert_true(j + 2 < l.n && l.v[j + 1].op == VF_TIMELINE_FREE && l.v[j + 2].op == VF_TIMELINE_EVENT);
+        break;
+      }
+  }
+  assert_true(gathers >= 2); /* a step's forward, the next step's */
+  assert_int_equal(recorded, gathers);
+  free(l.v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_layers),
@@ -1190,6 +1303,9 @@ int main(void) {
       cmocka_unit_test(test_interleaved_chunks_reduced_apart),
       cmocka_unit_test(test_fsdp2_no_sync_keeps_parameter_gradients),
       cmocka_unit_test(test_timeline_replays_as_estimated),
+      cmocka_unit_test(test_empty_cache_before_training),
+      cmocka_unit_test(test_fsdp1_lazy_init),
+      cmocka_unit_test(test_fsdp1_root_reshard_recorded),
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_published_layouts_fit),

@@ -315,6 +315,12 @@ static void test_shipped_profiles(void **state) {
   assert_false(p.nccl_records_streams);
   assert_int_equal(profile_read("hf@4.49", "2.8", &p, &d), 0);
   assert_false(p.nccl_records_streams);
+  /* The loops that empty the cache once the model is set up: from how many GPUs. */
+  assert_int_equal(p.empty_cache_before_training, 0);
+  assert_int_equal(profile_read("lightning", NULL, &p, &d), 0);
+  assert_int_equal(p.empty_cache_before_training, 1);
+  assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
+  assert_int_equal(p.empty_cache_before_training, 2);
   /* torchtune between its releases: October 2024 is 0.3's chunked output and loss (from
    * 0.3.0), before activation offloading (0.4.0); 0.1 still gives the whole fp32 logits
    * and carries 0.3's foreach AdamW over. */

@@ -191,9 +191,27 @@ uint32_t fsdp_gather(struct ctx *x, int32_t layer) {
   return 0;
 }
 
+/* FSDP1's lazy initialization as the root's first forward begins (torch 2.13
+ * _runtime_utils.py _lazy_init, _share_state_and_init_handle_attrs; _flat_param.py
+ * init_flat_param_attributes): each unit, the root first, makes and frees at once its shard
+ * in the compute dtype under parameter mixed precision, then, sharded, its padded
+ * unsharded parameter and under mixed precision a full-precision one. Their blocks stay
+ * cached: after a loop's empty_cache (empty_cache_before_training) they are what the first
+ * step finds. */
+static void fsdp1_lazy_init(struct ctx *x) {
+  for (int32_t layer = -1; layer < (int32_t)x->layers; layer++) {
+    uint64_t gathered = fsdp_gather_bytes(x, layer), kept = unit_bytes(x, layer, false);
+    bool mixed = gathered != kept, sharded = x->d.dsize > 1;
+    if (mixed) tape_transient(x, gathered / x->d.dsize, VF_CAT_WEIGHTS);
+    if (sharded) tape_transient(x, gathered, VF_CAT_WEIGHTS);
+    if (sharded && mixed) tape_transient(x, kept, VF_CAT_WEIGHTS);
+  }
+}
+
 /* Sharded training keeps the root unit (embedding, final norm, head) gathered from the
  * start of the forward to the end of the backward. */
 void fsdp_forward_begins(struct ctx *x) {
+  if (fsdp1(x) && x->sched.micro == 0) fsdp1_lazy_init(x);
   x->fsdp.forwarding = true;
   x->fsdp.root = fsdp_embedding_unit(x) ? fsdp2_gather(x, -1, root_part_bytes(x, true)) : fsdp_gather(x, -1);
 }
@@ -204,9 +222,11 @@ void fsdp_gather_root_part(struct ctx *x, bool embedding) {
   if (fsdp_embedding_unit(x)) x->fsdp.root = fsdp2_gather(x, -1, root_part_bytes(x, embedding));
 }
 
-/* The root's weights, or one of the units outside the layers (fsdp_embedding_unit), resharded. */
+/* The root's weights, or one of the units outside the layers (fsdp_embedding_unit),
+ * resharded: FSDP1's root as any unit (_reshard: its use recorded on the computation stream,
+ * a free event for the rate limiter). */
 void fsdp_reshard_root(struct ctx *x) {
-  tape_give(x, x->fsdp.root);
+  fsdp_reshard(x, x->fsdp.root);
   x->fsdp.root = 0;
 }
 

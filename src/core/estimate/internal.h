@@ -49,8 +49,18 @@
 
 /* OP_RECORD: a block used on another stream too (record_stream); OP_EVENT: a CUDA event
  * the host may wait for; OP_WAIT: the host waits for one, and every stream's work queued
- * before it is done (the GPU taken to run the streams in the order the host queued). */
-enum { OP_ALLOC = 1, OP_FREE = 2, OP_UNIT = 3, OP_GRAPH_FREE = 4, OP_RECORD = 5, OP_EVENT = 6, OP_WAIT = 7 };
+ * before it is done (the GPU taken to run the streams in the order the host queued);
+ * OP_EMPTY_CACHE: torch.cuda.empty_cache(). */
+enum {
+  OP_ALLOC = 1,
+  OP_FREE = 2,
+  OP_UNIT = 3,
+  OP_GRAPH_FREE = 4,
+  OP_RECORD = 5,
+  OP_EVENT = 6,
+  OP_WAIT = 7,
+  OP_EMPTY_CACHE = 8
+};
 
 /* Live bytes are counted per category, with the temporaries sized by the weights (casts,
  * dequantizations, optimizer scratch, unsharded gradients) apart from those sized by the
@@ -390,6 +400,8 @@ static inline uint32_t tape_event(struct ctx *x) {
 static inline void tape_wait(struct ctx *x, uint32_t event) {
   if (event) tape_push(&x->tape, OP_WAIT, event, 0, 0, 0);
 }
+
+static inline void tape_empty_cache(struct ctx *x) { tape_push(&x->tape, OP_EMPTY_CACHE, 0, 0, 0, 0); }
 
 /* A free that waits for the autograd graph: a leaf's AccumulateGrad node holds the leaf and
  * the gradient it keeps as .grad (torch 2.13 torch/csrc/autograd/functions/

@@ -40,6 +40,7 @@ static uint8_t timeline_op(const struct ev *e) {
   case OP_RECORD: return VF_TIMELINE_RECORD;
   case OP_EVENT: return VF_TIMELINE_EVENT;
   case OP_WAIT: return VF_TIMELINE_WAIT;
+  case OP_EMPTY_CACHE: return VF_TIMELINE_EMPTY_CACHE;
   default: return VF_TIMELINE_ALLOC;
   }
 }
@@ -83,10 +84,11 @@ static int replay(const struct ctx *x, const struct tape *t, const struct vf_all
       unit = e->unit;
       vf_allocator_stats(a, &st);
       observe(&r->unit[unit], &st, cat);
-    } else if (e->op == OP_RECORD || e->op == OP_EVENT || e->op == OP_WAIT) {
+    } else if (e->op == OP_RECORD || e->op == OP_EVENT || e->op == OP_WAIT || e->op == OP_EMPTY_CACHE) {
       if (e->op == OP_RECORD) rc = vf_allocator_record_stream(a, l->block, e->stream);
       else if (e->op == OP_EVENT) rc = vf_allocator_record_event(a, STREAM_COMPUTE, &l->block);
-      else vf_allocator_sync(a, VF_ALLOC_ALL_STREAMS, l->block);
+      else if (e->op == OP_WAIT) vf_allocator_sync(a, VF_ALLOC_ALL_STREAMS, l->block);
+      else rc = vf_allocator_empty_cache(a);
       if (x->replay.listener) report(x, e, l, unit, a);
     } else if (e->op == OP_FREE || e->op == OP_GRAPH_FREE) {
       cat[l->cat] -= l->bytes;

@@ -221,6 +221,8 @@ static int steps(const struct ctx *x) {
 void schedule_write(struct ctx *x) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_SETUP);
   persistent(x);
+  uint32_t from = x->p->empty_cache_before_training;
+  if (from && x->s->gpus >= from) tape_empty_cache(x);
   /* A loop that validates before its first step (profile field validates_first) cuts the
    * cache for a validation batch of the longest length first. */
   if (x->eval && x->p->validates_first) eval_pass(x, false); /* litgpt generates after its later ones only */
