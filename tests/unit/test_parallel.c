@@ -1293,6 +1293,29 @@ static void test_fsdp1_root_reshard_recorded(void **state) {
   free(l.v);
 }
 
+/* FSDP2 shards each parameter on its own, and torch.optim makes each state like its
+ * parameter (torch 2.13 _fsdp_param.py): AdamW's two states of every MLP weight of
+ * qwen2.5-0.5b (896 x 4864, bf16) are tensors of their shard over 2 GPUs, 144 of them;
+ * FSDP1's flat parameters and ZeRO keep one flat shard a unit instead. */
+static void test_fsdp2_states_per_parameter(void **state) {
+  (void)state;
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  uint64_t shard = 896ull * 4864 * 2 / 2;
+  const char *framework[] = {"hf", "lightning"};
+  size_t want[] = {144, 0};
+  for (int k = 0; k < 2; k++) {
+    struct vf_profile p = profile(framework[k]);
+    struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+    size_t n = 0;
+    for (size_t i = 0; i < l.n; i++)
+      n += l.v[i].op == VF_TIMELINE_ALLOC && l.v[i].category == VF_CAT_OPTIMIZER && l.v[i].bytes == shard;
+    assert_int_equal(n, want[k]);
+    free(l.v);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_layers),
@@ -1306,6 +1329,7 @@ int main(void) {
       cmocka_unit_test(test_empty_cache_before_training),
       cmocka_unit_test(test_fsdp1_lazy_init),
       cmocka_unit_test(test_fsdp1_root_reshard_recorded),
+      cmocka_unit_test(test_fsdp2_states_per_parameter),
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_published_layouts_fit),

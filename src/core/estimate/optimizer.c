@@ -89,25 +89,28 @@ static bool picked(const struct param *p, enum pick pick) {
   return p->trainable && (pick == PICK_ALL || p->embedding == (pick == PICK_EMBEDDING));
 }
 
-/* Takes what bytes_of gives the picked trainable tensors of unit l: a tensor each, or when
- * partitioned (ZeRO, FSDP flat parameters) one flat shard of the unit's sum, experts
- * counted once per expert-parallel group as layer_param_sum counts them. The ids go to ids
- * when given. */
+/* Takes what bytes_of gives the picked trainable tensors of unit l: a tensor each (under
+ * FSDP2, which shards each tensor, a tensor of each one's shard: torch.optim makes a state
+ * like its parameter, torch 2.13 _fsdp_param.py), or when partitioned flat (ZeRO, FSDP1's
+ * flat parameters) one shard of the unit's sum, experts counted once per expert-parallel
+ * group as layer_param_sum counts them. The ids go to ids when given. */
 static void take_unit(struct ctx *x, int32_t l, enum pick pick, tensor_bytes_fn bytes_of, enum vf_category cat,
                       struct ids *ids) {
   size_t begin, end;
   params_layer(x->ps, l, &begin, &end);
-  uint64_t shard = 0;
+  bool flat = x->s->shard != VF_SHARD_NONE && !(vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params);
+  uint64_t shard = 0, parts = x->s->shard != VF_SHARD_NONE ? x->d.dsize : 1;
   for (size_t i = begin; i < end; i++) {
     const struct param *p = &x->ps->v[i];
     uint64_t bytes[5];
     int k = picked(p, pick) ? bytes_of(x, p, bytes) : 0;
     for (int j = 0; j < k; j++) {
-      if (x->s->shard != VF_SHARD_NONE) {
-        shard += bytes[j] * (p->expert ? x->s->ep : 1);
+      uint64_t b = bytes[j] * (x->s->shard != VF_SHARD_NONE && p->expert ? x->s->ep : 1);
+      if (flat) {
+        shard += b;
         continue;
       }
-      uint32_t id = tape_take(x, bytes[j], cat);
+      uint32_t id = tape_take(x, b / parts, cat);
       if (ids) ids_push(x, ids, id);
     }
   }
