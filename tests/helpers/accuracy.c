@@ -261,6 +261,21 @@ const char *acc_arg(const struct acc_case *c, const char *flag, char *out, size_
   return NULL;
 }
 
+/* The estimate's reserved peak over the phases a trace runs: the tracer stops after its
+ * optimizer steps and saves no checkpoint, where the estimate's save (sharded training
+ * gathering each unit again) can reserve the most. */
+static json_t *reserved_unsaved(json_t *root) {
+  json_int_t most = -1;
+  size_t i;
+  json_t *phase;
+  json_array_foreach(json_object_get(root, "timeline"), i, phase) {
+    json_int_t r = json_integer_value(json_object_get(phase, "reserved_bytes"));
+    const char *name = json_string_value(json_object_get(phase, "phase"));
+    if (name && strcmp(name, "save") != 0 && r > most) most = r;
+  }
+  return most < 0 ? NULL : json_integer(most);
+}
+
 static double estimate_one(const char *vramfit, struct acc_case *c) {
   char args[sizeof c->args], model[sizeof c->model], *argv[MAX_ARGS + 5];
   snprintf(model, sizeof model, "%s", c->model);
@@ -275,12 +290,14 @@ static double estimate_one(const char *vramfit, struct acc_case *c) {
   char *out = capture(argv, &status);
   json_t *root = out ? json_loads(out, 0, NULL) : NULL;
   free(out);
-  json_t *v = json_object_get(json_object_get(root, "peak"), field_of(c->kind));
+  bool replayed = strcmp(c->kind, "replayed") == 0;
+  json_t *v = replayed ? reserved_unsaved(root) : json_incref(json_object_get(json_object_get(root, "peak"), field_of(c->kind)));
   const char *lengths = json_string_value(json_object_get(json_object_get(root, "setup"), "lengths"));
   snprintf(c->lengths, sizeof c->lengths, "%s", lengths ? lengths : "");
   /* exit 1 is the "does not fit" answer: the estimate is still there */
   double est = json_is_integer(v) && WIFEXITED(status) && WEXITSTATUS(status) <= 1
                    ? (double)json_integer_value(v) : -1;
+  json_decref(v);
   json_decref(root);
   return est;
 }
