@@ -122,6 +122,9 @@ struct vf_profile {
    * their blocks return to the cache only once the host learns that stream's work is done;
    * from torch 2.8 it holds them on the host until work.wait() instead ("torch"). */
   bool nccl_records_streams;
+  /* FSDP2 copies a unit's gradients into its reduce-scatter input on the computation
+   * stream, not the reduce-scatter stream's pool ("torch": from 2.5, pytorch#129721). */
+  bool fsdp2_reduce_input_compute_stream;
   /* The loop empties the allocator's cache once the model is set up, before the first step,
    * from this many GPUs on (0: never): what the setup left cached goes back to the GPU. */
   uint32_t empty_cache_before_training;

@@ -101,6 +101,7 @@ static const struct field fields[] = {
     FIELD("fsdp_full_load", F_BOOL, fsdp_full_load),
     FIELD("fsdp_sync_module_states", F_BOOL, fsdp_sync_module_states),
     FIELD("nccl_records_streams", F_BOOL, nccl_records_streams),
+    FIELD("fsdp2_reduce_input_compute_stream", F_BOOL, fsdp2_reduce_input_compute_stream),
     FIELD("empty_cache_before_training", F_U32, empty_cache_before_training),
     FIELD("fsdp_root_reshards", F_BOOL, fsdp_root_reshards),
     FIELD("fsdp_embedding_unit", F_BOOL, fsdp_embedding_unit),

@@ -1316,6 +1316,31 @@ static void test_fsdp2_states_per_parameter(void **state) {
   }
 }
 
+/* FSDP2's reduce-scatter input, a unit's whole gradient (qwen2.5-0.5b's layer: 28.5 MiB in
+ * bf16), is made on the computation stream from torch 2.5 (pytorch#129721), on the
+ * reduce-scatter stream before, beside the shards (half as much over 2 GPUs). Blocks above
+ * 20 MiB made in the backward off the computation stream, under either rule. */
+static size_t big_blocks_off_compute(bool compute_stream) {
+  struct vf_setup s;
+  vf_setup_default(&s);
+  s.gpus = 2, s.shard = VF_SHARD_FSDP, s.batch = 1, s.seq = 256, s.weights = VF_PREC_BF16;
+  struct vf_profile p = profile("hf");
+  p.fsdp2_reduce_input_compute_stream = compute_stream;
+  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+  size_t n = 0;
+  for (size_t i = 0; i < l.n; i++)
+    n += l.v[i].op == VF_TIMELINE_ALLOC && l.v[i].phase == VF_PHASE_BACKWARD && l.v[i].stream != 0 &&
+         l.v[i].bytes > (20u << 20);
+  free(l.v);
+  return n;
+}
+
+static void test_fsdp2_reduce_input_stream(void **state) {
+  (void)state;
+  /* Off it either way: the all-gathers' buffers; before 2.5 each unit's input too. */
+  assert_true(big_blocks_off_compute(false) - big_blocks_off_compute(true) >= 24);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_layers),
@@ -1330,6 +1355,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp1_lazy_init),
       cmocka_unit_test(test_fsdp1_root_reshard_recorded),
       cmocka_unit_test(test_fsdp2_states_per_parameter),
+      cmocka_unit_test(test_fsdp2_reduce_input_stream),
       cmocka_unit_test(test_gpipe_above_1f1b),
       cmocka_unit_test(test_more_parallel_never_more_memory),
       cmocka_unit_test(test_published_layouts_fit),

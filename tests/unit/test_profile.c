@@ -26,8 +26,10 @@ static const char torch_text[] =
     "{\"name\": \"torch\", \"releases\": ["
     " {\"release\": \"2.0\", \"date\": \"2023-03\", \"describes\": \"2.0 on\", \"zero_grad_frees\": true,"
     "  \"eager_softmax_saves_input\": false, \"sdpa_math_fp32\": true, \"nccl_records_streams\": true,"
+    "  \"fsdp2_reduce_input_compute_stream\": true,"
     "  \"sources\": {\"zero_grad_frees\": \"o/r:a.py@v2.0.0: frees\","
     "  \"nccl_records_streams\": \"o/r:pg.cpp@v2.0.0: records\","
+    "  \"fsdp2_reduce_input_compute_stream\": \"o/r:fsdp.py@v2.5.0: copies in on the current stream\","
     "  \"eager_softmax_saves_input\": \"o/r:b.yaml@v1.11.0: keeps the result\","
     "  \"sdpa_math_fp32\": \"o/r:attention.cpp@v2.0.0: up-casts\"}},"
     " {\"release\": \"1.11\", \"date\": \"2022-03\", \"describes\": \"1.11 to 1.13\", \"zero_grad_frees\": false,"
@@ -315,6 +317,13 @@ static void test_shipped_profiles(void **state) {
   assert_false(p.nccl_records_streams);
   assert_int_equal(profile_read("hf@4.49", "2.8", &p, &d), 0);
   assert_false(p.nccl_records_streams);
+  /* FSDP2's reduce-scatter input moved to the computation stream in torch 2.5. */
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
+  assert_true(p.fsdp2_reduce_input_compute_stream);
+  assert_int_equal(profile_read("hf", "2.4", &p, &d), 0);
+  assert_false(p.fsdp2_reduce_input_compute_stream);
+  assert_int_equal(profile_read("hf@4.49", "2.8", &p, &d), 0);
+  assert_true(p.fsdp2_reduce_input_compute_stream);
   /* The loops that empty the cache once the model is set up: from how many GPUs. */
   assert_int_equal(p.empty_cache_before_training, 0);
   assert_int_equal(profile_read("lightning", NULL, &p, &d), 0);

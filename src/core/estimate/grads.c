@@ -223,10 +223,14 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct ids *
   /* FSDP1's flat gradient is autograd's, made on the computation stream; its
    * post-backward hook records its use on the post-backward stream, which reduce-scatters
    * it, before letting it go (torch 2.13 _runtime_utils.py _post_backward_hook:
-   * _no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)). */
+   * _no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)).
+   * FSDP2's reduce-scatter input is made on the reduce-scatter stream up to torch 2.4
+   * (profile field fsdp2_reduce_input_compute_stream). */
   bool recorded = fsdp1_streams(x);
+  bool fsdp2 = vf_shard_fsdp(x->s->shard) && !grads_flat(x);
+  bool compute = recorded || (fsdp2 && x->p->fsdp2_reduce_input_compute_stream);
   uint32_t unsharded =
-      tape_take_on(x, full, WEIGHT_TEMPORARIES, recorded ? STREAM_COMPUTE : STREAM_REDUCE_SCATTER);
+      tape_take_on(x, full, WEIGHT_TEMPORARIES, compute ? STREAM_COMPUTE : STREAM_REDUCE_SCATTER);
   give_parts(x, parts);
   if (layer < 0 && root_reduced_last(x)) return unsharded;
   reduce_to_shard(x, layer, g);
