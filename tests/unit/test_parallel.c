@@ -1219,6 +1219,18 @@ static void fsdp_setup(struct vf_setup *s, uint32_t gpus) {
   s->weights = VF_PREC_FP32, s->amp = VF_PREC_BF16;
 }
 
+/* qwen2.5-0.5b, fp32 kept under bf16 mixed precision, sharded by the framework over gpus. */
+static struct logged qwen_fsdp_run(const char *framework, uint32_t gpus) {
+  struct vf_setup s;
+  fsdp_setup(&s, gpus);
+  struct vf_profile p = profile(framework);
+  return log_run("qwen2.5-0.5b", &s, &p);
+}
+
+/* Its root unit gathered, bf16: the tied embedding and the final norm. */
+#define QWEN_ROOT_BYTES ((151936ull * 896 + 896) * 2)
+static uint64_t rounded(uint64_t bytes) { return (bytes + 511) / 512 * 512; }
+
 /* Lightning's Trainer empties the cache once the strategy has set the model up
  * (checkpoint_connector.py resume_end), on any number of GPUs; torchtune's distributed
  * recipes as training begins (cleanup_before_training), its single-device ones never: once,
@@ -1231,10 +1243,7 @@ static void test_empty_cache_before_training(void **state) {
     size_t emptied;
   } cases[] = {{"lightning", 4, 1}, {"lightning", 1, 1}, {"torchtune", 2, 1}, {"torchtune", 1, 0}, {"hf", 4, 0}};
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    struct vf_setup s;
-    fsdp_setup(&s, cases[k].gpus);
-    struct vf_profile p = profile(cases[k].framework);
-    struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+    struct logged l = qwen_fsdp_run(cases[k].framework, cases[k].gpus);
     assert_int_equal(count_op(&l, VF_TIMELINE_EMPTY_CACHE), cases[k].emptied);
     for (size_t i = 0; i < l.n; i++)
       if (l.v[i].op == VF_TIMELINE_EMPTY_CACHE) assert_int_equal(l.v[i].phase, VF_PHASE_LOAD);
@@ -1248,18 +1257,14 @@ static void test_empty_cache_before_training(void **state) {
  * parameter and an fp32 one, before anything else of the forward. */
 static void test_fsdp1_lazy_init(void **state) {
   (void)state;
-  struct vf_setup s;
-  fsdp_setup(&s, 2);
-  struct vf_profile p = profile("lightning");
-  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
-  uint64_t root = (151936ull * 896 + 896) * 2, round = 512;
-  uint64_t want[3] = {root / 2, root, 2 * root};
+  struct logged l = qwen_fsdp_run("lightning", 2);
+  uint64_t want[3] = {QWEN_ROOT_BYTES / 2, QWEN_ROOT_BYTES, 2 * QWEN_ROOT_BYTES};
   size_t i = 0;
   while (i < l.n && l.v[i].phase != VF_PHASE_FORWARD) i++;
   for (int k = 0; k < 3; k++, i += 2) {
     assert_true(i + 1 < l.n);
     assert_int_equal(l.v[i].op, VF_TIMELINE_ALLOC);
-    assert_int_equal(l.v[i].bytes, (want[k] + round - 1) / round * round);
+    assert_int_equal(l.v[i].bytes, rounded(want[k]));
     assert_int_equal(l.v[i + 1].op, VF_TIMELINE_FREE);
     assert_int_equal(l.v[i + 1].id, l.v[i].id);
   }
@@ -1271,15 +1276,12 @@ static void test_fsdp1_lazy_init(void **state) {
  * its block waits for that stream before the next step's gather may take it. */
 static void test_fsdp1_root_reshard_recorded(void **state) {
   (void)state;
-  struct vf_setup s;
-  fsdp_setup(&s, 2);
-  struct vf_profile p = profile("lightning");
-  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
-  uint64_t root = (151936ull * 896 + 896) * 2, rounded = (root + 511) / 512 * 512;
+  struct logged l = qwen_fsdp_run("lightning", 2);
   size_t gathers = 0, recorded = 0;
   for (size_t i = 0; i < l.n; i++) {
     const struct vf_timeline_event *e = &l.v[i];
-    if (e->op != VF_TIMELINE_ALLOC || e->bytes != rounded || e->stream == 0 || e->phase != VF_PHASE_FORWARD) continue;
+    bool root = e->bytes == rounded(QWEN_ROOT_BYTES);
+    if (e->op != VF_TIMELINE_ALLOC || !root || e->stream == 0 || e->phase != VF_PHASE_FORWARD) continue;
     gathers++;
     for (size_t j = i + 1; j < l.n && !(l.v[j].op == VF_TIMELINE_FREE && l.v[j].id == e->id); j++)
       if (l.v[j].op == VF_TIMELINE_RECORD && l.v[j].id == e->id && l.v[j].stream == 0) {
