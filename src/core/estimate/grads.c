@@ -85,6 +85,12 @@ static uint32_t flat_parts(struct ctx *x, uint64_t elems) {
   return grads_flat(x) ? tape_take(x, elems * unsharded_grad_bytes(x), VF_CAT_GRADIENTS) : 0;
 }
 
+/* The stream FSDP2 makes a unit's reduce-scatter input on: the computation stream's from
+ * torch 2.5 (profile field fsdp2_reduce_input_compute_stream), the reduce-scatter's before. */
+static uint8_t fsdp2_input_stream(const struct ctx *x) {
+  return x->p->fsdp2_reduce_input_compute_stream ? STREAM_COMPUTE : STREAM_REDUCE_SCATTER;
+}
+
 /* Where the gradients of a layer (of the root's part, as hold_unsharded) are held. */
 static struct ids *held_list(struct ctx *x, int32_t layer, int part) {
   return part == 1 && fsdp_embedding_unit(x) ? &x->grads.embedding_unit : &x->grads.unsharded[layer + 1];
@@ -92,13 +98,14 @@ static struct ids *held_list(struct ctx *x, int32_t layer, int part) {
 
 /* Reduce-scatters the gradients held of a layer (of the root's part: the embedding's or the
  * others', 1 or 0; -1: all) to its shard. FSDP2 first copies them into one reduce-scatter
- * input on the computation stream and lets them go (torch 2.13 _fsdp_collectives.py
- * foreach_reduce, foreach_reduce_scatter_copy_in); FSDP1's flat gradient is that input. */
+ * input and lets them go (torch 2.13 _fsdp_collectives.py foreach_reduce,
+ * foreach_reduce_scatter_copy_in); FSDP1's flat gradient is that input. */
 static void reduce_held(struct ctx *x, int32_t layer, int part, struct ids *g) {
   struct ids *held = held_list(x, layer, part);
   if (!held->n) return;
   uint64_t elems = part < 0 ? layer_grad_sum(x, layer, true) : root_grad_elems(x, part == 1);
-  uint32_t input = grads_flat(x) ? 0 : tape_take(x, elems * unsharded_grad_bytes(x), WEIGHT_TEMPORARIES);
+  uint64_t whole = elems * unsharded_grad_bytes(x);
+  uint32_t input = grads_flat(x) ? 0 : tape_take_on(x, whole, WEIGHT_TEMPORARIES, fsdp2_input_stream(x));
   if (input) ids_give(x, held);
   ids_push(x, g, tape_take(x, elems * x->d.g / x->d.dsize, VF_CAT_GRADIENTS));
   ids_give(x, held); /* FSDP1's flat gradient goes once reduced (_runtime_utils.py _reduce_grad) */
@@ -224,13 +231,10 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct ids *
    * post-backward hook records its use on the post-backward stream, which reduce-scatters
    * it, before letting it go (torch 2.13 _runtime_utils.py _post_backward_hook:
    * _no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)).
-   * FSDP2's reduce-scatter input is made on the reduce-scatter stream up to torch 2.4
-   * (profile field fsdp2_reduce_input_compute_stream). */
-  bool recorded = fsdp1_streams(x);
-  bool fsdp2 = vf_shard_fsdp(x->s->shard) && !grads_flat(x);
-  bool compute = recorded || (fsdp2 && x->p->fsdp2_reduce_input_compute_stream);
-  uint32_t unsharded =
-      tape_take_on(x, full, WEIGHT_TEMPORARIES, compute ? STREAM_COMPUTE : STREAM_REDUCE_SCATTER);
+   * FSDP2's is its reduce-scatter input, made on fsdp2_input_stream. */
+  bool recorded = fsdp1_streams(x), fsdp2 = vf_shard_fsdp(x->s->shard) && !grads_flat(x);
+  uint8_t stream = recorded ? STREAM_COMPUTE : fsdp2 ? fsdp2_input_stream(x) : STREAM_REDUCE_SCATTER;
+  uint32_t unsharded = tape_take_on(x, full, WEIGHT_TEMPORARIES, stream);
   give_parts(x, parts);
   if (layer < 0 && root_reduced_last(x)) return unsharded;
   reduce_to_shard(x, layer, g);
