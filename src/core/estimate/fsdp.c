@@ -18,6 +18,10 @@ static bool fsdp1(const struct ctx *x) {
   return vf_shard_fsdp(x->s->shard) && x->p->fsdp_flat_params && !pipe_fsdp(x) && !zero3_coordinator(x);
 }
 
+/* FSDP2 shards each tensor apart (torch 2.13 fully_shard, _fsdp_param.py), where FSDP1
+ * flattens a unit's (profile field fsdp_flat_params). */
+bool fsdp_per_tensor(const struct ctx *x) { return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params; }
+
 /* Bytes of one parameter gathered: its elements in the compute dtype (FSDP's param_dtype,
  * ZeRO-3's 16-bit partitions); a 4-bit weight in the form it is stored and sharded in:
  * bitsandbytes' packed data in a 16-bit quant_storage, which FSDP1 flattens without the
@@ -51,7 +55,7 @@ uint64_t fsdp_gather_bytes(const struct ctx *x, int32_t layer) {
  * backward; the final norm and head together, gathered at the norm, reduced and resharded
  * once the head's backward is done. */
 bool fsdp_embedding_unit(const struct ctx *x) {
-  return x->p->fsdp_embedding_unit && vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && !head_tied(x) &&
+  return x->p->fsdp_embedding_unit && fsdp_per_tensor(x) && !head_tied(x) &&
          x->pp.has_embedding && x->pp.has_head && !pipe_fsdp(x);
 }
 
@@ -67,7 +71,7 @@ static uint64_t root_part_bytes(const struct ctx *x, bool embedding) { return ga
  * backward and checkpointed recomputation it goes once its copy-out is done. FSDP1 gathers
  * into the flat parameter itself; over one GPU FSDP2 copies without a buffer. */
 static bool fsdp2_buffers(const struct ctx *x) {
-  return vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params && x->d.dsize > 1;
+  return fsdp_per_tensor(x) && x->d.dsize > 1;
 }
 
 static uint32_t fsdp1_unshard(struct ctx *x, int32_t layer);

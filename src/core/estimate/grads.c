@@ -172,7 +172,7 @@ static uint32_t no_sync_root_finish(struct ctx *x, struct ids *g, uint32_t root)
   if (!head_tied(x)) {
     hold_unsharded(x, -1, 1, first);
   } else if (first) {
-    ids_push(x, &x->grads.unsharded[0], root);
+    ids_push(x, held_list(x, -1, -1), root);
     root = 0;
   }
   if (x->sched.last_micro) reduce_held(x, -1, fsdp_embedding_unit(x) ? 1 : -1, g);
@@ -232,8 +232,8 @@ static uint32_t unsharded_layer_grads(struct ctx *x, int32_t layer, struct ids *
    * it, before letting it go (torch 2.13 _runtime_utils.py _post_backward_hook:
    * _no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)).
    * FSDP2's is its reduce-scatter input, made on fsdp2_input_stream. */
-  bool recorded = fsdp1_streams(x), fsdp2 = vf_shard_fsdp(x->s->shard) && !grads_flat(x);
-  uint8_t stream = recorded ? STREAM_COMPUTE : fsdp2 ? fsdp2_input_stream(x) : STREAM_REDUCE_SCATTER;
+  bool recorded = fsdp1_streams(x);
+  uint8_t stream = recorded ? STREAM_COMPUTE : fsdp_per_tensor(x) ? fsdp2_input_stream(x) : STREAM_REDUCE_SCATTER;
   uint32_t unsharded = tape_take_on(x, full, WEIGHT_TEMPORARIES, stream);
   give_parts(x, parts);
   if (layer < 0 && root_reduced_last(x)) return unsharded;

@@ -561,6 +561,7 @@ void zero3_ipg_buffers(struct ctx *x);
 void zero_reduce_buckets(struct ctx *x);
 
 /* fsdp.c */
+bool fsdp_per_tensor(const struct ctx *x);
 uint64_t fsdp_gather_bytes(const struct ctx *x, int32_t layer);
 bool fsdp_embedding_unit(const struct ctx *x);
 void fsdp_backward_prefetch(struct ctx *x, int32_t layer);

@@ -98,7 +98,7 @@ static void take_unit(struct ctx *x, int32_t l, enum pick pick, tensor_bytes_fn 
                       struct ids *ids) {
   size_t begin, end;
   params_layer(x->ps, l, &begin, &end);
-  bool flat = x->s->shard != VF_SHARD_NONE && !(vf_shard_fsdp(x->s->shard) && !x->p->fsdp_flat_params);
+  bool flat = x->s->shard != VF_SHARD_NONE && !fsdp_per_tensor(x);
   uint64_t shard = 0, parts = x->s->shard != VF_SHARD_NONE ? x->d.dsize : 1;
   for (size_t i = begin; i < end; i++) {
     const struct param *p = &x->ps->v[i];
