@@ -161,6 +161,9 @@ struct vf_profile {
   /* Under torch.compile the framework compiles the transformer layers (one graph each). */
   bool compiled_layers;
   bool varied_lengths;     /* the stock recipes pad each batch to its longest sample */
+  /* The loop's first micro batch holds the training set's longest sample (to run out of
+   * memory at once), so no earlier micro batch's graph is alive next to it. */
+  bool longest_first;
   bool validates;          /* the stock training loop runs validation between steps */
   bool validates_first;    /* where the run validates, it does once before its first step too */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */

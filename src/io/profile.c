@@ -115,6 +115,7 @@ static const struct field fields[] = {
     FIELD("compiled_loss", F_BOOL, compiled_loss),
     FIELD("compiled_layers", F_BOOL, compiled_layers),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
+    FIELD("longest_first", F_BOOL, longest_first),
     FIELD("validates", F_BOOL, validates),
     FIELD("validates_first", F_BOOL, validates_first),
     FIELD("generates", F_BOOL, generates),

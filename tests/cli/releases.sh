@@ -35,9 +35,9 @@ succeeds '^assumed .*weights bf16 \(the checkpoint.s dtype\)' estimate llama-3.2
 succeeds '^assumed .*weights fp32,' estimate llama-3.2-1b --framework hf@4.57
 
 # Older than every release described: the oldest stands in, and the output says so.
-succeeds '^note: litgpt@2023-10 predates the releases the litgpt profile describes: its oldest, 0\.4 \(2024-04\), stands in$' \
-  estimate gpt2 --framework litgpt@2023-10
-succeeds '"litgpt@2023-10 predates' estimate gpt2 --framework litgpt@2023-10 --json
+succeeds '^note: litgpt@2023-05 predates the releases the litgpt profile describes: its oldest, 0\.0 \(2023-10\), stands in$' \
+  estimate gpt2 --framework litgpt@2023-05
+succeeds '"litgpt@2023-05 predates' estimate gpt2 --framework litgpt@2023-05 --json
 succeeds '^note: torch 1\.9 predates' estimate gpt2 --torch 1.9
 succeeds '"notes": \[\]' estimate gpt2 --json
 

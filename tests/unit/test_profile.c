@@ -330,6 +330,18 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(p.empty_cache_before_training, 1);
   assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
   assert_int_equal(p.empty_cache_before_training, 2);
+  /* lit-gpt of October 2023, before litgpt's releases: its longest sample first, its
+   * RMSNorm in the input's dtype. */
+  assert_false(p.longest_first);
+  assert_int_equal(profile_read("litgpt@2023-10", NULL, &p, &d), 0);
+  assert_string_equal(p.release, "0.0");
+  assert_string_equal(p.torch, "2.1");
+  assert_true(p.longest_first);
+  assert_int_equal(p.n_rms_norm_saves, 1);
+  assert_int_equal(p.rms_norm_saves[0], 0);
+  assert_int_equal(profile_read("litgpt", NULL, &p, &d), 0);
+  assert_false(p.longest_first);
+  assert_int_equal(p.rms_norm_saves[0], 4);
   /* torchtune between its releases: October 2024 is 0.3's chunked output and loss (from
    * 0.3.0), before activation offloading (0.4.0); 0.1 still gives the whole fp32 logits
    * and carries 0.3's foreach AdamW over. */

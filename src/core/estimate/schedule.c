@@ -217,6 +217,21 @@ static int steps(const struct ctx *x) {
   return x->s->lengths == VF_LENGTHS_VARIED ? VF_LENGTH_STEPS : 2;
 }
 
+/* Which of the n drawn lengths a micro batch is padded to. Drawn, the longest comes last,
+ * after a batch of another drawn length; the range's second replay takes the others in the
+ * other order. A loop that puts the longest sample first (profile field longest_first)
+ * runs it before any other micro batch, and the drawn ones after it. */
+static uint64_t drawn_index(const struct ctx *x, int micro, int n) {
+  int longest = n - 1, rest = micro;
+  if (x->p->longest_first) {
+    if (!micro) return (uint64_t)longest;
+    rest = micro - 1;
+  } else if (micro == longest) {
+    return (uint64_t)longest;
+  }
+  return (uint64_t)(x->sched.lengths_reversed ? n - 2 - rest : rest);
+}
+
 /* A replay's tape: the model loaded, the optimizer steps, the evaluation and the save. */
 void schedule_write(struct ctx *x) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_SETUP);
@@ -230,12 +245,12 @@ void schedule_write(struct ctx *x) {
    * gradients, a middle one adds into them still accumulating (under FSDP's no_sync every
    * unit's whole gradient is alive then, next to the one being added), the last adds and
    * ends the step. All further micro batches look like the middle one. Each micro batch is
-   * padded to its own length; the last is the longest. */
+   * padded to its own length (drawn_index). */
   int micro = x->accumulation < 3 ? (int)x->accumulation : 3, n = steps(x) * micro;
   const struct vf_setup *s = x->s;
   for (x->sched.micro = 0; x->sched.micro < n; x->sched.micro++) {
-    int k = x->sched.lengths_reversed && x->sched.micro + 1 < n ? n - 2 - x->sched.micro : x->sched.micro;
-    parallel_length(x, vf_length_dist_batch(&s->length_dist, s->batch, s->seq, (uint64_t)k, (uint64_t)n));
+    uint64_t k = drawn_index(x, x->sched.micro, n);
+    parallel_length(x, vf_length_dist_batch(&s->length_dist, s->batch, s->seq, k, (uint64_t)n));
     one_step(x, x->sched.micro % micro == micro - 1);
   }
   if (x->eval) eval_pass(x, true);
