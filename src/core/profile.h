@@ -19,6 +19,11 @@ struct type_values {
   uint32_t n;
 };
 
+/* What a sharded run's checkpoint save gathers on the GPU: each unit's weights whole (FSDP1's
+ * full state dict, ZeRO-3's 16-bit save), one tensor at a time (FSDP2's full state dict:
+ * DTensor.full_tensor, then to the CPU), or nothing (each rank writes its own shards). */
+enum vf_save_gathers { VF_SAVE_UNITS, VF_SAVE_TENSORS, VF_SAVE_NONE };
+
 struct vf_profile {
   char name[32];
   char release[16]; /* the framework release the values describe ("5.23") */
@@ -164,6 +169,7 @@ struct vf_profile {
   /* The loop's first micro batch holds the training set's longest sample (to run out of
    * memory at once), so no earlier micro batch's graph is alive next to it. */
   bool longest_first;
+  enum vf_save_gathers save_gathers;
   bool validates;          /* the stock training loop runs validation between steps */
   bool validates_first;    /* where the run validates, it does once before its first step too */
   bool generates;          /* validation is followed by generating a sample (a KV cache) */

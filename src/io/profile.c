@@ -20,7 +20,7 @@
 #include "core/version.h"
 #include "io/data.h"
 
-enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES };
+enum field_type { F_BOOL, F_U32, F_DOUBLE, F_U32_LIST, F_NAME_LIST, F_ATTENTION, F_TYPE_VALUES, F_PP_SCHEDULES, F_SAVE };
 
 struct field {
   const char *key;
@@ -116,6 +116,7 @@ static const struct field fields[] = {
     FIELD("compiled_layers", F_BOOL, compiled_layers),
     FIELD("varied_lengths", F_BOOL, varied_lengths),
     FIELD("longest_first", F_BOOL, longest_first),
+    FIELD("save_gathers", F_SAVE, save_gathers),
     FIELD("validates", F_BOOL, validates),
     FIELD("validates_first", F_BOOL, validates_first),
     FIELD("generates", F_BOOL, generates),
@@ -232,6 +233,15 @@ static bool set_value(struct vf_profile *p, const struct field *f, json_t *v) {
     if (!json_is_number(v)) return false;
     *(double *)(base + f->offset) = json_number_value(v);
     return true;
+  case F_SAVE: {
+    static const char *const names[] = {"units", "tensors", "none"};
+    for (size_t i = 0; json_is_string(v) && i < sizeof names / sizeof *names; i++)
+      if (strcmp(json_string_value(v), names[i]) == 0) {
+        *(enum vf_save_gathers *)(base + f->offset) = (enum vf_save_gathers)i;
+        return true;
+      }
+    return false;
+  }
   case F_ATTENTION: {
     int a;
     if (!json_is_string(v) || vf_enum_parse(VF_ENUM_ATTENTION, json_string_value(v), &a)) return false;

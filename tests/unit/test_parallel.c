@@ -1251,6 +1251,58 @@ static void test_empty_cache_before_training(void **state) {
   }
 }
 
+/* The save's blocks: allocations in the save phase, the largest, and whether each is
+ * freed before the next is made. */
+struct save_blocks {
+  size_t n;
+  uint64_t largest;
+  bool one_at_a_time;
+};
+
+static struct save_blocks save_blocks_of(enum vf_save_gathers gathers) {
+  struct vf_setup s;
+  fsdp_setup(&s, 2);
+  struct vf_profile p = profile("torchtune");
+  p.save_gathers = gathers;
+  struct logged l = log_run("qwen2.5-0.5b", &s, &p);
+  struct save_blocks b = {0, 0, true};
+  long live = 0;
+  for (size_t i = 0; i < l.n; i++) {
+    if (l.v[i].phase != VF_PHASE_SAVE) continue;
+    if (l.v[i].op == VF_TIMELINE_ALLOC) {
+      b.n++, live++;
+      if (l.v[i].bytes > b.largest) b.largest = l.v[i].bytes;
+      if (live > 1) b.one_at_a_time = false;
+    } else if (l.v[i].op == VF_TIMELINE_FREE) {
+      live--;
+    }
+  }
+  free(l.v);
+  return b;
+}
+
+/* What the save of sharded weights gathers (profile field save_gathers), qwen2.5-0.5b over
+ * 2 GPUs, fp32 kept under bf16 mixed precision: each unit whole in bf16 inside the root's
+ * (FSDP1's full state dict; the root's tied embedding and final norm the largest); one
+ * parameter at a time in its stored fp32 (FSDP2's full_tensor() in torchtune's
+ * gather_cpu_state_dict; the embedding the largest); nothing for a sharded checkpoint
+ * (accelerate's default under FSDP2). */
+static void test_save_gathers(void **state) {
+  (void)state;
+  assert_int_equal(profile("hf").save_gathers, VF_SAVE_NONE);
+  assert_int_equal(profile("torchtune").save_gathers, VF_SAVE_TENSORS);
+  assert_int_equal(profile("lightning").save_gathers, VF_SAVE_UNITS);
+  struct save_blocks units = save_blocks_of(VF_SAVE_UNITS), tensors = save_blocks_of(VF_SAVE_TENSORS),
+                     none = save_blocks_of(VF_SAVE_NONE);
+  assert_int_equal(units.n, 1 + 24);
+  assert_int_equal(units.largest, rounded(QWEN_ROOT_BYTES));
+  assert_false(units.one_at_a_time);
+  assert_true(tensors.n > units.n);
+  assert_int_equal(tensors.largest, rounded(151936ull * 896 * 4));
+  assert_true(tensors.one_at_a_time);
+  assert_int_equal(none.n, 0);
+}
+
 /* FSDP1's lazy initialization (_flat_param.py init_flat_param_attributes) as the first
  * forward begins: the root unit (qwen2.5-0.5b's tied embedding and final norm, fp32 kept,
  * bf16 gathered over 2 GPUs) makes and frees its bf16 shard, its bf16 padded unsharded
@@ -1354,6 +1406,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp2_no_sync_keeps_parameter_gradients),
       cmocka_unit_test(test_timeline_replays_as_estimated),
       cmocka_unit_test(test_empty_cache_before_training),
+      cmocka_unit_test(test_save_gathers),
       cmocka_unit_test(test_fsdp1_lazy_init),
       cmocka_unit_test(test_fsdp1_root_reshard_recorded),
       cmocka_unit_test(test_fsdp2_states_per_parameter),

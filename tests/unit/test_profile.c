@@ -330,6 +330,13 @@ static void test_shipped_profiles(void **state) {
   assert_int_equal(p.empty_cache_before_training, 1);
   assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
   assert_int_equal(p.empty_cache_before_training, 2);
+  /* The Trainer's checkpoint under accelerate: sharded with FSDP2 (5.23), whole units with
+   * FSDP1 (5.0). */
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
+  assert_int_equal(p.save_gathers, VF_SAVE_NONE);
+  assert_int_equal(profile_read("hf@5.0", NULL, &p, &d), 0);
+  assert_int_equal(p.save_gathers, VF_SAVE_UNITS);
+  assert_int_equal(profile_read("torchtune", NULL, &p, &d), 0);
   /* lit-gpt of October 2023, before litgpt's releases: its longest sample first, its
    * RMSNorm in the input's dtype. */
   assert_false(p.longest_first);
