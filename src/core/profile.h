@@ -106,6 +106,9 @@ struct vf_profile {
   bool lora_dropout;    /* LoRA dropout active (a mask and a copy of each adapted input) */
   bool foreach_optimizer; /* multi-tensor optimizer step: one state-sized temporary */
   bool master_weights;    /* fp32 master copy of 16-bit trainable weights */
+  /* The framework has a selective checkpointing of its own to switch on (the planner offers
+   * --grad-ckpt selective only then; elsewhere it would be the user's own policy). */
+  bool selective_policy;
   double selective_keep;  /* share of a layer's saved tensors kept by selective checkpointing */
   /* The same when the layers run compiled (--compile yes): AOTAutograd saves only what the
    * backward reads, where eager's checkpoint stores every output its policy saves. */

@@ -77,6 +77,7 @@ static const struct field fields[] = {
     FIELD("lora_dropout", F_BOOL, lora_dropout),
     FIELD("foreach_optimizer", F_BOOL, foreach_optimizer),
     FIELD("master_weights", F_BOOL, master_weights),
+    FIELD("selective_policy", F_BOOL, selective_policy),
     FIELD("selective_keep", F_DOUBLE, selective_keep),
     FIELD("selective_keep_compiled", F_DOUBLE, selective_keep_compiled),
     FIELD("fused_qkv", F_BOOL, fused_qkv),

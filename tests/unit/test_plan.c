@@ -317,6 +317,38 @@ static void test_loss_knob(void **state) {
   done(f);
 }
 
+/* Whether any tier checkpoints selectively: full fine-tuning of llama-3.2-1b at 8192
+ * tokens on an RTX 4090. */
+static bool selective_chosen(bool policy) {
+  struct fixture *f = setup_for("llama-3.2-1b", "rtx-4090");
+  struct vf_diag d;
+  f->p.selective_policy = policy;
+  f->r.base.seq = 8192, f->r.base.weights = VF_PREC_BF16;
+  assert_int_equal(vf_uncertainty_load("hf", &f->u, &d), 0);
+  f->r.uncertainty = &f->u;
+  plan(f);
+  bool chosen = false;
+  for (int t = 0; t < VF_TIER_COUNT; t++)
+    chosen |= f->out.tiers[t].found && f->out.tiers[t].setup.grad_ckpt == VF_CKPT_SELECTIVE;
+  done(f);
+  return chosen;
+}
+
+/* Selective checkpointing is offered only where the framework has a policy of its own
+ * (profile field selective_policy): with one, the safer tiers keep some of each layer's
+ * tensors; the Trainer checkpoints whole layers, and its tiers never checkpoint selectively. */
+static void test_selective_needs_policy(void **state) {
+  (void)state;
+  struct vf_profile p;
+  struct vf_diag d;
+  assert_int_equal(profile_read("hf", NULL, &p, &d), 0);
+  assert_false(p.selective_policy);
+  assert_int_equal(profile_read("torchtitan", NULL, &p, &d), 0);
+  assert_true(p.selective_policy);
+  assert_true(selective_chosen(true));
+  assert_false(selective_chosen(false));
+}
+
 /* With the loss and the offload kept, seq is searched for the longest that fits each tier
  * (steps of 128, not halving), and the allocator's expandable segments are chosen where
  * they lower the peak; one step longer does not fit. */
@@ -471,8 +503,8 @@ static void test_seq_settles_exactly(void **state) {
 }
 
 /* torchtune offloads activations (with checkpointing on): a long-sequence LoRA whose saved
- * activations are its peak gets them offloaded; the Hugging Face Trainer has no such switch
- * and never does. */
+ * activations weigh gets its smallest setting with them offloaded; the Hugging Face Trainer
+ * has no such switch and never does. */
 static void test_activation_offload(void **state) {
   (void)state;
   const char *frameworks[] = {"torchtune", "hf"};
@@ -481,13 +513,13 @@ static void test_activation_offload(void **state) {
     struct vf_diag d;
     assert_int_equal(profile_read(frameworks[i], NULL, &f->p, &d), 0);
     struct vf_setup *b = &f->r.base;
-    b->weights = VF_PREC_BF16, b->method = VF_METHOD_LORA, b->batch = 4, b->accumulation = 8, b->seq = 8192;
+    b->weights = VF_PREC_BF16, b->method = VF_METHOD_LORA, b->batch = 4, b->accumulation = 8, b->seq = 16384;
     b->grad_ckpt = VF_CKPT_FULL;
     f->r.keep = VF_KEEP_CAPACITY | VF_KEEP_SEQ | VF_KEEP_OPTIMIZER | VF_KEEP_LOSS | VF_KEEP_ALLOC_CONF;
     plan(f);
     bool offloaded = false;
-    for (int t = 0; t < VF_TIER_COUNT; t++) {
-      const struct vf_plan_choice *c = &f->out.tiers[t];
+    for (int t = 0; t <= VF_TIER_COUNT; t++) {
+      const struct vf_plan_choice *c = t < VF_TIER_COUNT ? &f->out.tiers[t] : &f->out.smallest;
       offloaded |= c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS);
       assert_true(!(c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS)) || c->setup.grad_ckpt != VF_CKPT_NONE);
     }
@@ -600,7 +632,7 @@ int main(void) {
       cmocka_unit_test(test_parallel_costs),
       cmocka_unit_test(test_layout_search),    cmocka_unit_test(test_keep_parse),
       cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_keep_list),
-      cmocka_unit_test(test_loss_knob),        cmocka_unit_test(test_seq_and_allocator),
+      cmocka_unit_test(test_loss_knob),        cmocka_unit_test(test_selective_needs_policy),        cmocka_unit_test(test_seq_and_allocator),
       cmocka_unit_test(test_any_split),        cmocka_unit_test(test_no_bf16),
       cmocka_unit_test(test_guide_003_allocator), cmocka_unit_test(test_seq_settles_exactly),
       cmocka_unit_test(test_activation_offload), cmocka_unit_test(test_optimizer_in_bwd),

@@ -40,12 +40,14 @@ static size_t optimizers(const struct search *S, enum vf_optimizer *out) {
   return n;
 }
 
+/* Selective checkpointing only where the framework has a policy to switch on (profile field
+ * selective_policy): elsewhere apply could write only full checkpointing. */
 static size_t ckpts(const struct vf_plan_request *r, enum vf_ckpt *out) {
   static const enum vf_ckpt all[] = {VF_CKPT_NONE, VF_CKPT_SELECTIVE, VF_CKPT_FULL};
   size_t n = 0;
   out[n++] = r->base.grad_ckpt;
   for (size_t i = 0; i < 3 && !(r->keep & VF_KEEP_GRAD_CKPT); i++)
-    if (all[i] != r->base.grad_ckpt) out[n++] = all[i];
+    if (all[i] != r->base.grad_ckpt && (all[i] != VF_CKPT_SELECTIVE || r->profile->selective_policy)) out[n++] = all[i];
   return n;
 }
 
