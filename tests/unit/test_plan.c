@@ -72,6 +72,7 @@ static void test_nothing_fits(void **state) {
   for (int t = 0; t < VF_TIER_COUNT; t++) assert_false(f->out.tiers[t].found);
   assert_true(f->out.smallest.found);
   assert_true(f->out.smallest.peak_device_bytes > f->gpu.capacity_bytes);
+  assert_true(f->out.smallest.peak_device_bytes == choice_peak(f, &f->out.smallest));
   assert_int_equal(f->out.n_changes, 0);
   done(f);
 }
@@ -524,6 +525,8 @@ static void test_activation_offload(void **state) {
       assert_true(!(c->found && (c->setup.offload & VF_OFFLOAD_ACTIVATIONS)) || c->setup.grad_ckpt != VF_CKPT_NONE);
     }
     assert_true(offloaded == (i == 0));
+    /* The smallest row too is the estimate `estimate` makes of its setting. */
+    assert_true(f->out.smallest.peak_device_bytes == choice_peak(f, &f->out.smallest));
     done(f);
   }
 }

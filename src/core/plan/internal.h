@@ -107,6 +107,7 @@ struct search {
   bool probing;    /* the level is searched only to learn whether anything fits */
   bool algorithms; /* optimizers that change the update may be tried (optimizers()) */
   uint64_t target; /* the effective batch asked for */
+  size_t smallest_alloc; /* the allocator configuration of out->smallest */
   /* The given allocator configuration and, where it lacks them, expandable segments (the
    * n_alloc searched); then the max_split_size_mb values tried on the settings chosen, up to
    * n_alloc_all (plan_find_allocs). */

@@ -79,7 +79,20 @@ struct vf_plan_choice plan_choice(const struct search *S, const struct vf_setup 
 /* Keeps the lowest peak seen for the nothing-fits report. */
 static void note_smallest(struct search *S, const struct vf_setup *s, size_t alloc, const struct vf_estimate *e) {
   struct vf_plan_choice *low = &S->out->smallest;
-  if (!low->found || e->device_peak < low->peak_device_bytes) *low = plan_choice(S, s, alloc, e, 0);
+  if (low->found && e->device_peak >= low->peak_device_bytes) return;
+  *low = plan_choice(S, s, alloc, e, 0);
+  S->smallest_alloc = alloc;
+}
+
+/* The smallest peak was noted from the search's quick estimates; its row reports it as
+ * `estimate` makes it, as every other row does (a quick estimate can be a GiB or two off). */
+static void settle_smallest(struct search *S) {
+  struct vf_plan_choice *low = &S->out->smallest;
+  struct vf_setup s = low->setup;
+  struct vf_estimate e;
+  struct vf_diag d;
+  size_t alloc = S->smallest_alloc;
+  if (low->found && !plan_estimate_with(S, &s, alloc, true, &e, &d)) *low = plan_choice(S, &s, alloc, &e, 0);
 }
 
 /* The estimate of s under allocator configuration alloc: quick (a search's) or exact (every
@@ -166,6 +179,7 @@ int vf_plan_search(const struct vf_plan_request *given, struct vf_plan_result *o
   int rc = start(S, d);
   if (!rc) plan_search(S);
   if (!rc) plan_confirm(S);
+  if (!rc) settle_smallest(S);
   if (!rc) plan_note_allocs(S);
   if (!rc && out->tiers[VF_TIER_BALANCED].found) plan_changes(r, out);
   free(S->configs);
