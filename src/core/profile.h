@@ -19,9 +19,10 @@ struct type_values {
   uint32_t n;
 };
 
-/* What a sharded run's checkpoint save gathers on the GPU: each unit's weights whole (FSDP1's
- * full state dict, ZeRO-3's 16-bit save), one tensor at a time (FSDP2's full state dict:
- * DTensor.full_tensor, then to the CPU), or nothing (each rank writes its own shards). */
+/* What the checkpoint's save of FSDP-sharded weights gathers on the GPU: each unit's whole
+ * (FSDP1's full state dict), one tensor at a time (FSDP2's full state dict:
+ * DTensor.full_tensor, then to the CPU), or nothing (each rank writes its own shards).
+ * ZeRO-3's save gathers module by module whatever the profile says. */
 enum vf_save_gathers { VF_SAVE_UNITS, VF_SAVE_TENSORS, VF_SAVE_NONE };
 
 struct vf_profile {

@@ -1259,9 +1259,10 @@ struct save_blocks {
   bool one_at_a_time;
 };
 
-static struct save_blocks save_blocks_of(enum vf_save_gathers gathers) {
+static struct save_blocks save_blocks_of(enum vf_save_gathers gathers, enum vf_shard shard) {
   struct vf_setup s;
   fsdp_setup(&s, 2);
+  s.shard = shard;
   struct vf_profile p = profile("torchtune");
   p.save_gathers = gathers;
   struct logged l = log_run("qwen2.5-0.5b", &s, &p);
@@ -1292,8 +1293,9 @@ static void test_save_gathers(void **state) {
   assert_int_equal(profile("hf").save_gathers, VF_SAVE_NONE);
   assert_int_equal(profile("torchtune").save_gathers, VF_SAVE_TENSORS);
   assert_int_equal(profile("lightning").save_gathers, VF_SAVE_UNITS);
-  struct save_blocks units = save_blocks_of(VF_SAVE_UNITS), tensors = save_blocks_of(VF_SAVE_TENSORS),
-                     none = save_blocks_of(VF_SAVE_NONE);
+  struct save_blocks units = save_blocks_of(VF_SAVE_UNITS, VF_SHARD_FSDP),
+                     tensors = save_blocks_of(VF_SAVE_TENSORS, VF_SHARD_FSDP),
+                     none = save_blocks_of(VF_SAVE_NONE, VF_SHARD_FSDP);
   assert_int_equal(units.n, 1 + 24);
   assert_int_equal(units.largest, rounded(QWEN_ROOT_BYTES));
   assert_false(units.one_at_a_time);
@@ -1301,6 +1303,8 @@ static void test_save_gathers(void **state) {
   assert_int_equal(tensors.largest, rounded(151936ull * 896 * 4));
   assert_true(tensors.one_at_a_time);
   assert_int_equal(none.n, 0);
+  /* ZeRO-3's 16-bit save gathers module by module whatever the field says. */
+  assert_int_equal(save_blocks_of(VF_SAVE_NONE, VF_SHARD_ZERO3).n, units.n);
 }
 
 /* FSDP1's lazy initialization (_flat_param.py init_flat_param_attributes) as the first

@@ -198,13 +198,14 @@ static void eval_pass(struct ctx *x, bool then_generate) {
   if (then_generate) generate_sample(x);
 }
 
-/* Saving a checkpoint reads the weights where they are; only sharded weights are gathered,
- * as the loop saves them (profile field save_gathers). Whole units, one at a time inside
- * the root's: FSDP1's full state dict unshards each unit in its own state-dict pre-hook and
- * reshards it in its post-hook (torch/distributed/fsdp/_state_dict_utils.py), ZeRO-3's
- * 16-bit save gathers module by module. One tensor at a time: FSDP2's full state dict
- * makes each parameter whole in its stored dtype and moves it to the CPU before the next
- * (DTensor.full_tensor). A sharded checkpoint gathers nothing. */
+/* Saving a checkpoint reads the weights where they are; only sharded weights are gathered.
+ * ZeRO-3's 16-bit save gathers module by module; FSDP's as the loop saves (profile field
+ * save_gathers). Whole units, one at a time inside the root's: FSDP1's full state dict
+ * unshards each unit in its own state-dict pre-hook and reshards it in its post-hook
+ * (torch/distributed/fsdp/_state_dict_utils.py). One tensor at a time: FSDP2's full state
+ * dict makes each parameter whole in its stored dtype (DTensor.full_tensor; torchtune
+ * up-casts a gathered NF4 weight to bf16 next to it) and moves it to the CPU before the
+ * next. A sharded checkpoint gathers nothing. */
 static void save_units(struct ctx *x) {
   uint32_t root = tape_take_on(x, fsdp_gather_bytes(x, -1), VF_CAT_WEIGHTS, STREAM_ALL_GATHER);
   for (uint64_t l = 0; l < x->layers; l++)
@@ -216,15 +217,19 @@ static void save_tensors(struct ctx *x) {
   for (int32_t l = -1; l < (int32_t)x->layers; l++) {
     size_t begin, end;
     params_layer(x->ps, l, &begin, &end);
-    for (size_t i = begin; i < end; i++) tape_transient(x, x->ps->v[i].bytes, VF_CAT_WEIGHTS);
+    for (size_t i = begin; i < end; i++) {
+      const struct param *p = &x->ps->v[i];
+      tape_transient(x, p->bytes + (p->quantized ? p->numel * 2 : 0), VF_CAT_WEIGHTS);
+    }
   }
 }
 
 static void save_pass(struct ctx *x) {
   tape_push(&x->tape, OP_UNIT, 0, 0, 0, UNIT_SAVE);
   if (!vf_shard_weights(x->s->shard)) return;
-  if (x->p->save_gathers == VF_SAVE_UNITS) save_units(x);
-  else if (x->p->save_gathers == VF_SAVE_TENSORS) save_tensors(x);
+  enum vf_save_gathers how = vf_shard_fsdp(x->s->shard) ? x->p->save_gathers : VF_SAVE_UNITS;
+  if (how == VF_SAVE_UNITS) save_units(x);
+  else if (how == VF_SAVE_TENSORS) save_tensors(x);
 }
 
 /* The steps replayed: two (states appear in the first, the second has everything), or
